@@ -1,0 +1,47 @@
+# Entry points for people and CI: `make test` installs missing packages, builds and runs every test.
+# Variables: WERROR=ON|OFF, BUILD_TYPE, BUILD_DIR, JOBS, ARGS (for demo), CTEST_ARGS (for test).
+
+WERROR     ?= ON
+BUILD_TYPE ?= RelWithDebInfo
+BUILD_DIR  ?= build
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
+SOURCE_DIRS  := src include apps tests
+FORMAT_FILES  = $(shell find $(SOURCE_DIRS) -type f \( -name '*.cpp' -o -name '*.hpp' \) 2>/dev/null)
+TIDY_FILES    = $(shell find src -type f -name '*.cpp' 2>/dev/null)
+RUN_CLANG_TIDY := $(shell command -v run-clang-tidy 2>/dev/null)
+
+.PHONY: all deps build demo test format format-check tidy clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DOUTBOX_WERROR=$(WERROR)
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+demo: build
+	./$(BUILD_DIR)/outbox demo $(ARGS)
+
+# The tests start their own embedded PostgreSQL and Kafka mock; nothing else needs to run.
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600 -j2 $(CTEST_ARGS)
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	clang-format --dry-run -Werror $(FORMAT_FILES)
+
+# Needs compile_commands.json, which the build writes (CMAKE_EXPORT_COMPILE_COMMANDS).
+tidy: build
+ifneq ($(RUN_CLANG_TIDY),)
+	$(RUN_CLANG_TIDY) -p $(BUILD_DIR) -quiet -j$(JOBS) '$(CURDIR)/src/.*\.cpp$$'
+else
+	clang-tidy -p $(BUILD_DIR) --quiet $(TIDY_FILES)
+endif
+
+clean:
+	rm -rf $(BUILD_DIR)

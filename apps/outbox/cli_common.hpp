@@ -1,0 +1,36 @@
+#pragma once
+// Shared by the CLI's subcommands: where the database is, how to stop on a signal.
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+namespace outbox::cli {
+
+// --db, else $OUTBOX_DATABASE_URL, else "" (libpq then reads the PG* variables).
+inline std::string database_url(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("OUTBOX_DATABASE_URL")) return env;
+  return {};
+}
+
+// Blocks SIGINT and SIGTERM in every thread started after this call and runs `on_signal` on a
+// dedicated thread when one arrives (so it may take locks, unlike a signal handler).
+void on_termination_signal(std::function<void()> on_signal);
+
+struct DemoOptions {
+  std::string database_url;   // empty: embedded PostgreSQL
+  std::string kafka_brokers;  // empty: embedded Kafka mock cluster
+  int orders = 3000;
+  int writers = 4;
+  int relays = 2;
+  int rollback_percent = 10;
+  int customers = 20;
+  bool json = false;
+  bool quiet = false;
+};
+
+// Runs the end-to-end demo and returns the process exit code (0 when every invariant held).
+int run_demo(const DemoOptions& options);
+
+}  // namespace outbox::cli

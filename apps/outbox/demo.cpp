@@ -1,0 +1,395 @@
+// `outbox demo`: an order service, relays and a consumer on embedded PostgreSQL and Kafka, then
+// a check of every guarantee against what actually happened.
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <thread>
+#include <unordered_set>
+
+#include "cli_common.hpp"
+#include "outbox/embedded_postgres.hpp"
+#include "outbox/kafka.hpp"
+#include "outbox/kafka_mock.hpp"
+#include "outbox/producer.hpp"
+#include "outbox/relay.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+const SchemaName kSchema("outbox_demo");
+constexpr const char* kTopic = "outbox_demo.order";
+
+// What the writers know for sure about their own transactions.
+struct WriteLog {
+  std::mutex mutex;
+  std::vector<EventId> committed;
+  std::vector<EventId> rolled_back;
+  std::uint64_t committed_transactions = 0;
+  std::uint64_t rolled_back_transactions = 0;
+  std::uint64_t unknown_transactions = 0;
+};
+
+void create_business_tables(PGconn* conn) {
+  pg::exec(conn, fmt::format(R"SQL(
+CREATE TABLE {s}.orders (order_id text PRIMARY KEY, status text NOT NULL, items int NOT NULL);
+CREATE TABLE {s}.customers (customer_id text PRIMARY KEY, orders int NOT NULL);
+-- What the consumer did: no unique key on purpose, so a duplicate effect would show up here.
+CREATE TABLE {s}.effects (
+  applied_order bigserial PRIMARY KEY, event_id uuid NOT NULL, aggregate_type text NOT NULL,
+  aggregate_id text NOT NULL, aggregate_sequence bigint NOT NULL, previous_sequence bigint NOT NULL);
+CREATE TABLE {s}.projection (
+  aggregate_type text, aggregate_id text, last_sequence bigint NOT NULL,
+  PRIMARY KEY (aggregate_type, aggregate_id));
+)SQL",
+                             fmt::arg("s", kSchema.quoted())));
+}
+
+// The consumer's effect: a projection that must see every aggregate's events in sequence.
+void apply_effect(PGconn* conn, const ConsumedEvent& event) {
+  const std::string sequence = std::to_string(event.aggregate_sequence);
+  const std::string id = event.event_id.to_string();
+  const std::string s = kSchema.quoted();
+  // Two statements on purpose: inside one statement, FOR UPDATE skips a row that the same
+  // statement's ON CONFLICT DO UPDATE has already changed, and would read "no previous event".
+  const auto previous = pg::exec(
+      conn,
+      "SELECT coalesce((SELECT last_sequence FROM " + s +
+          ".projection WHERE aggregate_type = $1 AND aggregate_id = $2 FOR UPDATE), 0)::text",
+      {event.aggregate_type.c_str(), event.aggregate_id.c_str()});
+  const std::string previous_sequence(previous.text(0, 0));
+  pg::exec(conn,
+           fmt::format(R"SQL(WITH effect AS (
+  INSERT INTO {s}.effects (event_id, aggregate_type, aggregate_id, aggregate_sequence,
+                           previous_sequence)
+  VALUES ($1::uuid, $2, $3, $4::bigint, $5::bigint)
+)
+INSERT INTO {s}.projection (aggregate_type, aggregate_id, last_sequence) VALUES ($2, $3, $4)
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = EXCLUDED.last_sequence)SQL",
+                       fmt::arg("s", s)),
+           {id.c_str(), event.aggregate_type.c_str(), event.aggregate_id.c_str(),
+            sequence.c_str(), previous_sequence.c_str()});
+}
+
+// One writer: its own orders, several transactions each, some rolled back on purpose; every
+// transaction also touches one of a few shared customers, so writers contend on aggregates.
+void write_orders(const DemoOptions& options, const std::string& url, int writer, WriteLog& log) {
+  auto connection = pg::Connection::open(url, "outbox-demo-writer");
+  PGconn* conn = connection.get();
+  const Producer producer(ProducerOptions{kSchema, 64 * 1024});
+  std::mt19937 random(static_cast<unsigned>(writer) * 7919U + 17U);
+  std::uniform_int_distribution<int> percent(0, 99);
+  std::uniform_int_distribution<int> pick_customer(0, options.customers - 1);
+  const std::string orders = kSchema.table("orders");
+  const std::string customers = kSchema.table("customers");
+
+  for (int n = writer; n < options.orders; n += options.writers) {
+    const std::string order = fmt::format("order-{:07}", n);
+    const std::string customer = fmt::format("customer-{:03}", pick_customer(random));
+    const int item_count = 1 + n % 3;
+    // Steps of one order: placed (+customer), items added (two events in one transaction), paid.
+    for (int step = 0; step < 3; ++step) {
+      std::vector<NewEvent> events;
+      auto add = [&](const std::string& type, const std::string& id, const std::string& kind,
+                     const nlohmann::json& payload) {
+        events.push_back(NewEvent{type, id, kind, payload.dump(), "{}", 1, std::nullopt});
+      };
+      pg::exec(conn, "BEGIN");
+      const bool roll_back = step > 0 && percent(random) < options.rollback_percent;
+      try {
+        if (step == 0) {
+          pg::exec(conn, "INSERT INTO " + orders + " VALUES ($1, 'placed', 0)", {order.c_str()});
+          pg::exec(conn,
+                   "INSERT INTO " + customers +
+                       " VALUES ($1, 1) ON CONFLICT (customer_id) DO UPDATE SET orders = " +
+                       customers + ".orders + 1",
+                   {customer.c_str()});
+          add("order", order, "OrderPlaced", {{"order_id", order}, {"customer", customer}});
+          add("customer", customer, "CustomerOrdered", {{"order_id", order}});
+        } else if (step == 1) {
+          pg::exec(conn, "UPDATE " + orders + " SET items = items + $2 WHERE order_id = $1",
+                   {order.c_str(), std::to_string(item_count).c_str()});
+          for (int item = 0; item < item_count; ++item) {
+            add("order", order, "ItemAdded", {{"order_id", order}, {"sku", 1000 + item}});
+          }
+        } else {
+          pg::exec(conn, "UPDATE " + orders + " SET status = 'paid' WHERE order_id = $1",
+                   {order.c_str()});
+          add("order", order, "OrderPaid", {{"order_id", order}, {"amount_cents", 1999 * item_count}});
+          add("customer", customer, "CustomerPaid", {{"order_id", order}});
+        }
+        const auto enqueued = producer.enqueue(conn, events);
+        if (roll_back) {
+          pg::exec(conn, "ROLLBACK");
+          std::lock_guard lock(log.mutex);
+          ++log.rolled_back_transactions;
+          for (const auto& e : enqueued) log.rolled_back.push_back(e.event_id);
+          continue;
+        }
+        pg::commit(conn);
+        std::lock_guard lock(log.mutex);
+        ++log.committed_transactions;
+        for (const auto& e : enqueued) log.committed.push_back(e.event_id);
+      } catch (const OutcomeUnknown&) {
+        std::lock_guard lock(log.mutex);
+        ++log.unknown_transactions;
+      } catch (...) {
+        pg::rollback_quietly(conn);
+        throw;
+      }
+    }
+  }
+}
+
+struct Report {
+  std::uint64_t committed = 0, rolled_back = 0, unknown = 0;
+  std::uint64_t events_committed = 0, events_rolled_back = 0, events_published = 0;
+  std::uint64_t effects_applied = 0, duplicates_suppressed = 0, duplicate_publishes = 0;
+  std::uint64_t lost = 0, phantom = 0, rolled_back_intents = 0, duplicate_effects = 0;
+  std::uint64_t inversions = 0, fenced = 0, stuck = 0;
+  double seconds = 0, drain_seconds = 0;
+  [[nodiscard]] bool ok() const {
+    return lost == 0 && phantom == 0 && rolled_back_intents == 0 && duplicate_effects == 0 &&
+           inversions == 0 && unknown == 0 && stuck == 0;
+  }
+};
+
+std::uint64_t count(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {}) {
+  return static_cast<std::uint64_t>(pg::exec(conn, sql, params).int64(0, 0));
+}
+
+std::string uuid_array(const std::vector<EventId>& ids) {
+  std::string literal = "{";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) literal += ',';
+    literal += ids[i].to_string();
+  }
+  return literal + "}";
+}
+
+// Plain set arithmetic over what the writers know and what the consumer's table holds.
+void check(PGconn* conn, const WriteLog& log, Report& report) {
+  const std::string committed = uuid_array(log.committed);
+  const std::string rolled_back = uuid_array(log.rolled_back);
+  const std::string s = kSchema.quoted();
+  report.events_committed = log.committed.size();
+  report.events_rolled_back = log.rolled_back.size();
+  report.lost = count(conn,
+                      "SELECT count(*) FROM unnest($1::uuid[]) c(id) WHERE NOT EXISTS "
+                      "(SELECT 1 FROM " + s + ".effects e WHERE e.event_id = c.id)",
+                      {committed.c_str()});
+  report.phantom = count(conn,
+                         "SELECT count(DISTINCT event_id) FROM " + s +
+                             ".effects e WHERE e.event_id <> ALL ($1::uuid[])",
+                         {committed.c_str()});
+  report.rolled_back_intents =
+      count(conn, "SELECT count(*) FROM " + kSchema.table("outbox_events") +
+                      " WHERE event_id = ANY ($1::uuid[])",
+            {rolled_back.c_str()});
+  report.duplicate_effects =
+      count(conn, "SELECT count(*) - count(DISTINCT event_id) FROM " + s + ".effects");
+  report.inversions = count(conn, "SELECT count(*) FROM " + s +
+                                      ".effects WHERE aggregate_sequence <> previous_sequence + 1");
+  report.effects_applied = count(conn, "SELECT count(*) FROM " + s + ".effects");
+  report.events_published = count(conn, "SELECT count(*) FROM " + kSchema.table("outbox_events") +
+                                            " WHERE published_at IS NOT NULL");
+  report.stuck = count(conn, "SELECT count(*) FROM " + kSchema.table("outbox_events") +
+                                 " WHERE published_at IS NULL");
+}
+
+void print(const Report& r, bool json) {
+  if (json) {
+    nlohmann::json j = {
+        {"committed", r.committed},
+        {"rolled_back", r.rolled_back},
+        {"unknown", r.unknown},
+        {"events_committed", r.events_committed},
+        {"events_rolled_back", r.events_rolled_back},
+        {"events_published", r.events_published},
+        {"effects_applied", r.effects_applied},
+        {"duplicates_suppressed", r.duplicates_suppressed},
+        {"lost", r.lost},
+        {"phantom", r.phantom},
+        {"rolled_back_intents", r.rolled_back_intents},
+        {"duplicate_effects", r.duplicate_effects},
+        {"inversions", r.inversions},
+        {"fenced", r.fenced},
+        {"stuck", r.stuck},
+        {"seconds", r.seconds},
+        {"drain_seconds", r.drain_seconds},
+        {"ok", r.ok()},
+    };
+    std::cout << j.dump() << std::endl;
+    return;
+  }
+  auto line = [](const char* name, std::uint64_t value, const char* note) {
+    std::cout << fmt::format("  {:<24}{:>10}  {}\n", name, value, note);
+  };
+  std::cout << "\ninvariant report\n";
+  line("transactions committed", r.committed, "");
+  line("transactions rolled back", r.rolled_back, "(on purpose)");
+  line("events committed", r.events_committed, "");
+  line("events published", r.events_published, "marked after the broker's ack");
+  line("effects applied", r.effects_applied, "through the inbox");
+  line("duplicates suppressed", r.duplicates_suppressed, "redeliveries turned into no-ops");
+  line("lost", r.lost, "must be 0: committed, never applied");
+  line("phantom", r.phantom, "must be 0: applied, never committed");
+  line("rolled-back intents", r.rolled_back_intents, "must be 0");
+  line("duplicate effects", r.duplicate_effects, "must be 0");
+  line("inversions", r.inversions, "must be 0: applied out of aggregate order");
+  line("stuck", r.stuck, "must be 0: still unpublished at the end");
+  line("commit outcome unknown", r.unknown, "must be 0 here");
+  std::cout << fmt::format("  took {:.1f} s; the last event was applied {:.2f} s after the last commit\n",
+                           r.seconds, r.drain_seconds);
+  std::cout << (r.ok() ? "OK: every invariant held\n" : "FAILED: an invariant was violated\n");
+}
+
+}  // namespace
+
+int run_demo(const DemoOptions& options) {
+  const auto started = Clock::now();
+  if (options.json || options.quiet) spdlog::set_level(spdlog::level::warn);
+  auto say = [&](const std::string& text) {
+    if (!options.json && !options.quiet) std::cout << text << std::endl;
+  };
+
+  std::optional<EmbeddedPostgres> postgres;
+  std::string url = options.database_url;
+  if (url.empty()) {
+    say("starting a private PostgreSQL cluster ...");
+    postgres.emplace();
+    url = postgres->connection_string();
+  }
+  std::optional<KafkaMockCluster> kafka;
+  std::string brokers = options.kafka_brokers;
+  if (brokers.empty()) {
+    kafka.emplace(3);
+    kafka->create_topic(kTopic, 6, 3);
+    kafka->create_topic("outbox_demo.customer", 3, 3);
+    brokers = kafka->bootstrap_servers();
+  }
+  say(fmt::format("database: {}\nkafka: {}", url, brokers));
+
+  auto admin = pg::Connection::open(url, "outbox-demo");
+  pg::exec(admin.get(), "DROP SCHEMA IF EXISTS " + kSchema.quoted() + " CASCADE");
+  migrate(admin.get(), kSchema);
+  create_business_tables(admin.get());
+
+  // Relays.
+  std::vector<std::unique_ptr<Relay>> relays;
+  std::vector<std::thread> relay_threads;
+  for (int i = 0; i < options.relays; ++i) {
+    RelayOptions relay_options;
+    relay_options.database_url = url;
+    relay_options.schema = kSchema;
+    relay_options.relay_id = fmt::format("demo-relay-{}", i + 1);
+    relay_options.idle_poll_max = 200ms;
+    KafkaSinkOptions sink{brokers, "outbox_demo.{aggregate_type}", {}};
+    relays.push_back(std::make_unique<Relay>(relay_options, make_kafka_sink(sink)));
+  }
+  for (auto& relay : relays) relay_threads.emplace_back([&relay] { relay->run(); });
+
+  // Consumer.
+  KafkaConsumerOptions consumer_options;
+  consumer_options.brokers = brokers;
+  consumer_options.group_id = "outbox-demo-projection";
+  consumer_options.topics = {kTopic, "outbox_demo.customer"};
+  consumer_options.database_url = url;
+  consumer_options.schema = kSchema;
+  consumer_options.consumer_name = "projection";
+  KafkaInboxConsumer consumer(consumer_options, apply_effect);
+  std::atomic<bool> consumer_failed{false};
+  std::thread consumer_thread([&] {
+    try {
+      consumer.run();
+    } catch (const std::exception& e) {
+      spdlog::error("consumer failed: {}", e.what());
+      consumer_failed = true;
+    }
+  });
+
+  // Writers.
+  WriteLog log;
+  std::atomic<int> writers_left{options.writers};
+  std::atomic<bool> writer_failed{false};
+  std::vector<std::thread> writers;
+  say(fmt::format("writing {} orders with {} writers, {} relays, 1 consumer ...", options.orders,
+                  options.writers, options.relays));
+  for (int w = 0; w < options.writers; ++w) {
+    writers.emplace_back([&, w] {
+      try {
+        write_orders(options, url, w, log);
+      } catch (const std::exception& e) {
+        spdlog::error("writer {} failed: {}", w, e.what());
+        writer_failed = true;
+      }
+      --writers_left;
+    });
+  }
+
+  // Progress until the writers are done and the consumer has applied every committed event.
+  Report report;
+  auto last_commit = Clock::now();
+  auto last_progress = Clock::now();
+  std::uint64_t last_applied = 0;
+  for (;;) {
+    std::this_thread::sleep_for(250ms);
+    std::uint64_t committed_events = 0;
+    {
+      std::lock_guard lock(log.mutex);
+      committed_events = log.committed.size();
+    }
+    std::uint64_t published = 0;
+    for (const auto& relay : relays) published += relay->stats().published;
+    const auto applied = consumer.stats().applied;
+    if (writers_left > 0) last_commit = Clock::now();
+    if (applied != last_applied) last_progress = Clock::now();
+    last_applied = applied;
+    say(fmt::format("  committed {:>7} events | published {:>7} | applied {:>7}", committed_events,
+                    published, applied));
+    if (writer_failed || consumer_failed) break;
+    if (writers_left == 0 && applied >= committed_events) break;
+    if (writers_left == 0 && Clock::now() - last_progress > 30s) {
+      say("no progress for 30 s; checking what is missing");
+      break;
+    }
+  }
+  for (auto& t : writers) t.join();
+  report.drain_seconds = std::chrono::duration<double>(Clock::now() - last_commit).count();
+  consumer.request_stop();
+  consumer_thread.join();
+  for (auto& relay : relays) relay->request_stop();
+  for (auto& t : relay_threads) t.join();
+  for (const auto& relay : relays) report.fenced += relay->stats().fenced;
+
+  // Replay: a new consumer group under the same inbox name reads every message again; the inbox
+  // must turn each one into a no-op.
+  say("replaying the whole topic through the same inbox ...");
+  consumer_options.group_id = "outbox-demo-replay";
+  KafkaInboxConsumer replay(consumer_options, apply_effect);
+  auto replay_deadline = Clock::now() + 30s;
+  while (replay.stats().received < log.committed.size() && Clock::now() < replay_deadline) {
+    replay.poll(200ms);
+  }
+  report.duplicates_suppressed = consumer.stats().duplicates + replay.stats().duplicates;
+
+  report.committed = log.committed_transactions;
+  report.rolled_back = log.rolled_back_transactions;
+  report.unknown = log.unknown_transactions;
+  check(admin.get(), log, report);
+  report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  print(report, options.json);
+  return report.ok() && !writer_failed && !consumer_failed ? 0 : 1;
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,209 @@
+// outbox: the command-line tool. One subcommand per job; each validates its flags before touching
+// anything and exits non-zero with a message that says what to change.
+
+#include <CLI/CLI.hpp>
+#include <signal.h>
+
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "cli_common.hpp"
+#include "outbox/embedded_postgres.hpp"
+#include "outbox/error.hpp"
+#include "outbox/kafka.hpp"
+#include "outbox/kafka_mock.hpp"
+#include "outbox/relay.hpp"
+#include "outbox/schema.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox::cli {
+
+void on_termination_signal(std::function<void()> on_signal) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, on_signal = std::move(on_signal)] {
+    int signal_number = 0;
+    sigwait(&set, &signal_number);
+    on_signal();
+  }).detach();
+}
+
+namespace {
+
+// Runs until SIGINT/SIGTERM.
+void wait_for_termination() {
+  static std::mutex mutex;
+  static std::condition_variable cv;
+  static bool stop = false;
+  on_termination_signal([] {
+    std::lock_guard lock(mutex);
+    stop = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mutex);
+  cv.wait(lock, [] { return stop; });
+}
+
+std::map<std::string, std::string> parse_properties(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> properties;
+  for (const std::string& item : items) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError("--kafka-property \"" + item + "\": expected key=value, e.g. linger.ms=5");
+    }
+    properties[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return properties;
+}
+
+int cmd_migrate(const std::string& db, const std::string& schema) {
+  const auto report = migrate(database_url(db), SchemaName(schema));
+  std::cout << "schema " << schema << ": version " << report.from_version << " -> "
+            << report.to_version << " (" << report.applied << " migration(s) applied)\n";
+  return 0;
+}
+
+struct RelayFlags {
+  std::string db;
+  std::string schema = "outbox";
+  std::string brokers;
+  std::vector<std::string> properties;
+  std::string topic_template = "outbox.{aggregate_type}";
+  std::string relay_id;
+  std::size_t batch_size = 500;
+  std::size_t max_in_flight = 10000;
+  long lease_ms = 30000;
+};
+
+int cmd_relay(const RelayFlags& flags) {
+  if (flags.brokers.empty()) {
+    throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
+  }
+  RelayOptions options;
+  options.database_url = database_url(flags.db);
+  options.schema = SchemaName(flags.schema);
+  options.relay_id = flags.relay_id;
+  options.batch_size = flags.batch_size;
+  options.max_in_flight = flags.max_in_flight;
+  options.lease = std::chrono::milliseconds(flags.lease_ms);
+  KafkaSinkOptions sink;
+  sink.brokers = flags.brokers;
+  sink.topic_template = flags.topic_template;
+  sink.properties = parse_properties(flags.properties);
+  Relay relay(options, make_kafka_sink(sink));
+  on_termination_signal([&relay] { relay.request_stop(); });
+  relay.run();
+  const RelayStats stats = relay.stats();
+  std::cout << "relay " << relay.relay_id() << ": published " << stats.published << ", failed "
+            << stats.failed << ", fenced " << stats.fenced << "\n";
+  return 0;
+}
+
+int cmd_status(const std::string& db, const std::string& schema_text) {
+  const SchemaName schema(schema_text);
+  auto connection = pg::Connection::open(database_url(db), "outbox-status");
+  const auto result = pg::exec(
+      connection.get(),
+      "SELECT count(*) FILTER (WHERE published_at IS NULL),"
+      "       count(*) FILTER (WHERE published_at IS NULL AND claim_until > now()),"
+      "       count(*) FILTER (WHERE published_at IS NULL AND attempt_count > 0),"
+      "       count(*) FILTER (WHERE published_at IS NOT NULL),"
+      "       coalesce(extract(epoch FROM now() - min(occurred_at) FILTER (WHERE published_at IS "
+      "NULL)), 0)::float8"
+      " FROM " + schema.table("outbox_events"));
+  std::cout << "pending " << result.text(0, 0) << " (in flight " << result.text(0, 1)
+            << ", retrying " << result.text(0, 2) << "), published " << result.text(0, 3)
+            << ", oldest pending " << result.text(0, 4) << " s\n";
+  return 0;
+}
+
+int cmd_kafka_mock(int brokers) {
+  KafkaMockCluster cluster(brokers);
+  std::cout << cluster.bootstrap_servers() << std::endl;
+  wait_for_termination();
+  return 0;
+}
+
+int cmd_postgres() {
+  EmbeddedPostgres postgres;
+  std::cout << postgres.connection_string() << std::endl;
+  wait_for_termination();
+  return 0;
+}
+
+}  // namespace
+}  // namespace outbox::cli
+
+int main(int argc, char** argv) {
+  using namespace outbox::cli;
+  CLI::App app{"outbox: transactional outbox for PostgreSQL"};
+  app.require_subcommand(1);
+
+  std::string db;
+  std::string schema = "outbox";
+  auto* migrate = app.add_subcommand("migrate", "create or upgrade outbox's tables");
+  migrate->add_option("--db", db, "libpq connection string or URI (default: $OUTBOX_DATABASE_URL, PG*)");
+  migrate->add_option("--schema", schema, "schema for outbox's tables");
+
+  RelayFlags relay_flags;
+  auto* relay = app.add_subcommand("relay", "publish committed events to Kafka (polling relay)");
+  relay->add_option("--db", relay_flags.db, "libpq connection string or URI");
+  relay->add_option("--schema", relay_flags.schema, "schema holding outbox_events");
+  relay->add_option("--kafka-brokers", relay_flags.brokers, "bootstrap servers host:port,...");
+  relay->add_option("--kafka-property", relay_flags.properties, "librdkafka property key=value");
+  relay->add_option("--topic-template", relay_flags.topic_template,
+                    "topic per event; {aggregate_type} and {event_type} are replaced");
+  relay->add_option("--relay-id", relay_flags.relay_id, "name in claimed_by (default host-pid-rand)");
+  relay->add_option("--batch-size", relay_flags.batch_size, "rows per claim")->check(CLI::Range(1, 100000));
+  relay->add_option("--max-in-flight", relay_flags.max_in_flight, "sends awaiting an ack")
+      ->check(CLI::Range(1, 1000000));
+  relay->add_option("--lease-ms", relay_flags.lease_ms, "claim lease")->check(CLI::Range(100L, 3600000L));
+
+  auto* status = app.add_subcommand("status", "pending, in-flight and published counts");
+  status->add_option("--db", db, "libpq connection string or URI");
+  status->add_option("--schema", schema, "schema holding outbox_events");
+
+  int mock_brokers = 3;
+  auto* mock = app.add_subcommand("kafka-mock", "run librdkafka's mock Kafka cluster until stopped");
+  mock->add_option("--brokers", mock_brokers, "number of brokers")->check(CLI::Range(1, 64));
+
+  auto* postgres = app.add_subcommand(
+      "postgres", "run a private PostgreSQL cluster until stopped; prints its connection string");
+
+  DemoOptions demo_options;
+  auto* demo = app.add_subcommand("demo", "end-to-end demo on embedded PostgreSQL and Kafka");
+  demo->add_option("--db", demo_options.database_url,
+                   "use this database instead of an embedded one (schema outbox_demo is reset)");
+  demo->add_option("--kafka-brokers", demo_options.kafka_brokers,
+                   "use these brokers instead of the embedded mock cluster");
+  demo->add_option("--orders", demo_options.orders, "orders to write")->check(CLI::Range(1, 10000000));
+  demo->add_option("--writers", demo_options.writers, "concurrent writer threads")->check(CLI::Range(1, 64));
+  demo->add_option("--relays", demo_options.relays, "concurrent relays")->check(CLI::Range(1, 16));
+  demo->add_option("--rollback-percent", demo_options.rollback_percent,
+                   "share of transactions rolled back on purpose")
+      ->check(CLI::Range(0, 100));
+  demo->add_flag("--json", demo_options.json, "print the report as one JSON object");
+  demo->add_flag("--quiet", demo_options.quiet, "no progress lines");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*migrate) return cmd_migrate(db, schema);
+    if (*relay) return cmd_relay(relay_flags);
+    if (*status) return cmd_status(db, schema);
+    if (*mock) return cmd_kafka_mock(mock_brokers);
+    if (*postgres) return cmd_postgres();
+    if (*demo) return run_demo(demo_options);
+  } catch (const outbox::Error& e) {
+    std::cerr << "outbox: " << e.what() << (e.retryable() ? " (retryable)" : "") << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "outbox: unexpected error: " << e.what() << "\n";
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,51 @@
+#pragma once
+// A private PostgreSQL cluster for the demo and the tests: initdb into a folder of its own, a unix
+// socket in that folder, a free TCP port on 127.0.0.1, fsync on. Removed again on destruction.
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+namespace outbox {
+
+struct EmbeddedPostgresOptions {
+  // Parent folder for the cluster's own folder; empty: $TMPDIR or /tmp.
+  std::filesystem::path parent_dir;
+  // Folder with initdb, pg_ctl and postgres; empty: $OUTBOX_PG_BINDIR, then `pg_config --bindir`,
+  // then the highest /usr/lib/postgresql/*/bin.
+  std::filesystem::path bin_dir;
+  // OS user the server runs as when this process is root (initdb refuses root): empty picks
+  // "postgres" when it exists, else "nobody".
+  std::string run_as_user;
+  bool keep_data = false;  // leave the folder in place on destruction (for post-mortems)
+  int max_connections = 200;
+};
+
+// Thread safety: construct and destroy from one thread; the accessors are const and shareable.
+class EmbeddedPostgres {
+ public:
+  // Runs initdb, starts the server and waits until it accepts connections; creates database
+  // "outbox". Throws Error with the tool's output when any step fails. Blocks a few seconds.
+  explicit EmbeddedPostgres(EmbeddedPostgresOptions options = {});
+  // Stops the server (fast shutdown) and removes its folder unless keep_data.
+  ~EmbeddedPostgres();
+  EmbeddedPostgres(const EmbeddedPostgres&) = delete;
+  EmbeddedPostgres& operator=(const EmbeddedPostgres&) = delete;
+
+  // A libpq keyword/value connection string for database `database` over the unix socket.
+  [[nodiscard]] std::string connection_string(const std::string& database = "outbox") const;
+  [[nodiscard]] int port() const noexcept;
+  [[nodiscard]] const std::filesystem::path& data_dir() const noexcept;
+  [[nodiscard]] const std::filesystem::path& socket_dir() const noexcept;
+
+  // Stops the server with "immediate" mode (a crash: no checkpoint) and starts it again on the
+  // same folder and port; for recovery tests. Blocks until it accepts connections.
+  void restart_immediate();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,96 @@
+#pragma once
+// Kafka: a Sink for the relay and an inbox-backed consumer loop. Built on librdkafka.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "outbox/event.hpp"
+#include "outbox/inbox.hpp"
+#include "outbox/sink.hpp"
+
+namespace outbox {
+
+struct KafkaSinkOptions {
+  std::string brokers;  // bootstrap.servers, "host:port,host:port"
+  // Topic per event. Placeholders: {aggregate_type}, {event_type}. Default "outbox.{aggregate_type}".
+  std::string topic_template = "outbox.{aggregate_type}";
+  // Extra librdkafka properties (e.g. security.protocol, linger.ms). enable.idempotence=true and
+  // acks=all are always set; a property that would weaken them is a ConfigError.
+  std::map<std::string, std::string> properties;
+};
+
+// Throws ConfigError for an unknown or contradictory property, or an unusable topic template.
+// The message key is aggregate_id (one aggregate stays on one partition); headers carry event_id,
+// event_type, aggregate_type, aggregate_sequence, schema_version and the event's own headers.
+std::unique_ptr<Sink> make_kafka_sink(const KafkaSinkOptions& options);
+
+// The topic an event goes to under `topic_template` (exposed for tests and tools).
+std::string render_topic(const std::string& topic_template, const Event& event);
+
+// A delivered message as the consumer sees it.
+struct ConsumedEvent {
+  EventId event_id;
+  std::string aggregate_type;
+  std::string aggregate_id;
+  std::int64_t aggregate_sequence = 0;
+  std::string event_type;
+  std::int32_t schema_version = 0;
+  std::string payload;
+  std::string topic;
+  std::int32_t partition = 0;
+  std::int64_t offset = 0;
+};
+
+struct KafkaConsumerOptions {
+  std::string brokers;
+  std::string group_id;
+  std::vector<std::string> topics;  // names or "^regex"
+  std::string database_url;         // where the inbox and the effects live
+  SchemaName schema;
+  std::string consumer_name;  // inbox scope; default: group_id
+  std::map<std::string, std::string> properties;  // extra librdkafka properties
+};
+
+struct KafkaConsumerStats {
+  std::uint64_t received = 0;
+  std::uint64_t applied = 0;
+  std::uint64_t duplicates = 0;
+  std::uint64_t rejected = 0;  // messages without a valid outbox event_id header (skipped, logged)
+};
+
+// Consumes outbox events and applies `effect` through an Inbox. The offset of a message is stored
+// for commit only after its inbox transaction committed, so a crash anywhere re-delivers, and the
+// redelivery is a no-op. Messages of one partition are processed in order.
+//
+// Thread safety: one thread calls poll()/run(); request_stop() and stats() from any thread.
+class KafkaInboxConsumer {
+ public:
+  using Effect = std::function<void(PGconn*, const ConsumedEvent&)>;
+
+  KafkaInboxConsumer(KafkaConsumerOptions options, Effect effect);
+  ~KafkaInboxConsumer();
+  KafkaInboxConsumer(const KafkaInboxConsumer&) = delete;
+  KafkaInboxConsumer& operator=(const KafkaInboxConsumer&) = delete;
+
+  // Processes what arrives within `max_wait`; returns how many messages it handled.
+  // An effect that throws stops processing of that partition's message: the exception
+  // propagates, the offset is not stored, and the message is delivered again after a restart.
+  std::size_t poll(std::chrono::milliseconds max_wait);
+  // Polls until request_stop(), then commits stored offsets and leaves the group.
+  void run();
+  void request_stop() noexcept;
+  [[nodiscard]] KafkaConsumerStats stats() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,63 @@
+#pragma once
+// Enqueue events inside the caller's own PostgreSQL transaction.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "outbox/event.hpp"
+#include "outbox/schema.hpp"
+
+namespace outbox {
+
+struct ProducerOptions {
+  SchemaName schema;
+  std::size_t max_payload_bytes = 1024 * 1024;  // payload + headers; larger is InvalidArgument
+};
+
+struct EnqueuedEvent {
+  EventId event_id;
+  std::int64_t aggregate_sequence = 0;
+};
+
+// Writes outbox rows in the caller's transaction; never talks to a broker.
+//
+// Thread safety: a Producer is immutable after construction and may be shared by any number of
+// threads. A PGconn must not be used by two threads at once (libpq's rule), so each thread passes
+// its own connection.
+class Producer {
+ public:
+  explicit Producer(ProducerOptions options = {});
+
+  // Enqueues one event in the transaction open on `conn` (after BEGIN, before COMMIT) and
+  // returns its id and per-aggregate sequence. The event commits or rolls back with the caller's
+  // transaction: nothing is visible to the relay before the caller's COMMIT.
+  //
+  // Sequences: the next sequence of (aggregate_type, aggregate_id) is allocated under a row lock
+  // held until the caller's transaction ends, so concurrent writers of one aggregate queue behind
+  // each other and get consecutive, gap-free numbers in commit order. Writers of different
+  // aggregates do not wait for each other.
+  //
+  // Blocks for one round trip (plus any wait for that aggregate's sequence lock).
+  // Throws:
+  //  - InvalidArgument when the event is malformed (empty names, payload or headers not JSON,
+  //    schema_version < 1, too large) or `conn` is not inside an open transaction. Nothing was
+  //    sent; the caller's transaction is untouched and still usable.
+  //  - DatabaseError when PostgreSQL refuses (e.g. a duplicate event_id, missing migrations).
+  //    The caller's transaction is then aborted and must be rolled back.
+  EnqueuedEvent enqueue(PGconn* conn, const NewEvent& event) const;
+
+  // Enqueues several events, in order: events of one aggregate get consecutive sequences in the
+  // order given. Every event is validated before anything is sent. One round trip per distinct
+  // aggregate. Same errors as above.
+  std::vector<EnqueuedEvent> enqueue(PGconn* conn, std::span<const NewEvent> events) const;
+
+  // Checks one event without any I/O; throws InvalidArgument naming the field and the rule.
+  void validate(const NewEvent& event) const;
+
+ private:
+  ProducerOptions options_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,71 @@
+#pragma once
+// The polling relay: claims committed outbox rows, publishes them through a Sink, and marks them
+// published only after the broker's acknowledgement.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "outbox/schema.hpp"
+#include "outbox/sink.hpp"
+
+namespace outbox {
+
+struct RelayOptions {
+  std::string database_url;  // libpq connection string or URI; empty: the PG* variables
+  SchemaName schema;
+  std::string relay_id;  // empty: "<host>-<pid>-<random>"; appears in claimed_by
+
+  std::size_t batch_size = 500;       // rows per claim statement
+  std::size_t max_in_flight = 10000;  // sends awaiting a broker report
+  std::chrono::milliseconds lease{30000};  // claim_until = now() + lease; renewed while in flight
+  std::chrono::milliseconds backoff_base{500};  // first retry delay; doubles per attempt
+  std::chrono::milliseconds backoff_max{300000};  // cap of the retry delay (before jitter)
+  std::chrono::milliseconds idle_poll_max{1000};  // longest sleep when no NOTIFY arrives
+  std::chrono::milliseconds drain_timeout{10000};  // on stop: how long to wait for reports
+};
+
+// Counters since the relay started. Read from any thread.
+struct RelayStats {
+  std::uint64_t claimed = 0;    // rows claimed (a retried row counts each time)
+  std::uint64_t published = 0;  // rows marked published
+  std::uint64_t failed = 0;     // sends that failed or had an unknown outcome (rescheduled)
+  std::uint64_t fenced = 0;     // marks refused because the row no longer carried our claim
+  std::uint64_t claim_queries = 0;
+  std::uint64_t in_flight = 0;  // right now
+};
+
+// Thread safety: run() and run_until_idle() from one thread at a time; request_stop(), stats()
+// and relay_id() from any thread; request_stop() is also async-signal-safe.
+class Relay {
+ public:
+  // Connects to PostgreSQL (throws DatabaseError when it cannot, InvalidArgument on bad options).
+  Relay(RelayOptions options, std::unique_ptr<Sink> sink);
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  // Publishes until request_stop(); then stops claiming, waits up to drain_timeout for the
+  // reports of what is in flight, records them, and returns. Rows still unreported keep their
+  // lease and are retaken by any relay once it expires (a re-publish, never a loss).
+  // Throws DatabaseError when PostgreSQL fails (after which the rows it held are retaken the same
+  // way once their lease expires).
+  void run();
+
+  // Publishes until nothing is claimable and nothing is in flight, or until `limit` passes.
+  // Returns true when it went idle. For tests, tools and batch jobs.
+  bool run_until_idle(std::chrono::milliseconds limit);
+
+  void request_stop() noexcept;
+  [[nodiscard]] RelayStats stats() const;
+  [[nodiscard]] const std::string& relay_id() const noexcept;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace outbox

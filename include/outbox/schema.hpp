@@ -1,0 +1,52 @@
+#pragma once
+// The PostgreSQL schema that holds outbox's tables, and the migrations that create it.
+
+#include <string>
+#include <string_view>
+
+typedef struct pg_conn PGconn;  // from libpq-fe.h; repeated so this header needs no libpq
+
+namespace outbox {
+
+// A validated PostgreSQL schema name: 1..48 bytes of [a-z0-9_], starting with a letter or '_',
+// not starting with "pg_". Stricter than PostgreSQL so the name never needs case folding games
+// and the derived names (the NOTIFY channel) stay within PostgreSQL's 63-byte limit.
+class SchemaName {
+ public:
+  // The default schema: "outbox".
+  SchemaName();
+  // Throws InvalidArgument saying which rule the name breaks.
+  explicit SchemaName(std::string_view name);
+
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  // The double-quoted identifier, ready to put in SQL.
+  [[nodiscard]] const std::string& quoted() const noexcept { return quoted_; }
+  // `"schema".table` for one of outbox's own tables.
+  [[nodiscard]] std::string table(std::string_view table) const;
+  // The LISTEN/NOTIFY channel the outbox table announces new rows on.
+  [[nodiscard]] std::string notify_channel() const;
+
+ private:
+  std::string name_;
+  std::string quoted_;
+};
+
+struct MigrationReport {
+  int from_version = 0;  // highest version recorded before the call
+  int to_version = 0;    // highest version recorded after the call
+  int applied = 0;       // how many migrations this call applied
+};
+
+// The highest migration version this build knows.
+int latest_schema_version();
+
+// Applies every migration not yet recorded in `schema.outbox_schema_migrations`, all in one
+// transaction under an advisory lock: concurrent callers serialize, the second applies nothing,
+// and a failure leaves the schema as it was. Idempotent. `conn` must be idle (not inside a transaction). Blocks for the DDL.
+// Throws DatabaseError (with SQLSTATE) when the server refuses, InvalidArgument when `conn` is
+// busy, and Error when the database holds a newer schema than this build knows.
+MigrationReport migrate(PGconn* conn, const SchemaName& schema);
+// Same, on a new connection to `database_url` (a libpq connection string or URI; empty: PG* vars).
+MigrationReport migrate(const std::string& database_url, const SchemaName& schema);
+
+}  // namespace outbox

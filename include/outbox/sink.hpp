@@ -1,0 +1,53 @@
+#pragma once
+// The seam every destination (Kafka, NATS, RabbitMQ, Redis, HTTP) plugs into.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/event.hpp"
+
+namespace outbox {
+
+enum class DeliveryOutcome {
+  published,          // the broker acknowledged durable receipt
+  retryable_failure,  // refused for now (broker down, timeout, throttled): try again later
+  permanent_failure,  // will never succeed as it stands (too large, unknown topic, not authorised)
+  unknown,            // may or may not have been persisted: treated as not published
+};
+
+[[nodiscard]] const char* to_string(DeliveryOutcome outcome) noexcept;
+
+// An asynchronous delivery result: a value, never an exception.
+struct DeliveryReport {
+  std::uint64_t ticket = 0;  // the ticket passed to Sink::send
+  DeliveryOutcome outcome = DeliveryOutcome::unknown;
+  std::string error;  // empty when published
+};
+
+// A destination. The relay drives one Sink from one thread: send() many, poll() for reports.
+// Implementations need not be thread safe.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+
+  // Starts publishing `event`. Returns without waiting for the broker, except that it may block
+  // up to a few hundred milliseconds when the client's own queue is full. Every send produces
+  // exactly one DeliveryReport with the same ticket from a later poll(). Events sent in order
+  // for one aggregate reach the broker in that order unless one of them fails.
+  virtual void send(const Event& event, std::uint64_t ticket) = 0;
+
+  // Waits up to `max_wait` for at least one report (returns at once when one is ready), then
+  // appends every report that is ready to `reports`.
+  virtual void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) = 0;
+
+  // Sends not yet reported.
+  [[nodiscard]] virtual std::size_t in_flight() const = 0;
+
+  // A short description for logs, e.g. "kafka(127.0.0.1:39093)".
+  [[nodiscard]] virtual std::string describe() const = 0;
+};
+
+}  // namespace outbox

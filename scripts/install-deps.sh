@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages needed to build and test outbox, and only those missing.
+# Quiet when everything is present, so `make build` can call it every time.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config g++
+  libpq-dev postgresql-15 postgresql-contrib
+  librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  clang-format clang-tidy
+)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "install-deps: dpkg-query not found; this script supports Debian/Ubuntu only." >&2
+  echo "install-deps: install the equivalents of: ${packages[*]}" >&2
+  exit 1
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  # "install ok installed" only; a removed package whose config files remain reports otherwise.
+  status="$(dpkg-query -W -f='${Status}' "$package" 2>/dev/null || true)"
+  if [[ "$status" != "install ok installed" ]]; then
+    missing+=("$package")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "all build dependencies present"
+  exit 0
+fi
+
+if [[ "$(id -u)" -ne 0 ]]; then
+  echo "install-deps: missing packages: ${missing[*]}" >&2
+  echo "install-deps: run as root (or with sudo):" >&2
+  echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+apt-get update
+DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,22 @@
+#pragma once
+// Checks on JSON text supplied by callers, and PostgreSQL array literals for batched statements.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outbox::detail {
+
+// True when `text` is one complete JSON value.
+bool is_json(std::string_view text);
+
+// Empty when `text` is a JSON object whose values are all strings; otherwise says what is wrong.
+std::string check_header_object(std::string_view text);
+
+// Appends `value` as one element of a PostgreSQL array literal ("..." with \ escapes).
+void append_array_element(std::string& literal, std::string_view value);
+
+// {"a","b"} for text[], uuid[], jsonb[] ... parameters: one round trip for a whole batch.
+std::string to_array_literal(const std::vector<std::string>& values);
+
+}  // namespace outbox::detail

@@ -1,0 +1,80 @@
+#pragma once
+// Thin RAII over libpq: one owner per handle, every failure turned into DatabaseError carrying the
+// SQLSTATE and whether a retry can help. The relay, inbox, schema and (later) CDC code share it.
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/holder.hpp"
+#include "outbox/error.hpp"
+
+namespace outbox::pg {
+
+using ConnHandle = detail::Holder<PGconn, &PQfinish>;
+using ResultHandle = detail::Holder<PGresult, &PQclear>;
+
+// True for SQLSTATEs where the same statement may succeed later: connection failures (08),
+// serialization failures and deadlocks (40001, 40P01), lack of resources (53), operator
+// intervention such as a server shutdown (57P01..57P03), lock timeouts (55P03).
+bool is_retryable_sqlstate(std::string_view sqlstate);
+
+// Builds the DatabaseError for a failed statement (`result` may be null) on `conn`.
+DatabaseError make_error(PGconn* conn, const PGresult* result, std::string_view what);
+
+class Result {
+ public:
+  explicit Result(PGresult* result) : handle_(result) {}
+  [[nodiscard]] int rows() const { return PQntuples(handle_.get()); }
+  [[nodiscard]] bool is_null(int row, int column) const {
+    return PQgetisnull(handle_.get(), row, column) != 0;
+  }
+  [[nodiscard]] std::string_view text(int row, int column) const {
+    return {PQgetvalue(handle_.get(), row, column),
+            static_cast<std::size_t>(PQgetlength(handle_.get(), row, column))};
+  }
+  [[nodiscard]] std::int64_t int64(int row, int column) const;
+  // Rows touched by INSERT/UPDATE/DELETE.
+  [[nodiscard]] std::int64_t affected() const;
+  [[nodiscard]] PGresult* get() const noexcept { return handle_.get(); }
+
+ private:
+  ResultHandle handle_;
+};
+
+// Runs one statement with text parameters (nullptr = SQL NULL). Throws DatabaseError unless the
+// server answered COMMAND_OK or TUPLES_OK.
+Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {});
+
+// COMMIT that tells a refused commit (DatabaseError) from a broken connection during the commit
+// (OutcomeUnknown).
+void commit(PGconn* conn);
+// ROLLBACK that never throws; for cleanup paths.
+void rollback_quietly(PGconn* conn) noexcept;
+
+// An owned connection.
+class Connection {
+ public:
+  // Connects (blocking) to a libpq connection string or URI; "" uses the PG* variables.
+  // Throws DatabaseError (retryable) saying which server it could not reach.
+  static Connection open(const std::string& database_url, std::string_view application_name = "outbox");
+
+  [[nodiscard]] PGconn* get() const noexcept { return handle_.get(); }
+  [[nodiscard]] bool healthy() const noexcept;
+
+  // LISTEN on `channel` (already a valid identifier).
+  void listen(const std::string& channel);
+  // Waits until the socket is readable or `timeout` passes, then drains notifications. Returns
+  // how many arrived.
+  int wait_for_notifications(std::chrono::milliseconds timeout);
+
+ private:
+  explicit Connection(ConnHandle handle) : handle_(std::move(handle)) {}
+  ConnHandle handle_;
+};
+
+}  // namespace outbox::pg

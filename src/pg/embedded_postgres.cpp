@@ -1,0 +1,502 @@
+// A throwaway PostgreSQL cluster (see outbox/embedded_postgres.hpp). initdb, pg_ctl and pg_config
+// are started with fork + execv, never through a shell, and as an unprivileged user when this
+// process is root, because initdb, pg_ctl and postgres refuse to run as root.
+
+#include "outbox/embedded_postgres.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <libpq-fe.h>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <signal.h>
+#include "common/log.hpp"
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "outbox/error.hpp"
+
+namespace outbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kMaxStartAttempts = 5;  // another process may grab our port between probe and bind
+constexpr const char* kSuperuser = "postgres";
+constexpr const char* kDatabaseName = "outbox";
+constexpr const char* kCreateDatabaseSql = "CREATE DATABASE outbox";
+constexpr std::size_t kOutputTailLines = 25;
+// sun_path holds 108 bytes including the NUL; postgres appends "/.s.PGSQL.<port>.lock".
+constexpr std::size_t kMaxSocketDirLength = 108 - 1 - (sizeof("/.s.PGSQL.65535.lock") - 1);
+
+// The OS user the tools run as. Not root: no switch, they run as ourselves.
+struct OsUser {
+  bool switch_user = false;
+  std::string name;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;  // looked up before fork: initgroups is not async-signal-safe
+};
+
+struct ToolResult {
+  int status = 0;      // exit code, or 128 + signal number
+  std::string output;  // stdout and stderr interleaved
+};
+
+// Closes a file descriptor on scope exit.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  [[nodiscard]] int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string read_file_from(const fs::path& path, std::streamoff offset = 0) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  in.seekg(offset);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string tail_lines(const std::string& text, std::size_t max_lines = kOutputTailLines) {
+  std::size_t start = text.size();
+  for (std::size_t lines = 0; start > 0 && lines <= max_lines; --start) {
+    if (text[start - 1] == '\n') ++lines;
+  }
+  std::string tail = text.substr(start == 0 ? 0 : start + 1);
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  return tail.empty() ? "(no output)" : tail;
+}
+
+OsUser choose_os_user(const std::string& requested) {
+  OsUser user;
+  if (::geteuid() != 0) return user;
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  auto lookup = [&](const std::string& name) {
+    return ::getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found) == 0 &&
+           found != nullptr;
+  };
+  user.name = requested;
+  if (user.name.empty()) user.name = lookup("postgres") ? "postgres" : "nobody";
+  if (!lookup(user.name)) {
+    throw ConfigError(fmt::format(
+        "embedded PostgreSQL: OS user '{}' does not exist; initdb refuses to run as root, so set "
+        "EmbeddedPostgresOptions::run_as_user to an existing unprivileged user",
+        user.name));
+  }
+  user.switch_user = true;
+  user.uid = entry.pw_uid;
+  user.gid = entry.pw_gid;
+  int count = 0;
+  ::getgrouplist(user.name.c_str(), user.gid, nullptr, &count);  // asks for the count
+  user.groups.resize(static_cast<std::size_t>(count));
+  if (::getgrouplist(user.name.c_str(), user.gid, user.groups.data(), &count) < 0) count = 0;
+  user.groups.resize(static_cast<std::size_t>(count));
+  return user;
+}
+
+// Runs `program args...` as `user` in `work_dir`, waits for it, and returns its output (collected
+// in a file rather than a pipe: pg_ctl leaves a daemon behind that must not hold our pipe open).
+ToolResult run_tool(const OsUser& user, const fs::path& work_dir, const fs::path& output_path,
+                    const fs::path& program, const std::vector<std::string>& args) {
+  std::vector<std::string> arguments{program.string()};
+  arguments.insert(arguments.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  argv.reserve(arguments.size() + 1);
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  const std::string as_user = user.switch_user ? " as OS user " + user.name : "";
+  const std::string switch_failed = "cannot switch to OS user " + user.name + "\n";
+  const std::string enter_failed = fmt::format(
+      "cannot enter {}{}: is every parent folder traversable (chmod o+x) by that user?\n",
+      work_dir.string(), as_user);
+  const std::string exec_failed = "cannot execute " + program.string() + as_user + "\n";
+
+  ScopedFd output(::open(output_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  ScopedFd null_input(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (output.get() < 0 || null_input.get() < 0) {
+    throw Error(fmt::format("embedded PostgreSQL: cannot open {}: {}", output_path.string(),
+                            std::strerror(errno)));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0)
+    throw Error(fmt::format("embedded PostgreSQL: fork failed: {}", std::strerror(errno)));
+  if (pid == 0) {
+    // Child of a possibly multi-threaded process: only async-signal-safe calls from here on,
+    // everything above was prepared for that reason.
+    auto fail = [](const std::string& message, int code) {
+      [[maybe_unused]] const ssize_t ignored =
+          ::write(STDERR_FILENO, message.data(), message.size());
+      ::_exit(code);
+    };
+    sigset_t no_signals;
+    sigemptyset(&no_signals);
+    sigprocmask(SIG_SETMASK, &no_signals, nullptr);  // a blocked mask would be inherited by exec
+    ::dup2(null_input.get(), STDIN_FILENO);
+    ::dup2(output.get(), STDOUT_FILENO);
+    ::dup2(output.get(), STDERR_FILENO);
+    if (user.switch_user && (::setgroups(user.groups.size(), user.groups.data()) != 0 ||
+                             ::setgid(user.gid) != 0 || ::setuid(user.uid) != 0)) {
+      fail(switch_failed, 126);
+    }
+    if (::chdir(work_dir.c_str()) != 0) fail(enter_failed, 126);
+    ::close_range(3, ~0U, 0);  // the server must not inherit our sockets and files
+    ::execv(argv[0], argv.data());
+    fail(exec_failed, 127);
+  }
+  int wait_status = 0;
+  while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+  }
+  ToolResult result;
+  result.status = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+  result.output = read_file_from(output_path);
+  return result;
+}
+
+std::optional<fs::path> find_in_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string entries = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (std::size_t begin = 0; begin <= entries.size();) {
+    std::size_t end = entries.find(':', begin);
+    if (end == std::string::npos) end = entries.size();
+    fs::path candidate = fs::path(entries.substr(begin, end - begin)) / program;
+    if (end > begin && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    begin = end + 1;
+  }
+  return std::nullopt;
+}
+
+bool holds_initdb(const fs::path& dir) {
+  return !dir.empty() && ::access((dir / "initdb").c_str(), X_OK) == 0;
+}
+
+// Chooses the folder with initdb/pg_ctl in the order documented in the header.
+fs::path find_bin_dir(const fs::path& configured, const fs::path& work_dir,
+                      const fs::path& output_path) {
+  auto checked = [](const fs::path& dir, const char* source) {
+    if (!holds_initdb(dir)) {
+      throw ConfigError(fmt::format("embedded PostgreSQL: {} = {} holds no executable initdb",
+                                    source, dir.string()));
+    }
+    return dir;
+  };
+  if (!configured.empty()) return checked(configured, "EmbeddedPostgresOptions::bin_dir");
+  if (const char* env = std::getenv("OUTBOX_PG_BINDIR"); env != nullptr && *env != '\0') {
+    return checked(env, "$OUTBOX_PG_BINDIR");
+  }
+  if (auto pg_config = find_in_path("pg_config")) {
+    ToolResult result = run_tool(OsUser{}, work_dir, output_path, *pg_config, {"--bindir"});
+    while (!result.output.empty() &&
+           std::isspace(static_cast<unsigned char>(result.output.back()))) {
+      result.output.pop_back();
+    }
+    if (result.status == 0 && holds_initdb(result.output)) return result.output;
+  }
+  // Debian/Ubuntu install the server per major version; take the newest.
+  fs::path best;
+  double best_version = -1;
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator("/usr/lib/postgresql", ignored)) {
+    const std::string name = entry.path().filename().string();
+    char* end = nullptr;
+    const double version = std::strtod(name.c_str(), &end);
+    if (end != name.c_str() && version > best_version && holds_initdb(entry.path() / "bin")) {
+      best_version = version;
+      best = entry.path() / "bin";
+    }
+  }
+  if (!best.empty()) return best;
+  throw ConfigError(
+      "embedded PostgreSQL: no PostgreSQL server binaries (initdb) found; install postgresql-15 "
+      "(apt-get install postgresql-15) or set $OUTBOX_PG_BINDIR / "
+      "EmbeddedPostgresOptions::bin_dir");
+}
+
+// pg_ctl pastes the -o string and the data/log paths into a shell command line of its own.
+void require_shell_safe(const fs::path& path) {
+  for (const char c : path.string()) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && std::strchr("/._-+", c) == nullptr) {
+      throw ConfigError(fmt::format(
+          "embedded PostgreSQL: path '{}' contains '{}'; pg_ctl passes paths through a shell, so "
+          "use a parent_dir (or $TMPDIR) made of letters, digits and / . _ - + only",
+          path.string(), c));
+    }
+  }
+}
+
+int pick_free_port() {
+  ScopedFd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  auto* generic = reinterpret_cast<sockaddr*>(&address);
+  if (probe.get() < 0 || ::bind(probe.get(), generic, sizeof(address)) != 0 ||
+      ::getsockname(probe.get(), generic, &length) != 0) {
+    throw Error(fmt::format("embedded PostgreSQL: cannot find a free TCP port on 127.0.0.1: {}",
+                            std::strerror(errno)),
+                true);
+  }
+  return ntohs(address.sin_port);
+}
+
+// Quotes a conninfo value per libpq's rules when it needs quoting.
+std::string conninfo_value(const std::string& value) {
+  if (!value.empty() && value.find_first_of(" \t\n\r'\\") == std::string::npos) return value;
+  std::string quoted = "'";
+  for (const char c : value) {
+    if (c == '\'' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "'";
+}
+
+}  // namespace
+
+class EmbeddedPostgres::Impl {
+ public:
+  explicit Impl(EmbeddedPostgresOptions options) : options_(std::move(options)) {}
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // The fallible part of construction; ~Impl undoes whatever of it succeeded.
+  void start();
+  void restart_immediate();
+  [[nodiscard]] std::string connection_string(const std::string& database) const {
+    return fmt::format("host={} port={} user={} dbname={}", conninfo_value(socket_dir_.string()),
+                       port_, kSuperuser, conninfo_value(database));
+  }
+  [[nodiscard]] int port() const noexcept { return port_; }
+  [[nodiscard]] const fs::path& data_dir() const noexcept { return data_dir_; }
+  [[nodiscard]] const fs::path& socket_dir() const noexcept { return socket_dir_; }
+
+ private:
+  void make_folders();
+  void run_initdb();
+  void start_server(bool may_change_port);
+  void stop_server(const char* mode);
+  void create_database();
+  ToolResult run(const std::string& tool, const std::vector<std::string>& args) const {
+    return run_tool(user_, root_dir_, root_dir_ / "tool-output.log", bin_dir_ / tool, args);
+  }
+  [[nodiscard]] std::string server_log_tail() const {
+    return tail_lines(read_file_from(log_path_));
+  }
+
+  EmbeddedPostgresOptions options_;
+  OsUser user_;
+  fs::path bin_dir_;
+  fs::path root_dir_;
+  fs::path data_dir_;
+  fs::path socket_dir_;
+  fs::path log_path_;
+  int port_ = 0;
+};
+
+void EmbeddedPostgres::Impl::start() {
+  user_ = choose_os_user(options_.run_as_user);
+  make_folders();
+  bin_dir_ = find_bin_dir(options_.bin_dir, root_dir_, root_dir_ / "tool-output.log");
+  run_initdb();
+  start_server(/*may_change_port=*/true);
+  create_database();
+  detail::log().info("embedded PostgreSQL from {} listening on 127.0.0.1:{} and {} (folder {})",
+               bin_dir_.string(), port_, socket_dir_.string(), root_dir_.string());
+}
+
+void EmbeddedPostgres::Impl::make_folders() {
+  fs::path parent = options_.parent_dir;
+  if (parent.empty()) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    parent = tmpdir != nullptr && *tmpdir != '\0' ? tmpdir : "/tmp";
+  }
+  std::string pattern = (fs::absolute(parent) / "outbox-pg-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw Error(fmt::format("embedded PostgreSQL: cannot create a folder {}: {}", pattern,
+                            std::strerror(errno)));
+  }
+  root_dir_ = pattern;
+  data_dir_ = root_dir_ / "data";
+  socket_dir_ = root_dir_ / "sock";
+  log_path_ = root_dir_ / "server.log";
+  require_shell_safe(root_dir_);
+  if (socket_dir_.string().size() > kMaxSocketDirLength) {
+    throw ConfigError(fmt::format(
+        "embedded PostgreSQL: socket folder {} is longer than the {} characters a unix socket "
+        "path allows; use a shorter parent_dir or $TMPDIR",
+        socket_dir_.string(), kMaxSocketDirLength));
+  }
+  std::error_code error;
+  if (!fs::create_directory(socket_dir_, error)) {
+    throw Error(fmt::format("embedded PostgreSQL: cannot create {}: {}", socket_dir_.string(),
+                            error.message()));
+  }
+  if (user_.switch_user) {
+    for (const fs::path& dir : {root_dir_, socket_dir_}) {
+      if (::chown(dir.c_str(), user_.uid, user_.gid) != 0) {
+        throw Error(fmt::format("embedded PostgreSQL: cannot chown {} to {}: {}", dir.string(),
+                                user_.name, std::strerror(errno)));
+      }
+    }
+  }
+}
+
+void EmbeddedPostgres::Impl::run_initdb() {
+  std::vector<std::string> args{"-D",       data_dir_.string(), "-U",
+                                kSuperuser, "--auth=trust",     "-E",
+                                "UTF8",     "--no-sync",        "--locale=C.UTF-8"};
+  ToolResult result = run("initdb", args);
+  if (result.status != 0 && result.output.find("locale") != std::string::npos) {
+    // Minimal systems lack C.UTF-8; the tests only need UTF8 encoding, not a locale.
+    detail::log().warn("embedded PostgreSQL: initdb with locale C.UTF-8 failed, retrying --no-locale");
+    args.back() = "--no-locale";
+    result = run("initdb", args);
+  }
+  if (result.status != 0) {
+    throw Error(fmt::format("embedded PostgreSQL: initdb in {} failed (exit {}):\n{}",
+                            data_dir_.string(), result.status, tail_lines(result.output)));
+  }
+}
+
+void EmbeddedPostgres::Impl::start_server(bool may_change_port) {
+  for (int attempt = 1;; ++attempt) {
+    if (may_change_port) port_ = pick_free_port();
+    const std::string server_options = fmt::format(
+        "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} -c fsync=on "
+        "-c synchronous_commit=on -c max_connections={} -c shared_buffers=128MB "
+        "-c wal_level=logical -c max_wal_senders=10 -c max_replication_slots=10 "
+        "-c logging_collector=off",
+        port_, socket_dir_.string(), options_.max_connections);
+    std::error_code no_log_yet;
+    const auto log_size = fs::file_size(log_path_, no_log_yet);
+    const std::streamoff log_offset = no_log_yet ? 0 : static_cast<std::streamoff>(log_size);
+    // pg_ctl puts the postmaster in a session of its own (setsid), so a Ctrl-C aimed at the test
+    // does not take the server down before the destructor's orderly stop.
+    const ToolResult result = run("pg_ctl", {"-D", data_dir_.string(), "-l", log_path_.string(),
+                                             "-w", "-t", "60", "-o", server_options, "start"});
+    if (result.status == 0) return;
+    const std::string log_part = read_file_from(log_path_, log_offset);
+    const bool port_taken = log_part.find("already in use") != std::string::npos;
+    if (!port_taken || !may_change_port || attempt == kMaxStartAttempts) {
+      throw Error(fmt::format("embedded PostgreSQL: pg_ctl start on port {} failed (exit "
+                              "{}):\n{}\nserver log {}:\n{}",
+                              port_, result.status, tail_lines(result.output), log_path_.string(),
+                              tail_lines(log_part)),
+                  port_taken);
+    }
+    detail::log().warn("embedded PostgreSQL: port {} was taken before the server bound it; retrying",
+                 port_);
+  }
+}
+
+void EmbeddedPostgres::Impl::stop_server(const char* mode) {
+  const ToolResult result =
+      run("pg_ctl", {"-D", data_dir_.string(), "-m", mode, "-w", "-t", "60", "stop"});
+  if (result.status != 0) {
+    throw Error(fmt::format(
+        "embedded PostgreSQL: pg_ctl stop -m {} failed (exit {}):\n{}\n"
+        "server log {}:\n{}",
+        mode, result.status, tail_lines(result.output), log_path_.string(), server_log_tail()));
+  }
+}
+
+void EmbeddedPostgres::Impl::create_database() {
+  const std::unique_ptr<PGconn, decltype(&PQfinish)> connection(
+      PQconnectdb(connection_string("postgres").c_str()), &PQfinish);
+  if (connection == nullptr || PQstatus(connection.get()) != CONNECTION_OK) {
+    throw Error(
+        fmt::format("embedded PostgreSQL: cannot connect to create database {}: {}\n"
+                    "server log {}:\n{}",
+                    kDatabaseName, connection ? PQerrorMessage(connection.get()) : "out of memory",
+                    log_path_.string(), server_log_tail()));
+  }
+  const std::unique_ptr<PGresult, decltype(&PQclear)> result(
+      PQexec(connection.get(), kCreateDatabaseSql), &PQclear);
+  if (PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+    const char* sqlstate = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
+    throw DatabaseError(fmt::format("embedded PostgreSQL: {} failed: {}", kCreateDatabaseSql,
+                                    PQerrorMessage(connection.get())),
+                        sqlstate != nullptr ? sqlstate : "", false);
+  }
+}
+
+void EmbeddedPostgres::Impl::restart_immediate() {
+  stop_server("immediate");
+  start_server(/*may_change_port=*/false);
+}
+
+EmbeddedPostgres::Impl::~Impl() {
+  try {
+    try {
+      // postmaster.pid exists while a server may run, also after a failed or timed-out start.
+      if (!data_dir_.empty() && fs::exists(data_dir_ / "postmaster.pid")) {
+        try {
+          stop_server("fast");
+        } catch (const std::exception& error) {
+          detail::log().warn("{}; trying immediate shutdown", error.what());
+          stop_server("immediate");
+        }
+      }
+    } catch (const std::exception& error) {
+      detail::log().error("embedded PostgreSQL: could not stop the server in {}: {}", root_dir_.string(),
+                    error.what());
+    }
+    if (root_dir_.empty()) return;
+    if (options_.keep_data) {
+      detail::log().info("embedded PostgreSQL: keeping {} (keep_data)", root_dir_.string());
+      return;
+    }
+    std::error_code error;
+    fs::remove_all(root_dir_, error);
+    if (error) {
+      detail::log().error("embedded PostgreSQL: could not remove {}: {}", root_dir_.string(),
+                    error.message());
+    }
+  } catch (...) {  // a destructor must not throw; logging itself failed, nothing left to do
+  }
+}
+
+// Members are destroyed when a constructor body throws, so ~Impl cleans up a half-started cluster.
+EmbeddedPostgres::EmbeddedPostgres(EmbeddedPostgresOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {
+  impl_->start();
+}
+
+EmbeddedPostgres::~EmbeddedPostgres() = default;
+
+std::string EmbeddedPostgres::connection_string(const std::string& database) const {
+  return impl_->connection_string(database);
+}
+int EmbeddedPostgres::port() const noexcept { return impl_->port(); }
+const std::filesystem::path& EmbeddedPostgres::data_dir() const noexcept {
+  return impl_->data_dir();
+}
+const std::filesystem::path& EmbeddedPostgres::socket_dir() const noexcept {
+  return impl_->socket_dir();
+}
+void EmbeddedPostgres::restart_immediate() { impl_->restart_immediate(); }
+
+}  // namespace outbox

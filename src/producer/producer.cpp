@@ -1,0 +1,169 @@
+#include "outbox/producer.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <utility>
+
+#include "common/json_text.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox {
+namespace {
+
+constexpr std::size_t kMaxNameBytes = 255;
+
+void check_name(std::string_view field, const std::string& value) {
+  if (value.empty()) {
+    throw InvalidArgument(fmt::format("{} is empty; every event needs one", field));
+  }
+  if (value.size() > kMaxNameBytes) {
+    throw InvalidArgument(fmt::format("{} is {} bytes; at most {} are allowed", field,
+                                      value.size(), kMaxNameBytes));
+  }
+  if (value.find('\0') != std::string::npos) {
+    throw InvalidArgument(fmt::format("{} contains a NUL byte, which PostgreSQL text cannot hold",
+                                      field));
+  }
+}
+
+// One statement per aggregate: take (or create) the aggregate's sequence row, which locks it until
+// the caller's transaction ends, then insert the events numbered after it. Writers of the same
+// aggregate therefore commit in sequence order, and a rolled-back writer leaves no gap because its
+// increment rolls back with it.
+std::string insert_sql(const SchemaName& schema) {
+  return fmt::format(R"SQL(WITH seq AS (
+  INSERT INTO {sequences} AS s (aggregate_type, aggregate_id, last_sequence)
+  VALUES ($1, $2, $3::bigint)
+  ON CONFLICT (aggregate_type, aggregate_id)
+  DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
+  RETURNING last_sequence
+)
+INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
+                      schema_version, payload, headers)
+SELECT e.event_id, $1, $2, seq.last_sequence - $3::bigint + e.ord, e.event_type,
+       e.schema_version, e.payload, e.headers
+FROM seq, unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
+          WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, headers, ord)
+ORDER BY e.ord
+RETURNING event_id, aggregate_sequence)SQL",
+                     fmt::arg("sequences", schema.table("outbox_aggregate_sequences")),
+                     fmt::arg("events", schema.table("outbox_events")));
+}
+
+void check_transaction(PGconn* conn) {
+  if (conn == nullptr) throw InvalidArgument("enqueue: the connection is null");
+  switch (PQtransactionStatus(conn)) {
+    case PQTRANS_INTRANS:
+      return;
+    case PQTRANS_IDLE:
+      throw InvalidArgument(
+          "enqueue must run inside the caller's transaction (after BEGIN): outside one the event "
+          "would commit apart from the business change");
+    case PQTRANS_INERROR:
+      throw InvalidArgument(
+          "enqueue: the caller's transaction has already failed; roll it back and retry");
+    case PQTRANS_ACTIVE:
+      throw InvalidArgument("enqueue: the connection is busy with another command");
+    case PQTRANS_UNKNOWN:
+      throw InvalidArgument("enqueue: the connection is broken; reconnect and retry the transaction");
+  }
+  throw InvalidArgument("enqueue: unknown connection state");
+}
+
+}  // namespace
+
+Producer::Producer(ProducerOptions options) : options_(std::move(options)) {}
+
+void Producer::validate(const NewEvent& event) const {
+  check_name("aggregate_type", event.aggregate_type);
+  check_name("aggregate_id", event.aggregate_id);
+  check_name("event_type", event.event_type);
+  if (event.schema_version < 1) {
+    throw InvalidArgument(fmt::format("schema_version is {}; it must be 1 or more",
+                                      event.schema_version));
+  }
+  const std::size_t size = event.payload.size() + event.headers.size();
+  if (size > options_.max_payload_bytes) {
+    throw InvalidArgument(fmt::format(
+        "payload and headers of {} {} are {} bytes; the limit is {} (ProducerOptions::"
+        "max_payload_bytes). Store large documents elsewhere and send a reference",
+        event.event_type, event.aggregate_id, size, options_.max_payload_bytes));
+  }
+  if (!detail::is_json(event.payload)) {
+    throw InvalidArgument(fmt::format("payload of {} {} is not valid JSON", event.event_type,
+                                      event.aggregate_id));
+  }
+  if (event.payload.find("\\u0000") != std::string::npos) {
+    throw InvalidArgument("payload contains \\u0000, which PostgreSQL jsonb cannot store");
+  }
+  if (const std::string problem = detail::check_header_object(event.headers); !problem.empty()) {
+    throw InvalidArgument(fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id,
+                                      problem));
+  }
+  if (event.event_id && event.event_id->is_nil()) {
+    throw InvalidArgument("event_id is the nil UUID; leave it unset to get a fresh UUIDv7");
+  }
+}
+
+EnqueuedEvent Producer::enqueue(PGconn* conn, const NewEvent& event) const {
+  return enqueue(conn, std::span<const NewEvent>(&event, 1)).front();
+}
+
+std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEvent> events) const {
+  check_transaction(conn);
+  for (const NewEvent& event : events) validate(event);
+
+  // Group by aggregate, keeping the caller's order inside each group.
+  std::map<std::pair<std::string_view, std::string_view>, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    groups[{events[i].aggregate_type, events[i].aggregate_id}].push_back(i);
+  }
+
+  std::vector<EnqueuedEvent> enqueued(events.size());
+  const std::string sql = insert_sql(options_.schema);
+  for (const auto& [aggregate, indexes] : groups) {
+    std::string ids = "{", types = "{", versions = "{", payloads = "{", headers = "{";
+    for (std::size_t k = 0; k < indexes.size(); ++k) {
+      const NewEvent& event = events[indexes[k]];
+      enqueued[indexes[k]].event_id = event.event_id.value_or(EventId::generate());
+      if (k > 0) {
+        for (std::string* literal : {&ids, &types, &versions, &payloads, &headers}) {
+          literal->push_back(',');
+        }
+      }
+      ids += enqueued[indexes[k]].event_id.to_string();
+      detail::append_array_element(types, event.event_type);
+      versions += std::to_string(event.schema_version);
+      detail::append_array_element(payloads, event.payload);
+      detail::append_array_element(headers, event.headers);
+    }
+    for (std::string* literal : {&ids, &types, &versions, &payloads, &headers}) {
+      literal->push_back('}');
+    }
+    const std::string aggregate_type(aggregate.first);
+    const std::string aggregate_id(aggregate.second);
+    const std::string count = std::to_string(indexes.size());
+    const auto result =
+        pg::exec(conn, sql,
+                 {aggregate_type.c_str(), aggregate_id.c_str(), count.c_str(), ids.c_str(),
+                  types.c_str(), versions.c_str(), payloads.c_str(), headers.c_str()});
+    if (result.rows() != static_cast<int>(indexes.size())) {
+      throw DatabaseError(fmt::format("enqueue: expected {} rows back, got {}", indexes.size(),
+                                      result.rows()),
+                          "", false);
+    }
+    // SQL promises no order for RETURNING, so match the rows back by event id.
+    for (int row = 0; row < result.rows(); ++row) {
+      const auto id = EventId::parse(result.text(row, 0));
+      for (const std::size_t index : indexes) {
+        if (id && enqueued[index].event_id == *id) {
+          enqueued[index].aggregate_sequence = result.int64(row, 1);
+        }
+      }
+    }
+  }
+  return enqueued;
+}
+
+}  // namespace outbox

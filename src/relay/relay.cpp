@@ -1,0 +1,312 @@
+#include "outbox/relay.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <random>
+#include <unordered_map>
+
+#include "common/json_text.hpp"
+#include "common/log.hpp"
+#include "pg/connection.hpp"
+#include "relay/relay_sql.hpp"
+
+namespace outbox {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::string default_relay_id() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::random_device random;
+  return fmt::format("{}-{}-{:06x}", host, ::getpid(), random() & 0xFFFFFF);
+}
+
+// A finished send whose outcome still has to be written to PostgreSQL.
+struct Outcome {
+  EventId event_id;
+  std::string token;
+  std::string error;  // empty: published
+};
+
+}  // namespace
+
+class Relay::Impl {
+ public:
+  Impl(RelayOptions options, std::unique_ptr<Sink> sink)
+      : options_(std::move(options)),
+        sink_(std::move(sink)),
+        connection_(pg::Connection::open(options_.database_url, "outbox-relay")),
+        claim_sql_(relay_sql::claim(options_.schema)),
+        mark_published_sql_(relay_sql::mark_published(options_.schema)),
+        mark_failed_sql_(relay_sql::mark_failed(options_.schema)),
+        renew_sql_(relay_sql::renew(options_.schema)) {
+    if (!sink_) throw InvalidArgument("relay: the sink is null");
+    if (options_.batch_size == 0 || options_.max_in_flight == 0) {
+      throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
+    }
+    if (options_.lease < milliseconds(100)) {
+      throw InvalidArgument("relay: lease must be at least 100 ms (it bounds how long a crashed "
+                            "relay's rows wait before another relay takes them)");
+    }
+    if (options_.relay_id.empty()) options_.relay_id = default_relay_id();
+    connection_.listen('"' + options_.schema.notify_channel() + '"');
+  }
+
+  bool loop(bool until_idle, Clock::time_point deadline) {
+    bool claim_wanted = true;
+    milliseconds idle_wait{10};
+    auto last_renewal = Clock::now();
+    std::vector<DeliveryReport> reports;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      if (until_idle && Clock::now() >= deadline) break;
+      // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
+      if (connection_.wait_for_notifications(milliseconds(0)) > 0) claim_wanted = true;
+
+      std::size_t claimed = 0;
+      std::size_t room = options_.max_in_flight - in_flight_.size();
+      if (claim_wanted && room > 0) {
+        claimed = claim(std::min(room, options_.batch_size));
+        // A full batch means more is probably due; otherwise wait for a reason to ask again.
+        claim_wanted = claimed == std::min(room, options_.batch_size);
+      }
+
+      reports.clear();
+      const bool busy = claimed > 0 || claim_wanted;
+      if (!in_flight_.empty()) sink_->poll(busy ? milliseconds(0) : milliseconds(5), reports);
+      if (!reports.empty()) {
+        record(reports);
+        // A published event may unblock the next sequence of its aggregate, and a failed one
+        // frees room in the window.
+        claim_wanted = true;
+      }
+      if (Clock::now() - last_renewal > options_.lease / 3) {
+        renew_leases();
+        last_renewal = Clock::now();
+      }
+      if (in_flight_.empty() && !claim_wanted) {
+        if (until_idle) return true;
+        // Nothing to do: sleep until NOTIFY or until the adaptive poll interval passes (rows
+        // whose backoff or foreign lease ends announce nothing).
+        if (connection_.wait_for_notifications(idle_wait) > 0) {
+          idle_wait = milliseconds(10);
+        } else {
+          idle_wait = std::min(idle_wait * 2, options_.idle_poll_max);
+        }
+        claim_wanted = true;
+      } else if (claimed > 0 || !reports.empty()) {
+        idle_wait = milliseconds(10);
+      }
+    }
+    drain();
+    return false;
+  }
+
+  void request_stop() noexcept { stop_.store(true, std::memory_order_relaxed); }
+
+  RelayStats stats() const {
+    RelayStats s;
+    s.claimed = claimed_.load(std::memory_order_relaxed);
+    s.published = published_.load(std::memory_order_relaxed);
+    s.failed = failed_.load(std::memory_order_relaxed);
+    s.fenced = fenced_.load(std::memory_order_relaxed);
+    s.claim_queries = claim_queries_.load(std::memory_order_relaxed);
+    s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  const std::string& relay_id() const noexcept { return options_.relay_id; }
+
+ private:
+  struct InFlight {
+    Event event;
+    std::string token;
+  };
+
+  std::size_t claim(std::size_t limit) {
+    // A fresh token per claim: a mark must match the exact claim that sent the row, so even this
+    // relay cannot complete a row it re-claimed after its own lease ran out.
+    const std::string token = fmt::format("{}:{}", options_.relay_id, ++claim_epoch_);
+    const std::string limit_text = std::to_string(limit);
+    const std::string lease_text = std::to_string(options_.lease.count());
+    const auto result = pg::exec(connection_.get(), claim_sql_,
+                                 {token.c_str(), limit_text.c_str(), lease_text.c_str()});
+    claim_queries_.fetch_add(1, std::memory_order_relaxed);
+    const int rows = result.rows();
+    for (int row = 0; row < rows; ++row) {
+      InFlight item;
+      item.token = token;
+      Event& e = item.event;
+      e.event_id = EventId::parse(result.text(row, 0)).value_or(EventId{});
+      e.aggregate_type = result.text(row, 1);
+      e.aggregate_id = result.text(row, 2);
+      e.aggregate_sequence = result.int64(row, 3);
+      e.event_type = result.text(row, 4);
+      e.schema_version = static_cast<std::int32_t>(result.int64(row, 5));
+      e.payload = result.text(row, 6);
+      e.headers = result.text(row, 7);
+      e.occurred_at = result.text(row, 8);
+      e.attempt_count = static_cast<std::int32_t>(result.int64(row, 9));
+      const std::uint64_t ticket = next_ticket_++;
+      auto [it, inserted] = in_flight_.emplace(ticket, std::move(item));
+      sink_->send(it->second.event, ticket);
+    }
+    claimed_.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
+    in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+    return static_cast<std::size_t>(rows);
+  }
+
+  void record(const std::vector<DeliveryReport>& reports) {
+    std::vector<Outcome> published;
+    std::vector<Outcome> failed;
+    for (const DeliveryReport& report : reports) {
+      auto it = in_flight_.find(report.ticket);
+      if (it == in_flight_.end()) {
+        detail::log().error("relay {}: report for unknown ticket {} ignored", relay_id(),
+                            report.ticket);
+        continue;
+      }
+      Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}};
+      if (report.outcome == DeliveryOutcome::published) {
+        published.push_back(std::move(outcome));
+      } else {
+        // Unknown outcomes count as failures: the row is retried with the same event id.
+        outcome.error = fmt::format("{}: {}", to_string(report.outcome), report.error);
+        detail::log().warn("relay {}: event {} ({} {} #{}) not published: {}", relay_id(),
+                           outcome.event_id.to_string(), it->second.event.aggregate_type,
+                           it->second.event.aggregate_id, it->second.event.aggregate_sequence,
+                           outcome.error);
+        failed.push_back(std::move(outcome));
+      }
+      in_flight_.erase(it);
+    }
+    if (!published.empty()) {
+      const auto marked = complete(mark_published_sql_, published, {});
+      published_.fetch_add(marked, std::memory_order_relaxed);
+    }
+    if (!failed.empty()) {
+      const std::string base = std::to_string(options_.backoff_base.count());
+      const std::string cap = std::to_string(options_.backoff_max.count());
+      complete(mark_failed_sql_, failed, {base, cap});
+      failed_.fetch_add(failed.size(), std::memory_order_relaxed);
+    }
+    in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+  }
+
+  // Runs one batched completion; counts and logs rows whose claim was no longer ours.
+  std::uint64_t complete(const std::string& sql, const std::vector<Outcome>& outcomes,
+                         const std::vector<std::string>& extra) {
+    std::string ids = "{", tokens = "{", errors = "{";
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      if (i > 0) {
+        ids += ',';
+        tokens += ',';
+        errors += ',';
+      }
+      ids += outcomes[i].event_id.to_string();
+      detail::append_array_element(tokens, outcomes[i].token);
+      detail::append_array_element(errors, outcomes[i].error.substr(0, 2000));
+    }
+    ids += '}';
+    tokens += '}';
+    errors += '}';
+    std::vector<const char*> params{ids.c_str(), tokens.c_str()};
+    if (!extra.empty()) {
+      params.push_back(errors.c_str());
+      for (const std::string& value : extra) params.push_back(value.c_str());
+    }
+    const auto result = pg::exec(connection_.get(), sql, params);
+    const auto matched = static_cast<std::uint64_t>(result.rows());
+    if (matched < outcomes.size()) {
+      const std::uint64_t fenced = outcomes.size() - matched;
+      fenced_.fetch_add(fenced, std::memory_order_relaxed);
+      detail::log().warn(
+          "relay {}: {} completion(s) fenced: the rows were re-claimed by another relay after our "
+          "lease expired (the newer claim will publish them; a duplicate publish is possible)",
+          relay_id(), fenced);
+    }
+    return matched;
+  }
+
+  void renew_leases() {
+    if (in_flight_.empty()) return;
+    std::string ids = "{", tokens = "{";
+    bool first = true;
+    for (const auto& [ticket, item] : in_flight_) {
+      if (!first) {
+        ids += ',';
+        tokens += ',';
+      }
+      first = false;
+      ids += item.event.event_id.to_string();
+      detail::append_array_element(tokens, item.token);
+    }
+    ids += '}';
+    tokens += '}';
+    const std::string lease_text = std::to_string(options_.lease.count());
+    const auto result =
+        pg::exec(connection_.get(), renew_sql_, {ids.c_str(), tokens.c_str(), lease_text.c_str()});
+    if (static_cast<std::size_t>(result.rows()) < in_flight_.size()) {
+      detail::log().warn("relay {}: {} in-flight row(s) lost their lease to another relay",
+                         relay_id(), in_flight_.size() - static_cast<std::size_t>(result.rows()));
+    }
+  }
+
+  void drain() {
+    const auto deadline = Clock::now() + options_.drain_timeout;
+    std::vector<DeliveryReport> reports;
+    while (!in_flight_.empty() && Clock::now() < deadline) {
+      reports.clear();
+      sink_->poll(milliseconds(50), reports);
+      if (!reports.empty()) record(reports);
+    }
+    if (!in_flight_.empty()) {
+      detail::log().warn(
+          "relay {}: stopped with {} send(s) unreported; their rows are retaken after the lease",
+          relay_id(), in_flight_.size());
+    }
+  }
+
+  RelayOptions options_;
+  std::unique_ptr<Sink> sink_;
+  pg::Connection connection_;
+  const std::string claim_sql_;
+  const std::string mark_published_sql_;
+  const std::string mark_failed_sql_;
+  const std::string renew_sql_;
+
+  std::unordered_map<std::uint64_t, InFlight> in_flight_;
+  std::uint64_t next_ticket_ = 1;
+  std::uint64_t claim_epoch_ = 0;
+
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> claimed_{0};
+  std::atomic<std::uint64_t> published_{0};
+  std::atomic<std::uint64_t> failed_{0};
+  std::atomic<std::uint64_t> fenced_{0};
+  std::atomic<std::uint64_t> claim_queries_{0};
+  std::atomic<std::uint64_t> in_flight_count_{0};
+};
+
+Relay::Relay(RelayOptions options, std::unique_ptr<Sink> sink)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(sink))) {}
+Relay::~Relay() = default;
+
+void Relay::run() {
+  detail::log().info("relay {} started", impl_->relay_id());
+  impl_->loop(false, Clock::time_point::max());
+  detail::log().info("relay {} stopped", impl_->relay_id());
+}
+
+bool Relay::run_until_idle(milliseconds limit) {
+  return impl_->loop(true, Clock::now() + limit);
+}
+
+void Relay::request_stop() noexcept { impl_->request_stop(); }
+RelayStats Relay::stats() const { return impl_->stats(); }
+const std::string& Relay::relay_id() const noexcept { return impl_->relay_id(); }
+
+}  // namespace outbox

@@ -1,0 +1,21 @@
+#pragma once
+// Every statement the polling relay sends, in one place.
+
+#include <string>
+
+#include "outbox/schema.hpp"
+
+namespace outbox::relay_sql {
+
+// $1 claim token, $2 batch size, $3 lease in ms. Claims due rows that are the lowest pending
+// sequence of their aggregate and not leased to anyone (or whose lease expired). SKIP LOCKED lets
+// concurrent relays take disjoint rows without waiting for each other.
+std::string claim(const SchemaName& schema);
+// $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them.
+std::string mark_published(const SchemaName& schema);
+// $1 uuid[], $2 token[], $3 error[], $4 backoff base ms, $5 backoff cap ms.
+std::string mark_failed(const SchemaName& schema);
+// $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.
+std::string renew(const SchemaName& schema);
+
+}  // namespace outbox::relay_sql

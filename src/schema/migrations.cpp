@@ -1,0 +1,124 @@
+#include <fmt/format.h>
+
+#include <array>
+
+#include "pg/connection.hpp"
+#include "outbox/schema.hpp"
+
+namespace outbox {
+namespace {
+
+struct Migration {
+  int version;
+  const char* name;
+  const char* sql;  // {s} is the quoted schema, {channel} the NOTIFY channel
+};
+
+// Append only: a released migration never changes; a change is a new version.
+constexpr std::array kMigrations = {
+    Migration{1, "outbox tables", R"SQL(
+CREATE TABLE {s}.outbox_events (
+  event_id           uuid        PRIMARY KEY,
+  aggregate_type     text        NOT NULL CHECK (aggregate_type <> ''),
+  aggregate_id       text        NOT NULL CHECK (aggregate_id <> ''),
+  aggregate_sequence bigint      NOT NULL CHECK (aggregate_sequence > 0),
+  event_type         text        NOT NULL CHECK (event_type <> ''),
+  schema_version     integer     NOT NULL DEFAULT 1 CHECK (schema_version > 0),
+  payload            jsonb       NOT NULL,
+  headers            jsonb       NOT NULL DEFAULT '{{}}'::jsonb,
+  occurred_at        timestamptz NOT NULL DEFAULT now(),
+  available_at       timestamptz NOT NULL DEFAULT now(),
+  claimed_by         text,
+  claim_until        timestamptz,
+  published_at       timestamptz,
+  attempt_count      integer     NOT NULL DEFAULT 0,
+  last_error         text,
+  CONSTRAINT outbox_events_aggregate_sequence_key
+    UNIQUE (aggregate_type, aggregate_id, aggregate_sequence)
+);
+-- The relay's two questions, answered from pending rows only, so the indexes stay as small as
+-- the backlog however long the history: "what is due?" and "is a lower sequence still pending?".
+CREATE INDEX outbox_events_pending_due_idx
+  ON {s}.outbox_events (available_at) WHERE published_at IS NULL;
+CREATE INDEX outbox_events_pending_aggregate_idx
+  ON {s}.outbox_events (aggregate_type, aggregate_id, aggregate_sequence)
+  WHERE published_at IS NULL;
+
+CREATE TABLE {s}.outbox_aggregate_sequences (
+  aggregate_type text   NOT NULL,
+  aggregate_id   text   NOT NULL,
+  last_sequence  bigint NOT NULL CHECK (last_sequence > 0),
+  PRIMARY KEY (aggregate_type, aggregate_id)
+);
+
+CREATE TABLE {s}.processed_events (
+  consumer_name text        NOT NULL,
+  event_id      uuid        NOT NULL,
+  processed_at  timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (consumer_name, event_id)
+);
+
+-- One wake-up per inserting statement; PostgreSQL folds equal notifications of one transaction
+-- into one, so a transaction that enqueues many events still notifies once.
+CREATE FUNCTION {s}.outbox_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('{channel}', '');
+  RETURN NULL;
+END $$;
+CREATE TRIGGER outbox_events_notify AFTER INSERT ON {s}.outbox_events
+  FOR EACH STATEMENT EXECUTE FUNCTION {s}.outbox_events_notify();
+)SQL"},
+};
+
+}  // namespace
+
+int latest_schema_version() { return kMigrations.back().version; }
+
+MigrationReport migrate(PGconn* conn, const SchemaName& schema) {
+  if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    throw InvalidArgument("migrate needs an idle connection, not one inside a transaction");
+  }
+  const std::string& s = schema.quoted();
+  MigrationReport report;
+  pg::exec(conn, "BEGIN");
+  try {
+    pg::exec(conn, "SELECT pg_advisory_xact_lock(hashtext($1))",
+             {("outbox.migrate." + schema.name()).c_str()});
+    pg::exec(conn, "CREATE SCHEMA IF NOT EXISTS " + s);
+    pg::exec(conn, "CREATE TABLE IF NOT EXISTS " + schema.table("outbox_schema_migrations") +
+                       " (version integer PRIMARY KEY, name text NOT NULL,"
+                       "  applied_at timestamptz NOT NULL DEFAULT now())");
+    const auto current = pg::exec(conn, "SELECT coalesce(max(version), 0) FROM " +
+                                            schema.table("outbox_schema_migrations"));
+    report.from_version = static_cast<int>(current.int64(0, 0));
+    report.to_version = report.from_version;
+    if (report.from_version > latest_schema_version()) {
+      throw Error(fmt::format(
+          "schema {} is at version {}, newer than this build of outbox knows ({}); upgrade outbox",
+          schema.name(), report.from_version, latest_schema_version()));
+    }
+    for (const Migration& m : kMigrations) {
+      if (m.version <= report.from_version) continue;
+      pg::exec(conn, fmt::format(fmt::runtime(m.sql), fmt::arg("s", s),
+                                 fmt::arg("channel", schema.notify_channel())));
+      pg::exec(conn,
+               "INSERT INTO " + schema.table("outbox_schema_migrations") +
+                   " (version, name) VALUES ($1, $2)",
+               {std::to_string(m.version).c_str(), m.name});
+      report.to_version = m.version;
+      ++report.applied;
+    }
+    pg::commit(conn);
+  } catch (...) {
+    pg::rollback_quietly(conn);
+    throw;
+  }
+  return report;
+}
+
+MigrationReport migrate(const std::string& database_url, const SchemaName& schema) {
+  auto connection = pg::Connection::open(database_url, "outbox-migrate");
+  return migrate(connection.get(), schema);
+}
+
+}  // namespace outbox

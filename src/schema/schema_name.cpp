@@ -1,0 +1,42 @@
+#include <cctype>
+
+#include "outbox/error.hpp"
+#include "outbox/schema.hpp"
+
+namespace outbox {
+namespace {
+constexpr std::size_t kMaxSchemaNameBytes = 48;
+
+std::string validate(std::string_view name) {
+  auto fail = [&](const std::string& rule) -> std::string {
+    throw InvalidArgument("invalid schema name \"" + std::string(name.substr(0, 80)) + "\": " + rule +
+                          ". Use lower-case letters, digits and '_', starting with a letter, "
+                          "e.g. --schema outbox");
+  };
+  if (name.empty()) fail("it is empty");
+  if (name.size() > kMaxSchemaNameBytes) fail("it is longer than 48 bytes");
+  if (!(std::islower(static_cast<unsigned char>(name[0])) || name[0] == '_')) {
+    fail("it must start with a lower-case letter or '_'");
+  }
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (!(std::islower(u) || std::isdigit(u) || c == '_') || u >= 0x80) {
+      fail("it contains the character '" + std::string(1, c) + "'");
+    }
+  }
+  if (name.starts_with("pg_")) fail("names starting with pg_ are reserved by PostgreSQL");
+  return std::string(name);
+}
+}  // namespace
+
+SchemaName::SchemaName() : SchemaName("outbox") {}
+
+SchemaName::SchemaName(std::string_view name) : name_(validate(name)), quoted_('"' + name_ + '"') {}
+
+std::string SchemaName::table(std::string_view table) const {
+  return quoted_ + ".\"" + std::string(table) + '"';
+}
+
+std::string SchemaName::notify_channel() const { return name_ + "_outbox_events"; }
+
+}  // namespace outbox

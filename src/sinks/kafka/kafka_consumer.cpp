@@ -1,0 +1,188 @@
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstring>
+
+#include "common/log.hpp"
+#include "outbox/kafka.hpp"
+#include "pg/connection.hpp"
+#include "sinks/kafka/kafka_common.hpp"
+
+namespace outbox {
+namespace {
+
+std::string header(rd_kafka_headers_t* headers, const char* name) {
+  const void* value = nullptr;
+  std::size_t size = 0;
+  if (headers == nullptr ||
+      rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      value == nullptr) {
+    return {};
+  }
+  return {static_cast<const char*>(value), size};
+}
+
+template <typename Int>
+Int to_int(const std::string& text) {
+  Int value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+}  // namespace
+
+class KafkaInboxConsumer::Impl {
+ public:
+  Impl(KafkaConsumerOptions options, Effect effect)
+      : options_(std::move(options)),
+        effect_(std::move(effect)),
+        inbox_(options_.schema,
+               options_.consumer_name.empty() ? options_.group_id : options_.consumer_name),
+        connection_(pg::Connection::open(options_.database_url, "outbox-consumer")) {
+    if (options_.group_id.empty()) throw ConfigError("Kafka consumer: group_id is empty");
+    if (options_.topics.empty()) throw ConfigError("Kafka consumer: no topics to subscribe to");
+    if (!effect_) throw InvalidArgument("Kafka consumer: the effect is empty");
+    kafka::ConfHandle conf(rd_kafka_conf_new());
+    kafka::set(conf.get(), "bootstrap.servers", options_.brokers);
+    kafka::set(conf.get(), "group.id", options_.group_id);
+    kafka::set(conf.get(), "auto.offset.reset", "earliest");
+    for (const auto& [key, value] : options_.properties) kafka::set(conf.get(), key, value);
+    // Offsets are stored by us, after the inbox transaction committed; the background commit only
+    // ever sends stored offsets.
+    kafka::set(conf.get(), "enable.auto.offset.store", "false");
+    kafka::set(conf.get(), "enable.auto.commit", "true");
+    handle_ = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
+    rd_kafka_poll_set_consumer(handle_.get());
+    kafka::PartitionListHandle topics(
+        rd_kafka_topic_partition_list_new(static_cast<int>(options_.topics.size())));
+    for (const std::string& topic : options_.topics) {
+      rd_kafka_topic_partition_list_add(topics.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
+    }
+    if (const auto err = rd_kafka_subscribe(handle_.get(), topics.get())) {
+      throw BrokerError(fmt::format("subscribe failed: {}", rd_kafka_err2str(err)), err, false);
+    }
+  }
+
+  ~Impl() {
+    rd_kafka_commit(handle_.get(), nullptr, 0);  // stored offsets only: all committed effects
+    rd_kafka_consumer_close(handle_.get());
+  }
+
+  std::size_t poll(std::chrono::milliseconds max_wait) {
+    std::size_t handled = 0;
+    int wait = static_cast<int>(max_wait.count());
+    while (handled < 500) {
+      kafka::MessageHandle message(rd_kafka_consumer_poll(handle_.get(), wait));
+      if (!message) break;
+      wait = 0;
+      if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+          detail::log().warn("kafka consumer: {}", rd_kafka_message_errstr(message.get()));
+        }
+        continue;
+      }
+      handle(message.get());
+      ++handled;
+    }
+    return handled;
+  }
+
+  void request_stop() noexcept { stop_.store(true, std::memory_order_relaxed); }
+  bool stopped() const noexcept { return stop_.load(std::memory_order_relaxed); }
+
+  KafkaConsumerStats stats() const {
+    return {received_.load(), applied_.load(), duplicates_.load(), rejected_.load()};
+  }
+
+ private:
+  void handle(rd_kafka_message_t* message) {
+    ++received_;
+    rd_kafka_headers_t* headers = nullptr;
+    rd_kafka_message_headers(message, &headers);
+    ConsumedEvent event;
+    const auto id = EventId::parse(header(headers, kafka::kHeaderEventId));
+    event.topic = rd_kafka_topic_name(message->rkt);
+    event.partition = message->partition;
+    event.offset = message->offset;
+    if (!id || id->is_nil()) {
+      // Without an id there is nothing to deduplicate on; it is not an outbox message.
+      ++rejected_;
+      detail::log().error("kafka consumer: {}[{}]@{} has no valid event_id header; skipped",
+                          event.topic, event.partition, event.offset);
+      store_offset(message);
+      return;
+    }
+    event.event_id = *id;
+    event.aggregate_type = header(headers, kafka::kHeaderAggregateType);
+    if (message->key != nullptr) {
+      event.aggregate_id.assign(static_cast<const char*>(message->key), message->key_len);
+    }
+    event.aggregate_sequence = to_int<std::int64_t>(header(headers, kafka::kHeaderAggregateSequence));
+    event.event_type = header(headers, kafka::kHeaderEventType);
+    event.schema_version = to_int<std::int32_t>(header(headers, kafka::kHeaderSchemaVersion));
+    if (message->payload != nullptr) {
+      event.payload.assign(static_cast<const char*>(message->payload), message->len);
+    }
+    try {
+      const InboxResult result = inbox_.process(
+          connection_.get(), event.event_id, [&](PGconn* conn) { effect_(conn, event); });
+      if (result == InboxResult::applied) {
+        ++applied_;
+      } else {
+        ++duplicates_;
+      }
+    } catch (...) {
+      // Rewind so this message comes again, whether the caller keeps polling or restarts: no
+      // later offset of this partition may be stored past an effect that did not commit.
+      kafka::PartitionListHandle rewind(rd_kafka_topic_partition_list_new(1));
+      rd_kafka_topic_partition_list_add(rewind.get(), event.topic.c_str(), event.partition)
+          ->offset = event.offset;
+      if (rd_kafka_error_t* error = rd_kafka_seek_partitions(handle_.get(), rewind.get(), 5000)) {
+        detail::log().error("kafka consumer: rewind failed: {}", rd_kafka_error_string(error));
+        rd_kafka_error_destroy(error);
+      }
+      throw;
+    }
+    store_offset(message);
+  }
+
+  void store_offset(const rd_kafka_message_t* message) {
+    kafka::PartitionListHandle offsets(rd_kafka_topic_partition_list_new(1));
+    rd_kafka_topic_partition_list_add(offsets.get(), rd_kafka_topic_name(message->rkt),
+                                      message->partition)
+        ->offset = message->offset + 1;
+    if (const auto err = rd_kafka_offsets_store(handle_.get(), offsets.get())) {
+      // Happens after a rebalance took the partition away: the new owner re-delivers, the
+      // inbox turns that into a no-op.
+      detail::log().warn("kafka consumer: offset store failed: {}", rd_kafka_err2str(err));
+    }
+  }
+
+  KafkaConsumerOptions options_;
+  Effect effect_;
+  Inbox inbox_;
+  pg::Connection connection_;
+  kafka::KafkaHandle handle_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> received_{0};
+  std::atomic<std::uint64_t> applied_{0};
+  std::atomic<std::uint64_t> duplicates_{0};
+  std::atomic<std::uint64_t> rejected_{0};
+};
+
+KafkaInboxConsumer::KafkaInboxConsumer(KafkaConsumerOptions options, Effect effect)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(effect))) {}
+KafkaInboxConsumer::~KafkaInboxConsumer() = default;
+
+std::size_t KafkaInboxConsumer::poll(std::chrono::milliseconds max_wait) {
+  return impl_->poll(max_wait);
+}
+
+void KafkaInboxConsumer::run() {
+  while (!impl_->stopped()) impl_->poll(std::chrono::milliseconds(100));
+}
+
+void KafkaInboxConsumer::request_stop() noexcept { impl_->request_stop(); }
+KafkaConsumerStats KafkaInboxConsumer::stats() const { return impl_->stats(); }
+
+}  // namespace outbox

@@ -1,0 +1,225 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.hpp"
+#include "outbox/kafka.hpp"
+#include "sinks/kafka/kafka_common.hpp"
+
+namespace outbox {
+namespace {
+
+constexpr int kQueueFullRetries = 50;
+
+// Errors after which the same message can never be accepted as it stands. Everything else
+// (timeouts, leader changes, brokers down, throttling) is retried with backoff by the relay.
+bool is_permanent(rd_kafka_resp_err_t err) {
+  switch (err) {
+    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
+    case RD_KAFKA_RESP_ERR_INVALID_MSG:
+    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
+    case RD_KAFKA_RESP_ERR__INVALID_ARG:
+    case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+    case RD_KAFKA_RESP_ERR_POLICY_VIOLATION:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_legal_topic(const std::string& topic) {
+  if (topic.empty() || topic.size() > 249 || topic == "." || topic == "..") return false;
+  for (const char c : topic) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void check_template(const std::string& topic_template) {
+  Event probe;
+  probe.aggregate_type = "x";
+  probe.event_type = "x";
+  if (!is_legal_topic(render_topic(topic_template, probe))) {
+    throw ConfigError("topic template \"" + topic_template +
+                      "\" is not a Kafka topic name: use [a-zA-Z0-9._-] and the placeholders "
+                      "{aggregate_type} and {event_type}, e.g. outbox.{aggregate_type}");
+  }
+}
+
+class KafkaSink final : public Sink {
+ public:
+  explicit KafkaSink(const KafkaSinkOptions& options)
+      : topic_template_(options.topic_template), brokers_(options.brokers) {
+    check_template(topic_template_);
+    if (brokers_.empty()) throw ConfigError("Kafka sink: no brokers (--kafka-brokers host:port)");
+    for (const auto& [key, value] : options.properties) {
+      if ((key == "enable.idempotence" && value != "true") ||
+          ((key == "acks" || key == "request.required.acks") && value != "all" && value != "-1")) {
+        throw ConfigError("Kafka property " + key + "=" + value +
+                          " would allow lost or reordered events; outbox requires "
+                          "enable.idempotence=true and acks=all");
+      }
+    }
+    kafka::ConfHandle conf(rd_kafka_conf_new());
+    kafka::set(conf.get(), "bootstrap.servers", brokers_);
+    kafka::set(conf.get(), "message.timeout.ms", "30000");
+    kafka::set(conf.get(), "linger.ms", "2");
+    for (const auto& [key, value] : options.properties) kafka::set(conf.get(), key, value);
+    kafka::set(conf.get(), "enable.idempotence", "true");
+    kafka::set(conf.get(), "acks", "all");
+    rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaSink::on_delivery);
+    rd_kafka_conf_set_opaque(conf.get(), this);
+    handle_ = kafka::create(RD_KAFKA_PRODUCER, std::move(conf));
+  }
+
+  ~KafkaSink() override {
+    // Anything still queued has no relay left to record it: its rows are retaken after their
+    // lease, so a short flush is a courtesy, not a requirement.
+    rd_kafka_flush(handle_.get(), 2000);
+  }
+
+  void send(const Event& event, std::uint64_t ticket) override {
+    ++in_flight_;
+    const std::string topic = render_topic(topic_template_, event);
+    if (!is_legal_topic(topic)) {
+      report(ticket, DeliveryOutcome::permanent_failure,
+             "topic \"" + topic + "\" rendered from the event is not a legal Kafka topic name");
+      return;
+    }
+    kafka::HeadersHandle headers(rd_kafka_headers_new(8));
+    const std::string id = event.event_id.to_string();
+    const std::string sequence = std::to_string(event.aggregate_sequence);
+    const std::string version = std::to_string(event.schema_version);
+    rd_kafka_header_add(headers.get(), kafka::kHeaderEventId, -1, id.data(), id.size());
+    rd_kafka_header_add(headers.get(), kafka::kHeaderEventType, -1, event.event_type.data(),
+                        event.event_type.size());
+    rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateType, -1,
+                        event.aggregate_type.data(), event.aggregate_type.size());
+    rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateSequence, -1, sequence.data(),
+                        sequence.size());
+    rd_kafka_header_add(headers.get(), kafka::kHeaderSchemaVersion, -1, version.data(),
+                        version.size());
+    if (!event.headers.empty() && event.headers != "{}") {
+      const auto extra = nlohmann::json::parse(event.headers, nullptr, false);
+      if (extra.is_object()) {
+        for (const auto& [key, value] : extra.items()) {
+          if (!value.is_string()) continue;
+          const auto& text = value.get_ref<const std::string&>();
+          rd_kafka_header_add(headers.get(), key.c_str(), -1, text.data(), text.size());
+        }
+      }
+    }
+
+    for (int attempt = 0;; ++attempt) {
+      const rd_kafka_resp_err_t err = rd_kafka_producev(
+          handle_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
+          RD_KAFKA_V_KEY(event.aggregate_id.data(), event.aggregate_id.size()),
+          RD_KAFKA_V_VALUE(const_cast<char*>(event.payload.data()), event.payload.size()),
+          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(headers.get()),
+          RD_KAFKA_V_OPAQUE(reinterpret_cast<void*>(ticket)), RD_KAFKA_V_END);
+      if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        headers.release();  // owned by the message now
+        return;
+      }
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && attempt < kQueueFullRetries) {
+        rd_kafka_poll(handle_.get(), 10);  // serve delivery reports to make room
+        continue;
+      }
+      report(ticket,
+             is_permanent(err) ? DeliveryOutcome::permanent_failure
+                               : DeliveryOutcome::retryable_failure,
+             fmt::format("produce to {} refused: {}", topic, rd_kafka_err2str(err)));
+      return;
+    }
+  }
+
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    rd_kafka_poll(handle_.get(), ready_.empty() ? static_cast<int>(max_wait.count()) : 0);
+    check_fatal();
+    reports.insert(reports.end(), std::make_move_iterator(ready_.begin()),
+                   std::make_move_iterator(ready_.end()));
+    ready_.clear();
+  }
+
+  [[nodiscard]] std::size_t in_flight() const override { return in_flight_; }
+  [[nodiscard]] std::string describe() const override { return "kafka(" + brokers_ + ")"; }
+
+ private:
+  static void on_delivery(rd_kafka_t* /*rk*/, const rd_kafka_message_t* message, void* opaque) {
+    auto* self = static_cast<KafkaSink*>(opaque);
+    const auto ticket = reinterpret_cast<std::uint64_t>(message->_private);
+    const rd_kafka_msg_status_t status = rd_kafka_message_status(message);
+    if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR && status == RD_KAFKA_MSG_STATUS_PERSISTED) {
+      self->report(ticket, DeliveryOutcome::published, {});
+      return;
+    }
+    DeliveryOutcome outcome = DeliveryOutcome::retryable_failure;
+    if (status == RD_KAFKA_MSG_STATUS_POSSIBLY_PERSISTED) {
+      outcome = DeliveryOutcome::unknown;
+    } else if (is_permanent(message->err)) {
+      outcome = DeliveryOutcome::permanent_failure;
+    }
+    self->report(ticket, outcome,
+                 message->err == RD_KAFKA_RESP_ERR_NO_ERROR
+                     ? std::string("delivery status not persisted")
+                     : std::string(rd_kafka_err2str(message->err)));
+  }
+
+  void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
+    --in_flight_;
+    ready_.push_back(DeliveryReport{ticket, outcome, std::move(error)});
+  }
+
+  // After a fatal error the idempotent producer refuses everything: every queued message is
+  // purged (reported as not published) and a fresh producer takes over with a new producer id.
+  void check_fatal() {
+    char reason[512] = {};
+    const rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(handle_.get(), reason, sizeof(reason));
+    if (fatal == RD_KAFKA_RESP_ERR_NO_ERROR) return;
+    detail::log().error("kafka producer fatal error {}: {}; recreating the producer",
+                        rd_kafka_err2name(fatal), reason);
+    rd_kafka_purge(handle_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    rd_kafka_flush(handle_.get(), 1000);  // serves the purged messages' delivery reports
+    kafka::ConfHandle conf(rd_kafka_conf_dup(rd_kafka_conf(handle_.get())));
+    handle_.reset();
+    handle_ = kafka::create(RD_KAFKA_PRODUCER, std::move(conf));
+  }
+
+  std::string topic_template_;
+  std::string brokers_;
+  kafka::KafkaHandle handle_;
+  std::vector<DeliveryReport> ready_;
+  std::size_t in_flight_ = 0;
+};
+
+}  // namespace
+
+std::string render_topic(const std::string& topic_template, const Event& event) {
+  std::string topic;
+  topic.reserve(topic_template.size() + 16);
+  for (std::size_t i = 0; i < topic_template.size();) {
+    if (topic_template.compare(i, 16, "{aggregate_type}") == 0) {
+      topic += event.aggregate_type;
+      i += 16;
+    } else if (topic_template.compare(i, 12, "{event_type}") == 0) {
+      topic += event.event_type;
+      i += 12;
+    } else {
+      topic += topic_template[i++];
+    }
+  }
+  return topic;
+}
+
+std::unique_ptr<Sink> make_kafka_sink(const KafkaSinkOptions& options) {
+  return std::make_unique<KafkaSink>(options);
+}
+
+}  // namespace outbox
