@@ -21,7 +21,7 @@ class SchemaName {
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
   // The double-quoted identifier, ready to put in SQL.
   [[nodiscard]] const std::string& quoted() const noexcept { return quoted_; }
-  // `"schema".table` for one of outbox's own tables.
+  // `"schema"."table"` for one of outbox's own tables.
   [[nodiscard]] std::string table(std::string_view table) const;
   // The LISTEN/NOTIFY channel the outbox table announces new rows on.
   [[nodiscard]] std::string notify_channel() const;

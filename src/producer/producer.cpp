@@ -90,12 +90,9 @@ void Producer::validate(const NewEvent& event) const {
         "max_payload_bytes). Store large documents elsewhere and send a reference",
         event.event_type, event.aggregate_id, size, options_.max_payload_bytes));
   }
-  if (!detail::is_json(event.payload)) {
-    throw InvalidArgument(fmt::format("payload of {} {} is not valid JSON", event.event_type,
-                                      event.aggregate_id));
-  }
-  if (event.payload.find("\\u0000") != std::string::npos) {
-    throw InvalidArgument("payload contains \\u0000, which PostgreSQL jsonb cannot store");
+  if (const std::string problem = detail::check_jsonb_document(event.payload); !problem.empty()) {
+    throw InvalidArgument(fmt::format("payload of {} {} {}", event.event_type, event.aggregate_id,
+                                      problem));
   }
   if (const std::string problem = detail::check_header_object(event.headers); !problem.empty()) {
     throw InvalidArgument(fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id,

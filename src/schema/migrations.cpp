@@ -82,6 +82,7 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema) {
   MigrationReport report;
   pg::exec(conn, "BEGIN");
   try {
+    pg::exec(conn, "SET LOCAL client_min_messages = warning");  // no "already exists" notices
     pg::exec(conn, "SELECT pg_advisory_xact_lock(hashtext($1))",
              {("outbox.migrate." + schema.name()).c_str()});
     pg::exec(conn, "CREATE SCHEMA IF NOT EXISTS " + s);

@@ -7,9 +7,26 @@ namespace outbox {
 namespace {
 constexpr std::size_t kMaxSchemaNameBytes = 48;
 
+// The name as it can be shown in a message: control and non-ASCII bytes as \xNN.
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : text.substr(0, 80)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7F || c == '\\') {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 0x0F];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string validate(std::string_view name) {
   auto fail = [&](const std::string& rule) -> std::string {
-    throw InvalidArgument("invalid schema name \"" + std::string(name.substr(0, 80)) + "\": " + rule +
+    throw InvalidArgument("invalid schema name \"" + printable(name) + "\": " + rule +
                           ". Use lower-case letters, digits and '_', starting with a letter, "
                           "e.g. --schema outbox");
   };
@@ -21,7 +38,7 @@ std::string validate(std::string_view name) {
   for (const char c : name) {
     const auto u = static_cast<unsigned char>(c);
     if (!(std::islower(u) || std::isdigit(u) || c == '_') || u >= 0x80) {
-      fail("it contains the character '" + std::string(1, c) + "'");
+      fail("it contains the character '" + printable(std::string_view(&c, 1)) + "'");
     }
   }
   if (name.starts_with("pg_")) fail("names starting with pg_ are reserved by PostgreSQL");

@@ -27,12 +27,14 @@ inline void set(rd_kafka_conf_t* conf, const std::string& key, const std::string
   }
 }
 
-// Creates a client; librdkafka takes ownership of `conf` only when it succeeds.
+// Creates a client; librdkafka takes ownership of `conf` only when it succeeds. It fails only on
+// configuration (for example properties that contradict the idempotent producer), never on
+// connectivity: it connects later, in the background.
 inline KafkaHandle create(rd_kafka_type_t type, ConfHandle conf) {
   char error[512] = {};
   rd_kafka_t* handle = rd_kafka_new(type, conf.get(), error, sizeof(error));
   if (handle == nullptr) {
-    throw BrokerError(std::string("cannot create Kafka client: ") + error, 0, false);
+    throw ConfigError(std::string("cannot create Kafka client: ") + error);
   }
   conf.release();  // now owned by `handle`
   return KafkaHandle(handle);

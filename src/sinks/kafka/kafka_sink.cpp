@@ -60,7 +60,7 @@ class KafkaSink final : public Sink {
     check_template(topic_template_);
     if (brokers_.empty()) throw ConfigError("Kafka sink: no brokers (--kafka-brokers host:port)");
     for (const auto& [key, value] : options.properties) {
-      if ((key == "enable.idempotence" && value != "true") ||
+      if ((key == "enable.idempotence" && value != "true" && value != "1") ||
           ((key == "acks" || key == "request.required.acks") && value != "all" && value != "-1")) {
         throw ConfigError("Kafka property " + key + "=" + value +
                           " would allow lost or reordered events; outbox requires "

@@ -1,0 +1,199 @@
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "outbox/producer.hpp"
+#include "support/test_env.hpp"
+
+namespace outbox::testing {
+namespace {
+
+NewEvent order_event(const std::string& id, const std::string& type = "OrderPlaced") {
+  return NewEvent{"order", id, type, R"({"total": 42})", R"({"trace_id":"abc"})", 1, std::nullopt};
+}
+
+class ProducerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    schema_ = fresh_schema();
+    producer_.emplace(ProducerOptions{schema_, 4096});
+    pg::exec(conn(), "CREATE TABLE " + schema_.table("orders") + " (id text PRIMARY KEY)");
+  }
+  PGconn* conn() { return connection_.get(); }
+  long long events() { return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events")); }
+  long long orders() { return count(conn(), "SELECT count(*) FROM " + schema_.table("orders")); }
+
+  pg::Connection connection_ = connect();
+  SchemaName schema_;
+  std::optional<Producer> producer_;
+};
+
+TEST_F(ProducerTest, CommitLeavesExactlyOneIntentWithItsFields) {
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("orders") + " VALUES ('o1')");
+  const auto enqueued = producer_->enqueue(conn(), order_event("o1"));
+  pg::commit(conn());
+
+  EXPECT_EQ(enqueued.event_id.version(), 7);
+  EXPECT_EQ(enqueued.aggregate_sequence, 1);
+  const auto row = pg::exec(conn(),
+                            "SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence,"
+                            " event_type, schema_version, payload->>'total', headers->>'trace_id',"
+                            " published_at IS NULL, attempt_count FROM " +
+                                schema_.table("outbox_events"));
+  ASSERT_EQ(row.rows(), 1);
+  EXPECT_EQ(row.text(0, 0), enqueued.event_id.to_string());
+  EXPECT_EQ(row.text(0, 1), "order");
+  EXPECT_EQ(row.text(0, 2), "o1");
+  EXPECT_EQ(row.int64(0, 3), 1);
+  EXPECT_EQ(row.text(0, 4), "OrderPlaced");
+  EXPECT_EQ(row.int64(0, 5), 1);
+  EXPECT_EQ(row.text(0, 6), "42");
+  EXPECT_EQ(row.text(0, 7), "abc");
+  EXPECT_EQ(row.text(0, 8), "t");
+  EXPECT_EQ(row.int64(0, 9), 0);
+  EXPECT_EQ(orders(), 1);
+}
+
+TEST_F(ProducerTest, RollbackLeavesNoIntentAndNoSequenceGap) {
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("orders") + " VALUES ('o1')");
+  producer_->enqueue(conn(), order_event("o1"));
+  pg::exec(conn(), "ROLLBACK");
+  EXPECT_EQ(events(), 0);
+  EXPECT_EQ(orders(), 0);
+
+  pg::exec(conn(), "BEGIN");
+  const auto enqueued = producer_->enqueue(conn(), order_event("o1"));
+  pg::commit(conn());
+  EXPECT_EQ(enqueued.aggregate_sequence, 1) << "a rolled-back enqueue must not use up a sequence";
+}
+
+TEST_F(ProducerTest, BatchNumbersEachAggregateConsecutivelyInTheGivenOrder) {
+  pg::exec(conn(), "BEGIN");
+  producer_->enqueue(conn(), order_event("a"));
+  const std::vector<NewEvent> batch = {order_event("a", "ItemAdded"), order_event("b"),
+                                       order_event("a", "OrderPaid"), order_event("b", "OrderPaid")};
+  const auto enqueued = producer_->enqueue(conn(), batch);
+  pg::commit(conn());
+  ASSERT_EQ(enqueued.size(), 4U);
+  EXPECT_EQ(enqueued[0].aggregate_sequence, 2);
+  EXPECT_EQ(enqueued[1].aggregate_sequence, 1);
+  EXPECT_EQ(enqueued[2].aggregate_sequence, 3);
+  EXPECT_EQ(enqueued[3].aggregate_sequence, 2);
+  const auto rows = pg::exec(conn(), "SELECT event_type FROM " + schema_.table("outbox_events") +
+                                         " WHERE aggregate_id = 'a' ORDER BY aggregate_sequence");
+  ASSERT_EQ(rows.rows(), 3);
+  EXPECT_EQ(rows.text(1, 0), "ItemAdded");
+  EXPECT_EQ(rows.text(2, 0), "OrderPaid");
+}
+
+TEST_F(ProducerTest, OutsideATransactionIsRefusedAndWritesNothing) {
+  try {
+    producer_->enqueue(conn(), order_event("o1"));
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("inside the caller's transaction"), std::string::npos);
+  }
+  EXPECT_EQ(events(), 0);
+}
+
+TEST_F(ProducerTest, BadInputIsRefusedBeforeAnythingIsWrittenAndTheTransactionStaysUsable) {
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("orders") + " VALUES ('o1')");
+  NewEvent bad_json = order_event("o1");
+  bad_json.payload = "{not json";
+  NewEvent empty_id = order_event("");
+  NewEvent too_big = order_event("o1");
+  too_big.payload = "\"" + std::string(5000, 'x') + "\"";
+  for (const NewEvent& bad : {bad_json, empty_id, too_big}) {
+    EXPECT_THROW(producer_->enqueue(conn(), bad), InvalidArgument);
+  }
+  // A batch with one bad event writes none of the good ones.
+  EXPECT_THROW(producer_->enqueue(conn(), std::vector<NewEvent>{order_event("o1"), bad_json}),
+               InvalidArgument);
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INTRANS);
+  producer_->enqueue(conn(), order_event("o1"));
+  pg::commit(conn());
+  EXPECT_EQ(events(), 1);
+  EXPECT_EQ(orders(), 1);
+}
+
+TEST_F(ProducerTest, DuplicateEventIdFailsTheTransactionWithItsSqlstate) {
+  NewEvent event = order_event("o1");
+  event.event_id = EventId::generate();
+  pg::exec(conn(), "BEGIN");
+  producer_->enqueue(conn(), event);
+  pg::commit(conn());
+
+  pg::exec(conn(), "BEGIN");
+  try {
+    producer_->enqueue(conn(), event);
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "23505");
+    EXPECT_FALSE(e.retryable());
+  }
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INERROR);
+  pg::exec(conn(), "ROLLBACK");
+  EXPECT_EQ(events(), 1);
+}
+
+TEST_F(ProducerTest, MissingMigrationsNameTheTable) {
+  const Producer unmigrated(ProducerOptions{SchemaName("never_migrated"), 4096});
+  pg::exec(conn(), "BEGIN");
+  try {
+    unmigrated.enqueue(conn(), order_event("o1"));
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "42P01");  // undefined_table
+  }
+  pg::exec(conn(), "ROLLBACK");
+}
+
+// Many writers of one aggregate, some rolling back: the committed events carry exactly the
+// sequences 1..N, with no gap and no number given twice.
+TEST_F(ProducerTest, ConcurrentWritersOfOneAggregateGetGapFreeSequences) {
+  constexpr int kWriters = 8;
+  constexpr int kTransactions = 40;
+  std::mutex mutex;
+  std::vector<std::int64_t> committed;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        auto connection = connect();
+        std::mt19937 random(static_cast<unsigned>(w));
+        for (int t = 0; t < kTransactions; ++t) {
+          pg::exec(connection.get(), "BEGIN");
+          const auto enqueued = producer_->enqueue(connection.get(), order_event("hot"));
+          if (random() % 4 == 0) {
+            pg::exec(connection.get(), "ROLLBACK");
+            continue;
+          }
+          pg::commit(connection.get());
+          std::lock_guard lock(mutex);
+          committed.push_back(enqueued.aggregate_sequence);
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(failures, 0);
+  std::sort(committed.begin(), committed.end());
+  ASSERT_FALSE(committed.empty());
+  for (std::size_t i = 0; i < committed.size(); ++i) {
+    ASSERT_EQ(committed[i], static_cast<std::int64_t>(i + 1)) << "gap or duplicate at " << i;
+  }
+  EXPECT_EQ(count(conn(), "SELECT max(aggregate_sequence) FROM " + schema_.table("outbox_events")),
+            static_cast<long long>(committed.size()));
+}
+
+}  // namespace
+}  // namespace outbox::testing

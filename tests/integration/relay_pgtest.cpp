@@ -1,0 +1,348 @@
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "outbox/kafka.hpp"
+#include "outbox/producer.hpp"
+#include "outbox/relay.hpp"
+#include "support/kafka_reader.hpp"
+#include "support/test_env.hpp"
+
+namespace outbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Watches every send of every relay sharing it. A violation is: the same event in flight twice,
+// two events of one aggregate in flight at once, or a send of sequence k+1 before k was
+// acknowledged.
+class InFlightTracker {
+ public:
+  void on_send(const Event& e) {
+    std::lock_guard lock(mutex_);
+    const std::string aggregate = e.aggregate_type + "/" + e.aggregate_id;
+    if (!events_.insert(e.event_id).second) violation("event in flight twice", e);
+    if (!aggregates_.insert(aggregate).second) violation("aggregate in flight twice", e);
+    if (e.aggregate_sequence > acknowledged_[aggregate] + 1) violation("sent ahead of order", e);
+  }
+  void on_report(const Event& e, DeliveryOutcome outcome) {
+    std::lock_guard lock(mutex_);
+    const std::string aggregate = e.aggregate_type + "/" + e.aggregate_id;
+    events_.erase(e.event_id);
+    aggregates_.erase(aggregate);
+    if (outcome == DeliveryOutcome::published) {
+      auto& last = acknowledged_[aggregate];
+      last = std::max(last, e.aggregate_sequence);
+    }
+  }
+  std::vector<std::string> violations() {
+    std::lock_guard lock(mutex_);
+    return violations_;
+  }
+
+ private:
+  void violation(const std::string& what, const Event& e) {
+    violations_.push_back(what + ": " + e.aggregate_id + " #" + std::to_string(e.aggregate_sequence));
+  }
+  std::mutex mutex_;
+  std::set<EventId> events_;
+  std::set<std::string> aggregates_;
+  std::map<std::string, std::int64_t> acknowledged_;
+  std::vector<std::string> violations_;
+};
+
+class TrackingSink final : public Sink {
+ public:
+  TrackingSink(std::unique_ptr<Sink> inner, InFlightTracker& tracker)
+      : inner_(std::move(inner)), tracker_(tracker) {}
+  void send(const Event& event, std::uint64_t ticket) override {
+    tracker_.on_send(event);
+    sent_[ticket] = event;
+    inner_->send(event, ticket);
+  }
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    const std::size_t before = reports.size();
+    inner_->poll(max_wait, reports);
+    for (std::size_t i = before; i < reports.size(); ++i) {
+      tracker_.on_report(sent_.at(reports[i].ticket), reports[i].outcome);
+      sent_.erase(reports[i].ticket);
+    }
+  }
+  [[nodiscard]] std::size_t in_flight() const override { return inner_->in_flight(); }
+  [[nodiscard]] std::string describe() const override { return "tracking " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  InFlightTracker& tracker_;
+  std::map<std::uint64_t, Event> sent_;
+};
+
+class RelayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    schema_ = fresh_schema();
+    topic_ = "relay." + schema_.name();
+  }
+
+  std::unique_ptr<Sink> sink(std::map<std::string, std::string> properties = {}) {
+    return make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(),
+                                            "relay." + schema_.name(), std::move(properties)});
+  }
+  RelayOptions options(const std::string& id) {
+    RelayOptions o;
+    o.database_url = database_url();
+    o.schema = schema_;
+    o.relay_id = id;
+    o.batch_size = 50;
+    o.idle_poll_max = 100ms;
+    return o;
+  }
+
+  // `per_aggregate` events for each of `aggregates` aggregates, one transaction per event,
+  // interleaved across aggregates.
+  std::vector<EventId> enqueue(int aggregates, int per_aggregate) {
+    const Producer producer(ProducerOptions{schema_, 4096});
+    std::vector<EventId> ids;
+    for (int k = 0; k < per_aggregate; ++k) {
+      pg::exec(conn(), "BEGIN");
+      for (int a = 0; a < aggregates; ++a) {
+        ids.push_back(producer
+                          .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(a), "Step",
+                                                    R"({"k":)" + std::to_string(k) + "}", "{}", 1,
+                                                    std::nullopt})
+                          .event_id);
+      }
+      pg::commit(conn());
+    }
+    return ids;
+  }
+
+  long long unpublished() {
+    return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                             " WHERE published_at IS NULL");
+  }
+
+  // Every id appears on the topic, and per key the first appearances follow the sequence.
+  void expect_on_broker_in_order(const std::vector<EventId>& ids) {
+    const auto messages = read_topic(kafka().bootstrap_servers(), topic_, ids.size(), 20s);
+    std::set<std::string> seen;
+    std::map<std::string, long long> last_sequence;
+    for (const auto& m : messages) {
+      const std::string& id = m.headers.at("event_id");
+      if (!seen.insert(id).second) continue;  // a duplicate publish is allowed
+      const long long sequence = std::stoll(m.headers.at("aggregate_sequence"));
+      EXPECT_EQ(sequence, last_sequence[m.key] + 1) << "key " << m.key << " out of order";
+      last_sequence[m.key] = sequence;
+      EXPECT_EQ(m.headers.at("aggregate_type"), "order");
+      EXPECT_EQ(m.headers.at("event_type"), "Step");
+      EXPECT_EQ(m.headers.at("schema_version"), "1");
+    }
+    for (const auto& id : ids) EXPECT_TRUE(seen.count(id.to_string())) << id.to_string() << " lost";
+  }
+
+  PGconn* conn() { return connection_.get(); }
+  pg::Connection connection_ = connect();
+  SchemaName schema_;
+  std::string topic_;
+};
+
+TEST_F(RelayTest, PublishesEveryCommittedEventInAggregateOrderAndMarksIt) {
+  const auto ids = enqueue(10, 20);
+  Relay relay(options("r1"), sink());
+  ASSERT_TRUE(relay.run_until_idle(60s));
+  EXPECT_EQ(unpublished(), 0);
+  EXPECT_EQ(relay.stats().published, ids.size());
+  EXPECT_EQ(relay.stats().fenced, 0U);
+  expect_on_broker_in_order(ids);
+}
+
+TEST_F(RelayTest, RollbackNeverReachesTheBroker) {
+  const Producer producer(ProducerOptions{schema_, 4096});
+  pg::exec(conn(), "BEGIN");
+  const auto ghost = producer.enqueue(conn(), NewEvent{"order", "g", "Step", "{}", "{}", 1, {}});
+  pg::exec(conn(), "ROLLBACK");
+  const auto ids = enqueue(1, 1);
+  Relay relay(options("r1"), sink());
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  const auto messages = read_topic(kafka().bootstrap_servers(), topic_, 2, 3s);
+  ASSERT_EQ(messages.size(), 1U);
+  EXPECT_EQ(messages[0].headers.at("event_id"), ids[0].to_string());
+  EXPECT_NE(messages[0].headers.at("event_id"), ghost.event_id.to_string());
+}
+
+TEST_F(RelayTest, EveryIntentIsPublishedAfterARelayRestart) {
+  auto ids = enqueue(5, 40);
+  {
+    auto o = options("first");
+    o.batch_size = 10;
+    o.max_in_flight = 10;
+    Relay first(o, sink());
+    first.run_until_idle(150ms);  // stopped part-way, as by a restart
+  }
+  EXPECT_GT(unpublished(), 0) << "the first relay was meant to stop before the end";
+  const auto more = enqueue(5, 5);
+  ids.insert(ids.end(), more.begin(), more.end());
+  Relay second(options("second"), sink());
+  ASSERT_TRUE(second.run_until_idle(60s));
+  EXPECT_EQ(unpublished(), 0);
+  expect_on_broker_in_order(ids);
+}
+
+// A relay that claimed rows and died holds them only until its lease runs out.
+TEST_F(RelayTest, AnExpiredLeaseIsTakenOverByAnotherRelay) {
+  const auto ids = enqueue(3, 1);
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
+                       " SET claimed_by = 'dead-relay:1', claim_until = now() + interval '1.5 s'");
+  Relay relay(options("survivor"), sink());
+  const auto started = std::chrono::steady_clock::now();
+  relay.run_until_idle(500ms);
+  EXPECT_EQ(unpublished(), 3) << "rows under a live lease must not be taken";
+  while (unpublished() > 0 && std::chrono::steady_clock::now() - started < 20s) {
+    relay.run_until_idle(500ms);
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(unpublished(), 0);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 1400ms);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                              " WHERE claimed_by LIKE 'survivor:%'"),
+            3);
+  expect_on_broker_in_order(ids);
+}
+
+// A relay whose rows were re-claimed by another while its sends were in flight must not mark
+// them: its completion is fenced and counted.
+TEST_F(RelayTest, ACompletionForARowClaimedByAnotherRelayIsFenced) {
+  enqueue(4, 1);
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_rtt(broker, 1500);
+  Relay stale(options("stale"), sink());
+  std::thread runner([&] { stale.run(); });
+  // Wait for the claim, then play the other relay that took the rows after a lease expiry.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                           " WHERE claimed_by LIKE 'stale:%'") < 4 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
+                       " SET claimed_by = 'newer:1', claim_until = now() + interval '1 min'");
+  while (stale.stats().fenced < 4 && std::chrono::steady_clock::now() < deadline + 10s) {
+    std::this_thread::sleep_for(50ms);
+  }
+  stale.request_stop();
+  runner.join();
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_rtt(broker, 0);
+  EXPECT_EQ(stale.stats().fenced, 4U);
+  EXPECT_EQ(stale.stats().published, 0U);
+  EXPECT_EQ(unpublished(), 4) << "a fenced relay must not mark rows published";
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                              " WHERE claimed_by = 'newer:1'"),
+            4);
+}
+
+TEST_F(RelayTest, TwoRelaysNeverShareARowNorInvertAnAggregate) {
+  const auto ids = enqueue(20, 30);
+  InFlightTracker tracker;
+  auto o = options("a");
+  o.batch_size = 5;  // small claims, so both relays find heads to take
+  Relay a(o, std::make_unique<TrackingSink>(sink(), tracker));
+  o.relay_id = "b";
+  Relay b(o, std::make_unique<TrackingSink>(sink(), tracker));
+  std::thread ta([&] { a.run(); });
+  std::thread tb([&] { b.run(); });
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (unpublished() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  a.request_stop();
+  b.request_stop();
+  ta.join();
+  tb.join();
+  EXPECT_EQ(unpublished(), 0);
+  EXPECT_EQ(tracker.violations(), std::vector<std::string>{});
+  EXPECT_GT(a.stats().published, 0U);
+  EXPECT_GT(b.stats().published, 0U) << "both relays should have done part of the work";
+  EXPECT_EQ(a.stats().published + b.stats().published, ids.size());
+  expect_on_broker_in_order(ids);
+}
+
+// All brokers down longer than the producer's message timeout: sends fail, rows back off and
+// keep their order, and everything is delivered once the brokers are back.
+TEST_F(RelayTest, ABrokerOutageBacksOffThenDelivers) {
+  const auto ids = enqueue(3, 3);
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, true);
+  auto o = options("patient");
+  o.backoff_base = 200ms;
+  o.backoff_max = 1s;
+  Relay relay(o, sink({{"message.timeout.ms", "800"}}));
+  std::thread runner([&] { relay.run(); });
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (relay.stats().failed < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(unpublished(), 9);
+  EXPECT_GT(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                              " WHERE attempt_count > 0 AND last_error IS NOT NULL"),
+            0);
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, false);
+  while (unpublished() > 0 && std::chrono::steady_clock::now() < deadline + 20s) {
+    std::this_thread::sleep_for(100ms);
+  }
+  relay.request_stop();
+  runner.join();
+  EXPECT_EQ(unpublished(), 0);
+  EXPECT_GE(relay.stats().failed, 3U);
+  expect_on_broker_in_order(ids);
+}
+
+TEST_F(RelayTest, AFailedSendIsRescheduledWithBackoff) {
+  enqueue(1, 2);
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
+                       " SET aggregate_type = 'bad topic' WHERE aggregate_sequence = 1");
+  // Sequence 2 of the same aggregate must wait; it cannot overtake the failing head.
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
+                       " SET aggregate_type = 'bad topic' WHERE aggregate_sequence = 2");
+  auto o = options("r");
+  o.backoff_base = 10s;
+  Relay relay(o, make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(),
+                                                  "relay.{aggregate_type}", {}}));
+  relay.run_until_idle(5s);
+  const auto rows = pg::exec(conn(), "SELECT aggregate_sequence, attempt_count, last_error,"
+                                     " available_at > now() + interval '4 s' FROM " +
+                                         schema_.table("outbox_events") +
+                                         " ORDER BY aggregate_sequence");
+  ASSERT_EQ(rows.rows(), 2);
+  EXPECT_EQ(rows.int64(0, 1), 1);
+  EXPECT_NE(std::string(rows.text(0, 2)).find("not a legal Kafka topic"), std::string::npos)
+      << rows.text(0, 2);
+  EXPECT_EQ(rows.text(0, 3), "t") << "the retry must wait at least half the base backoff";
+  EXPECT_EQ(rows.int64(1, 1), 0) << "the next sequence must not be tried while the head fails";
+  EXPECT_EQ(relay.stats().claimed, 1U);
+}
+
+TEST_F(RelayTest, StopDrainsInFlightSendsAndExitsCleanly) {
+  enqueue(10, 10);
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_rtt(broker, 300);
+  Relay relay(options("draining"), sink());
+  std::thread runner([&] { relay.run(); });
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (relay.stats().in_flight == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  const auto in_flight = relay.stats().in_flight;
+  relay.request_stop();
+  runner.join();
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_rtt(broker, 0);
+  EXPECT_GT(in_flight, 0U);
+  EXPECT_EQ(relay.stats().in_flight, 0U) << "stop must wait for the reports of what was sent";
+  EXPECT_EQ(relay.stats().published, relay.stats().claimed);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                              " WHERE published_at IS NULL AND claim_until IS NOT NULL"),
+            0)
+      << "no row may stay leased after a clean stop";
+}
+
+}  // namespace
+}  // namespace outbox::testing

@@ -1,0 +1,101 @@
+#include "support/kafka_reader.hpp"
+
+#include <librdkafka/rdkafka.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace outbox::testing {
+namespace {
+
+rd_kafka_t* make_client(rd_kafka_type_t type, const std::string& brokers,
+                        const std::map<std::string, std::string>& extra) {
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  char error[512];
+  auto set = [&](const std::string& k, const std::string& v) {
+    if (rd_kafka_conf_set(conf, k.c_str(), v.c_str(), error, sizeof(error)) != RD_KAFKA_CONF_OK) {
+      throw std::runtime_error(error);
+    }
+  };
+  set("bootstrap.servers", brokers);
+  for (const auto& [k, v] : extra) set(k, v);
+  rd_kafka_t* rk = rd_kafka_new(type, conf, error, sizeof(error));
+  if (rk == nullptr) throw std::runtime_error(error);
+  return rk;
+}
+
+}  // namespace
+
+std::vector<ReadMessage> read_topic(const std::string& brokers, const std::string& topic,
+                                    std::size_t expected, std::chrono::milliseconds timeout) {
+  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, brokers,
+                               {{"group.id", "outbox-test-reader"}, {"enable.auto.commit", "false"}});
+  const rd_kafka_metadata_t* metadata = nullptr;
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+  std::vector<ReadMessage> messages;
+  if (rd_kafka_metadata(rk, 0, rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+      metadata->topic_cnt == 1) {
+    rd_kafka_topic_partition_list_t* assignment = rd_kafka_topic_partition_list_new(16);
+    for (int p = 0; p < metadata->topics[0].partition_cnt; ++p) {
+      rd_kafka_topic_partition_list_add(assignment, topic.c_str(), metadata->topics[0].partitions[p].id)
+          ->offset = RD_KAFKA_OFFSET_BEGINNING;
+    }
+    rd_kafka_assign(rk, assignment);
+    rd_kafka_topic_partition_list_destroy(assignment);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (messages.size() < expected && std::chrono::steady_clock::now() < deadline) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+      if (m == nullptr) continue;
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ReadMessage r;
+        r.topic = topic;
+        r.partition = m->partition;
+        r.offset = m->offset;
+        if (m->key) r.key.assign(static_cast<const char*>(m->key), m->key_len);
+        if (m->payload) r.value.assign(static_cast<const char*>(m->payload), m->len);
+        rd_kafka_headers_t* headers = nullptr;
+        if (rd_kafka_message_headers(m, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+          const char* name = nullptr;
+          const void* value = nullptr;
+          std::size_t size = 0;
+          for (std::size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) ==
+                                  RD_KAFKA_RESP_ERR_NO_ERROR;
+               ++i) {
+            r.headers[name] = std::string(static_cast<const char*>(value), size);
+          }
+        }
+        messages.push_back(std::move(r));
+      }
+      rd_kafka_message_destroy(m);
+    }
+  }
+  if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
+  rd_kafka_topic_destroy(rkt);
+  rd_kafka_consumer_close(rk);
+  rd_kafka_destroy(rk);
+  std::sort(messages.begin(), messages.end(), [](const ReadMessage& a, const ReadMessage& b) {
+    return std::tie(a.partition, a.offset) < std::tie(b.partition, b.offset);
+  });
+  return messages;
+}
+
+void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,
+                 const std::string& value, const std::map<std::string, std::string>& headers) {
+  rd_kafka_t* rk = make_client(RD_KAFKA_PRODUCER, brokers, {{"acks", "all"}});
+  rd_kafka_headers_t* hdrs = rd_kafka_headers_new(headers.size());
+  for (const auto& [k, v] : headers) rd_kafka_header_add(hdrs, k.c_str(), -1, v.data(), v.size());
+  const auto err = rd_kafka_producev(
+      rk, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_KEY(key.data(), key.size()),
+      RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
+      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_END);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    rd_kafka_headers_destroy(hdrs);
+    rd_kafka_destroy(rk);
+    throw std::runtime_error(rd_kafka_err2str(err));
+  }
+  const auto flushed = rd_kafka_flush(rk, 10000);
+  rd_kafka_destroy(rk);
+  if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR) throw std::runtime_error("produce_raw: flush timed out");
+}
+
+}  // namespace outbox::testing

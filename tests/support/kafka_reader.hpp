@@ -1,0 +1,29 @@
+#pragma once
+// Reads back what reached the Kafka mock cluster, and produces raw messages, for assertions.
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace outbox::testing {
+
+struct ReadMessage {
+  std::string topic;
+  int partition = 0;
+  long long offset = 0;
+  std::string key;
+  std::string value;
+  std::map<std::string, std::string> headers;
+};
+
+// Reads every partition of `topic` from the beginning until `expected` messages arrived or
+// `timeout` passed; returns them in (partition, offset) order.
+std::vector<ReadMessage> read_topic(const std::string& brokers, const std::string& topic,
+                                    std::size_t expected, std::chrono::milliseconds timeout);
+
+// Produces one message and waits for its acknowledgement.
+void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,
+                 const std::string& value, const std::map<std::string, std::string>& headers);
+
+}  // namespace outbox::testing

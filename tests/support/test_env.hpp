@@ -1,0 +1,25 @@
+#pragma once
+// What integration tests share: one embedded PostgreSQL and one Kafka mock cluster per test
+// process (started on first use), and a fresh schema per test so tests never see each other.
+
+#include <string>
+
+#include "outbox/embedded_postgres.hpp"
+#include "outbox/kafka_mock.hpp"
+#include "outbox/schema.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox::testing {
+
+EmbeddedPostgres& postgres();
+KafkaMockCluster& kafka();
+std::string database_url();
+pg::Connection connect();
+
+// A schema named after the running test, migrated, empty.
+SchemaName fresh_schema();
+
+// count(*) of a query's rows.
+long long count(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {});
+
+}  // namespace outbox::testing

@@ -1,0 +1,271 @@
+// Producer::validate: every rule an event must meet before anything is sent, checked without a
+// database. Each rejection is an InvalidArgument whose message names the field.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "outbox/error.hpp"
+#include "outbox/producer.hpp"
+
+namespace outbox {
+namespace {
+
+NewEvent valid_event() {
+  NewEvent event;
+  event.aggregate_type = "order";
+  event.aggregate_id = "4711";
+  event.event_type = "OrderPlaced";
+  event.payload = R"({"order_id": 4711, "total_cents": 1999})";
+  event.headers = R"({"traceparent": "00-4bf92f3577b34da6-00f067aa0ba902b7-01"})";
+  return event;
+}
+
+testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
+}
+
+// The message of the InvalidArgument that validate(event) throws; fails the test otherwise.
+std::string rejection_of(const NewEvent& event, const ProducerOptions& options = {}) {
+  try {
+    Producer(options).validate(event);
+    ADD_FAILURE() << "event was accepted";
+  } catch (const InvalidArgument& error) {
+    EXPECT_FALSE(error.retryable());
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "threw something other than InvalidArgument: " << error.what();
+  }
+  return {};
+}
+
+// --- accepted events ---
+
+TEST(ProducerValidate, AcceptsAValidEvent) { EXPECT_NO_THROW(Producer().validate(valid_event())); }
+
+TEST(ProducerValidate, AcceptsDefaultsForHeadersAndSchemaVersion) {
+  NewEvent event;
+  event.aggregate_type = "a";
+  event.aggregate_id = "b";
+  event.event_type = "c";
+  event.payload = "{}";
+  EXPECT_EQ(event.headers, "{}");
+  EXPECT_EQ(event.schema_version, 1);
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
+TEST(ProducerValidate, AcceptsScalarAndArrayPayloads) {
+  for (const std::string payload : {"[]", "[1,2]", "\"text\"", "42", "null", "true"}) {
+    NewEvent event = valid_event();
+    event.payload = payload;
+    EXPECT_NO_THROW(Producer().validate(event)) << payload;
+  }
+}
+
+TEST(ProducerValidate, Accepts255ByteNames) {
+  NewEvent event = valid_event();
+  event.aggregate_type = std::string(255, 't');
+  event.aggregate_id = std::string(255, 'i');
+  event.event_type = std::string(255, 'e');
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
+TEST(ProducerValidate, AcceptsASuppliedEventId) {
+  NewEvent event = valid_event();
+  event.event_id = EventId::generate();
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
+TEST(ProducerValidate, AcceptsPayloadPlusHeadersExactlyAtTheLimit) {
+  NewEvent event = valid_event();
+  event.payload = R"({"k":"v"})";  // 9 bytes
+  event.headers = "{}";            // 2 bytes
+  ProducerOptions options;
+  options.max_payload_bytes = 11;
+  EXPECT_NO_THROW(Producer(options).validate(event));
+}
+
+// --- names ---
+
+TEST(ProducerValidate, RejectsEmptyNamesNamingTheField) {
+  NewEvent event = valid_event();
+  event.aggregate_type.clear();
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_type is empty"));
+
+  event = valid_event();
+  event.aggregate_id.clear();
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_id is empty"));
+
+  event = valid_event();
+  event.event_type.clear();
+  EXPECT_TRUE(contains(rejection_of(event), "event_type is empty"));
+}
+
+TEST(ProducerValidate, Rejects256ByteNamesNamingTheFieldAndTheLimit) {
+  NewEvent event = valid_event();
+  event.aggregate_type = std::string(256, 't');
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_type is 256 bytes; at most 255"));
+
+  event = valid_event();
+  event.aggregate_id = std::string(256, 'i');
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_id is 256 bytes; at most 255"));
+
+  event = valid_event();
+  event.event_type = std::string(256, 'e');
+  EXPECT_TRUE(contains(rejection_of(event), "event_type is 256 bytes; at most 255"));
+}
+
+TEST(ProducerValidate, RejectsNulBytesInNames) {
+  const std::string with_nul("ord\0er", 6);
+  NewEvent event = valid_event();
+  event.aggregate_type = with_nul;
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_type contains a NUL byte"));
+
+  event = valid_event();
+  event.aggregate_id = with_nul;
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_id contains a NUL byte"));
+
+  event = valid_event();
+  event.event_type = std::string(1, '\0');
+  EXPECT_TRUE(contains(rejection_of(event), "event_type contains a NUL byte"));
+}
+
+// --- schema_version ---
+
+TEST(ProducerValidate, RejectsSchemaVersionZero) {
+  NewEvent event = valid_event();
+  event.schema_version = 0;
+  EXPECT_TRUE(contains(rejection_of(event), "schema_version is 0; it must be 1 or more"));
+}
+
+TEST(ProducerValidate, RejectsNegativeSchemaVersion) {
+  NewEvent event = valid_event();
+  event.schema_version = -3;
+  EXPECT_TRUE(contains(rejection_of(event), "schema_version is -3"));
+}
+
+// --- payload ---
+
+TEST(ProducerValidate, RejectsPayloadThatIsNotJson) {
+  for (const std::string payload : {"", "not json", "{", "{'a': 1}", "{\"a\": 1,}"}) {
+    NewEvent event = valid_event();
+    event.payload = payload;
+    const std::string message = rejection_of(event);
+    EXPECT_TRUE(contains(message, "payload")) << payload;
+    EXPECT_TRUE(contains(message, "not valid JSON")) << payload;
+  }
+}
+
+TEST(ProducerValidate, RejectionOfPayloadSaysWhichEvent) {
+  NewEvent event = valid_event();
+  event.payload = "nope";
+  EXPECT_TRUE(contains(rejection_of(event), "payload of OrderPlaced 4711 is not valid JSON"));
+}
+
+TEST(ProducerValidate, RejectsPayloadWithTrailingGarbage) {
+  NewEvent event = valid_event();
+  event.payload = R"({"a": 1} {"b": 2})";
+  EXPECT_TRUE(contains(rejection_of(event), "payload of OrderPlaced 4711 is not valid JSON"));
+  event.payload = R"({"a": 1}x)";
+  EXPECT_TRUE(contains(rejection_of(event), "payload of OrderPlaced 4711 is not valid JSON"));
+}
+
+TEST(ProducerValidate, RejectsPayloadContainingEscapedNul) {
+  // Valid JSON, but jsonb cannot store U+0000, so PostgreSQL would abort the caller's transaction.
+  NewEvent event = valid_event();
+  event.payload = R"({"name": "a\u0000b"})";
+  EXPECT_TRUE(contains(rejection_of(event), "contains \\u0000, which PostgreSQL jsonb cannot store"));
+}
+
+TEST(ProducerValidate, AcceptsEscapedBackslashFollowedByU0000) {
+  NewEvent event = valid_event();
+  event.payload = R"({"windows_path": "C:\\u0000"})";  // value: C:\u0000 (no NUL)
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
+// --- headers ---
+
+TEST(ProducerValidate, RejectsHeadersThatAreNotAnObject) {
+  for (const std::string headers : {"[]", "\"x\"", "1", "null"}) {
+    NewEvent event = valid_event();
+    event.headers = headers;
+    EXPECT_TRUE(contains(rejection_of(event), "headers of OrderPlaced 4711 must be a JSON object"))
+        << headers;
+  }
+}
+
+TEST(ProducerValidate, RejectsHeadersThatAreNotJson) {
+  NewEvent event = valid_event();
+  event.headers = "{";
+  EXPECT_TRUE(contains(rejection_of(event), "headers of OrderPlaced 4711 is not valid JSON"));
+  event.headers = "";
+  EXPECT_TRUE(contains(rejection_of(event), "headers"));
+}
+
+TEST(ProducerValidate, RejectsHeaderValueThatIsNotAString) {
+  NewEvent event = valid_event();
+  event.headers = R"({"attempt": 2})";
+  EXPECT_TRUE(contains(rejection_of(event),
+                       "headers of OrderPlaced 4711 value of \"attempt\" must "
+                       "be a string"));
+}
+
+// --- size ---
+
+TEST(ProducerValidate, RejectsPayloadPlusHeadersOverTheLimit) {
+  ProducerOptions options;
+  options.max_payload_bytes = 16;
+  NewEvent event = valid_event();
+  event.payload = R"({"k":"0123456"})";  // 15 bytes: fits alone
+  event.headers = "{}";                  // 2 bytes: together 17
+  const std::string message = rejection_of(event, options);
+  EXPECT_TRUE(contains(message, "payload and headers"));
+  EXPECT_TRUE(contains(message, "are 17 bytes; the limit is 16"));
+  EXPECT_TRUE(contains(message, "max_payload_bytes"));
+}
+
+TEST(ProducerValidate, DefaultLimitIsOneMebibyte) {
+  EXPECT_EQ(ProducerOptions().max_payload_bytes, 1024U * 1024U);
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.payload = "\"" + std::string(1024 * 1024 - 4, 'x') + "\"";  // 2 + 1 MiB - 4 + 2 = 1 MiB
+  EXPECT_NO_THROW(Producer().validate(event));
+  event.payload = "\"" + std::string(1024 * 1024 - 3, 'x') + "\"";
+  EXPECT_TRUE(contains(rejection_of(event), "the limit is 1048576"));
+}
+
+// --- event_id ---
+
+TEST(ProducerValidate, RejectsNilEventId) {
+  NewEvent event = valid_event();
+  event.event_id = EventId();
+  EXPECT_TRUE(contains(rejection_of(event), "event_id is the nil UUID"));
+}
+
+// --- enqueue without a connection ---
+
+TEST(ProducerEnqueue, NullConnectionIsInvalidArgument) {
+  const Producer producer;
+  try {
+    producer.enqueue(nullptr, valid_event());
+    FAIL() << "enqueue(nullptr, ...) returned";
+  } catch (const InvalidArgument& error) {
+    EXPECT_TRUE(contains(error.what(), "connection is null"));
+  }
+}
+
+TEST(ProducerEnqueue, NullConnectionIsCheckedForABatchToo) {
+  const Producer producer;
+  const std::vector<NewEvent> events = {valid_event(), valid_event()};
+  try {
+    producer.enqueue(nullptr, std::span<const NewEvent>(events));
+    FAIL() << "enqueue(nullptr, batch) returned";
+  } catch (const InvalidArgument& error) {
+    EXPECT_TRUE(contains(error.what(), "connection is null"));
+  }
+}
+
+}  // namespace
+}  // namespace outbox

@@ -1,0 +1,216 @@
+// Kafka topic templates, the configuration checks of make_kafka_sink, and DeliveryOutcome names.
+// Constructing a sink starts librdkafka's threads but sends nothing; no broker is needed.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "outbox/error.hpp"
+#include "outbox/kafka.hpp"
+#include "outbox/sink.hpp"
+
+namespace outbox {
+namespace {
+
+Event order_placed() {
+  Event event;
+  event.aggregate_type = "order";
+  event.aggregate_id = "4711";
+  event.event_type = "OrderPlaced";
+  return event;
+}
+
+testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
+  return testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
+}
+
+KafkaSinkOptions valid_options() {
+  KafkaSinkOptions options;
+  options.brokers = "127.0.0.1:1";  // nothing listens there; construction does not need it
+  options.topic_template = "outbox.{aggregate_type}";
+  return options;
+}
+
+// The message of the ConfigError make_kafka_sink(options) throws; fails the test otherwise.
+std::string config_error_of(const KafkaSinkOptions& options) {
+  try {
+    const std::unique_ptr<Sink> sink = make_kafka_sink(options);
+    ADD_FAILURE() << "make_kafka_sink accepted the options";
+  } catch (const ConfigError& error) {
+    EXPECT_FALSE(error.retryable());
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "threw something other than ConfigError: " << error.what();
+  }
+  return {};
+}
+
+KafkaSinkOptions with_property(const std::string& key, const std::string& value) {
+  KafkaSinkOptions options = valid_options();
+  options.properties[key] = value;
+  return options;
+}
+
+// --- render_topic ---
+
+TEST(RenderTopic, ReplacesAggregateType) {
+  EXPECT_EQ(render_topic("outbox.{aggregate_type}", order_placed()), "outbox.order");
+}
+
+TEST(RenderTopic, ReplacesEventType) {
+  EXPECT_EQ(render_topic("events.{event_type}", order_placed()), "events.OrderPlaced");
+}
+
+TEST(RenderTopic, ReplacesBothPlaceholders) {
+  EXPECT_EQ(render_topic("{aggregate_type}.{event_type}.v1", order_placed()),
+            "order.OrderPlaced.v1");
+}
+
+TEST(RenderTopic, ReplacesRepeatedPlaceholders) {
+  EXPECT_EQ(
+      render_topic("{aggregate_type}-{aggregate_type}_{event_type}{event_type}", order_placed()),
+      "order-order_OrderPlacedOrderPlaced");
+}
+
+TEST(RenderTopic, TemplateWithoutPlaceholdersIsTheTopic) {
+  EXPECT_EQ(render_topic("all-events", order_placed()), "all-events");
+  EXPECT_EQ(render_topic("", order_placed()), "");
+}
+
+TEST(RenderTopic, LeavesUnknownPlaceholdersLiterally) {
+  EXPECT_EQ(render_topic("x.{foo}.{aggregate_type}", order_placed()), "x.{foo}.order");
+  EXPECT_EQ(render_topic("{aggregate_id}", order_placed()), "{aggregate_id}");
+}
+
+TEST(RenderTopic, LeavesIncompleteAndMisspelledPlaceholdersLiterally) {
+  EXPECT_EQ(render_topic("{aggregate_type", order_placed()), "{aggregate_type");
+  EXPECT_EQ(render_topic("aggregate_type}", order_placed()), "aggregate_type}");
+  EXPECT_EQ(render_topic("{Aggregate_Type}", order_placed()), "{Aggregate_Type}");
+  EXPECT_EQ(render_topic("{{event_type}}", order_placed()), "{OrderPlaced}");
+}
+
+TEST(RenderTopic, DoesNotReexpandSubstitutedText) {
+  Event event = order_placed();
+  event.aggregate_type = "{event_type}";
+  EXPECT_EQ(render_topic("t.{aggregate_type}", event), "t.{event_type}");
+}
+
+// --- make_kafka_sink: configuration errors ---
+
+TEST(MakeKafkaSink, RejectsEmptyBrokers) {
+  KafkaSinkOptions options = valid_options();
+  options.brokers.clear();
+  EXPECT_TRUE(contains(config_error_of(options), "no brokers"));
+}
+
+TEST(MakeKafkaSink, RejectsTemplateRenderingToATopicWithASpace) {
+  KafkaSinkOptions options = valid_options();
+  options.topic_template = "outbox {aggregate_type}";
+  EXPECT_TRUE(contains(config_error_of(options),
+                       "topic template \"outbox {aggregate_type}\" is not a Kafka topic name"));
+}
+
+TEST(MakeKafkaSink, RejectsTemplateRenderingToATopicWithASlash) {
+  KafkaSinkOptions options = valid_options();
+  options.topic_template = "outbox/{aggregate_type}";
+  EXPECT_TRUE(contains(config_error_of(options), "is not a Kafka topic name"));
+}
+
+TEST(MakeKafkaSink, RejectsTemplateRenderingToAnEmptyTopic) {
+  KafkaSinkOptions options = valid_options();
+  options.topic_template = "";
+  EXPECT_TRUE(contains(config_error_of(options), "is not a Kafka topic name"));
+}
+
+TEST(MakeKafkaSink, RejectsTemplatesKafkaReservesOrCannotHold) {
+  const std::vector<std::string> templates = {".",   "..",        "{foo}",
+                                              "x:y", "t\xC3\xA9", std::string(250, 'a')};
+  for (const std::string& topic_template : templates) {
+    KafkaSinkOptions options = valid_options();
+    options.topic_template = topic_template;
+    EXPECT_TRUE(contains(config_error_of(options), "is not a Kafka topic name")) << topic_template;
+  }
+}
+
+TEST(MakeKafkaSink, RejectsDisablingIdempotence) {
+  const std::string message = config_error_of(with_property("enable.idempotence", "false"));
+  EXPECT_TRUE(contains(message, "enable.idempotence=false"));
+  EXPECT_TRUE(contains(message, "requires enable.idempotence=true and acks=all"));
+}
+
+TEST(MakeKafkaSink, RejectsAcksOne) {
+  EXPECT_TRUE(contains(config_error_of(with_property("acks", "1")), "acks=1 would allow lost"));
+}
+
+TEST(MakeKafkaSink, RejectsAcksZero) {
+  EXPECT_TRUE(contains(config_error_of(with_property("acks", "0")), "acks=0 would allow lost"));
+}
+
+TEST(MakeKafkaSink, RejectsRequestRequiredAcksOne) {
+  EXPECT_TRUE(contains(config_error_of(with_property("request.required.acks", "1")),
+                       "request.required.acks=1 would allow lost"));
+}
+
+TEST(MakeKafkaSink, RejectsUnknownProperty) {
+  EXPECT_TRUE(contains(config_error_of(with_property("no.such.property", "1")),
+                       "Kafka property no.such.property=1"));
+}
+
+TEST(MakeKafkaSink, RejectsInvalidPropertyValue) {
+  EXPECT_TRUE(contains(config_error_of(with_property("linger.ms", "soon")),
+                       "Kafka property linger.ms=soon"));
+}
+
+TEST(MakeKafkaSink, RejectsPropertiesContradictingIdempotenceAsConfigError) {
+  EXPECT_TRUE(
+      contains(config_error_of(with_property("max.in.flight.requests.per.connection", "10")),
+               "max.in.flight"));
+  EXPECT_TRUE(contains(config_error_of(with_property("retries", "0")), "retries"));
+}
+
+// --- make_kafka_sink: valid configurations ---
+
+TEST(MakeKafkaSink, ValidOptionsConstructWithoutABroker) {
+  std::unique_ptr<Sink> sink;
+  ASSERT_NO_THROW(sink = make_kafka_sink(valid_options()));
+  ASSERT_NE(sink, nullptr);
+  EXPECT_EQ(sink->in_flight(), 0U);
+  EXPECT_EQ(sink->describe(), "kafka(127.0.0.1:1)");
+}
+
+TEST(MakeKafkaSink, AcceptsPropertiesThatKeepTheGuarantees) {
+  KafkaSinkOptions options = valid_options();
+  options.topic_template = "{aggregate_type}.{event_type}";
+  options.properties = {{"enable.idempotence", "true"},
+                        {"acks", "all"},
+                        {"request.required.acks", "-1"},
+                        {"linger.ms", "5"},
+                        {"client.id", "outbox-unit-test"}};
+  EXPECT_NO_THROW(make_kafka_sink(options));
+}
+
+TEST(MakeKafkaSink, AcceptsEveryLegalTopicCharacter) {
+  KafkaSinkOptions options = valid_options();
+  options.topic_template = "AZaz09._-{event_type}";
+  EXPECT_NO_THROW(make_kafka_sink(options));
+}
+
+// --- DeliveryOutcome ---
+
+TEST(DeliveryOutcomeToString, NamesEveryOutcome) {
+  EXPECT_STREQ(to_string(DeliveryOutcome::published), "published");
+  EXPECT_STREQ(to_string(DeliveryOutcome::retryable_failure), "retryable_failure");
+  EXPECT_STREQ(to_string(DeliveryOutcome::permanent_failure), "permanent_failure");
+  EXPECT_STREQ(to_string(DeliveryOutcome::unknown), "unknown");
+}
+
+TEST(DeliveryOutcomeToString, ValueOutsideTheEnumIsAQuestionMark) {
+  EXPECT_STREQ(to_string(static_cast<DeliveryOutcome>(99)), "?");
+}
+
+}  // namespace
+}  // namespace outbox
