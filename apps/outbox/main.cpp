@@ -95,12 +95,61 @@ int cmd_relay(const RelayFlags& flags) {
   sink.brokers = flags.brokers;
   sink.topic_template = flags.topic_template;
   sink.properties = parse_properties(flags.properties);
-  Relay relay(options, make_kafka_sink(sink));
-  on_termination_signal([&relay] { relay.request_stop(); });
-  relay.run();
-  const RelayStats stats = relay.stats();
-  std::cout << "relay " << relay.relay_id() << ": published " << stats.published << ", failed "
-            << stats.failed << ", fenced " << stats.fenced << "\n";
+  // Restarts the relay after a lost database connection, with capped exponential backoff. Rows
+  // it held stay leased until their lease runs out, then any relay (this one too) retakes them.
+  std::mutex mutex;
+  std::condition_variable stopped;
+  bool stopping = false;
+  Relay* current = nullptr;
+  on_termination_signal([&] {
+    std::lock_guard lock(mutex);
+    stopping = true;
+    if (current != nullptr) current->request_stop();
+    stopped.notify_all();
+  });
+  RelayStats total;
+  auto add = [&total](const RelayStats& stats) {
+    total.published += stats.published;
+    total.failed += stats.failed;
+    total.fenced += stats.fenced;
+  };
+  auto backoff = std::chrono::milliseconds(500);
+  for (;;) {
+    try {
+      Relay relay(options, make_kafka_sink(sink));
+      options.relay_id = relay.relay_id();  // one name across reconnects
+      {
+        std::lock_guard lock(mutex);
+        if (stopping) break;
+        current = &relay;
+      }
+      struct Detach {  // the signal thread must never see a destroyed relay
+        std::mutex& mutex;
+        Relay*& current;
+        ~Detach() {
+          std::lock_guard lock(mutex);
+          current = nullptr;
+        }
+      } detach{mutex, current};
+      try {
+        relay.run();
+      } catch (...) {
+        add(relay.stats());
+        throw;
+      }
+      add(relay.stats());
+      break;  // run() returns only after a stop request
+    } catch (const DatabaseError& e) {
+      if (!e.retryable()) throw;
+      std::cerr << "outbox relay: " << e.what() << "; reconnecting in " << backoff.count()
+                << " ms\n";
+    }
+    std::unique_lock lock(mutex);
+    if (stopped.wait_for(lock, backoff, [&] { return stopping; })) break;
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+  }
+  std::cout << "relay " << options.relay_id << ": published " << total.published << ", failed "
+            << total.failed << ", fenced " << total.fenced << "\n";
   return 0;
 }
 

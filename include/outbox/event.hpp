@@ -43,7 +43,7 @@ struct NewEvent {
   std::string payload;         // a JSON document (object, array or scalar)
   std::string headers = "{}";  // a JSON object of string values, passed on as broker headers
   std::int32_t schema_version = 1;      // >= 1
-  std::optional<EventId> event_id;      // supply one to make a retried request idempotent
+  std::optional<EventId> event_id{};    // supply one to make a retried request idempotent
 };
 
 // A stored event, as the relay claims it and a sink publishes it.

@@ -64,9 +64,10 @@ struct KafkaConsumerStats {
   std::uint64_t rejected = 0;  // messages without a valid outbox event_id header (skipped, logged)
 };
 
-// Consumes outbox events and applies `effect` through an Inbox. The offset of a message is stored
-// for commit only after its inbox transaction committed, so a crash anywhere re-delivers, and the
-// redelivery is a no-op. Messages of one partition are processed in order.
+// Consumes outbox events and applies `effect` through an Inbox. What one poll() receives (up to
+// 500 messages) is applied in one inbox transaction; offsets are stored for commit only after it
+// committed, so a crash anywhere re-delivers, and the redelivery is a no-op. Messages of one
+// partition are applied in order.
 //
 // Thread safety: one thread calls poll()/run(); request_stop() and stats() from any thread.
 class KafkaInboxConsumer {
@@ -79,8 +80,9 @@ class KafkaInboxConsumer {
   KafkaInboxConsumer& operator=(const KafkaInboxConsumer&) = delete;
 
   // Processes what arrives within `max_wait`; returns how many messages it handled.
-  // An effect that throws stops processing of that partition's message: the exception
-  // propagates, the offset is not stored, and the message is delivered again after a restart.
+  // When an effect throws, nothing of the batch commits, every partition of the batch is rewound
+  // to its first message in it, and the exception propagates: the batch comes again, whether the
+  // caller polls on or restarts.
   std::size_t poll(std::chrono::milliseconds max_wait);
   // Polls until request_stop(), then commits stored offsets and leaves the group.
   void run();

@@ -13,7 +13,9 @@ namespace outbox {
 
 struct ProducerOptions {
   SchemaName schema;
-  std::size_t max_payload_bytes = 1024 * 1024;  // payload + headers; larger is InvalidArgument
+  // payload + headers; larger is InvalidArgument. The default stays below librdkafka's
+  // message.max.bytes (1,000,000) so an accepted event can also be published.
+  std::size_t max_payload_bytes = 900 * 1024;
 };
 
 struct EnqueuedEvent {

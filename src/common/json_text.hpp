@@ -7,9 +7,6 @@
 
 namespace outbox::detail {
 
-// True when `text` is one complete JSON value.
-bool is_json(std::string_view text);
-
 // Empty when `text` is one JSON value that PostgreSQL's jsonb can store; otherwise says what is
 // wrong ("is not valid JSON", or a string holding \u0000, which jsonb refuses).
 std::string check_jsonb_document(std::string_view text);

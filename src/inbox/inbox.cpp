@@ -1,5 +1,7 @@
 #include "outbox/inbox.hpp"
 
+#include <set>
+
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -9,20 +11,39 @@ Inbox::Inbox(SchemaName schema, std::string consumer_name)
       consumer_name_(std::move(consumer_name)),
       insert_sql_("INSERT INTO " + schema_.table("processed_events") +
                   " (consumer_name, event_id) VALUES ($1, $2::uuid)"
-                  " ON CONFLICT DO NOTHING RETURNING event_id") {
+                  " ON CONFLICT DO NOTHING RETURNING event_id"),
+      insert_batch_sql_("INSERT INTO " + schema_.table("processed_events") +
+                        " (consumer_name, event_id) SELECT $1, id FROM unnest($2::uuid[]) AS u(id)"
+                        " ON CONFLICT DO NOTHING RETURNING event_id") {
   if (consumer_name_.empty() || consumer_name_.size() > 255) {
     throw InvalidArgument("inbox consumer name must be 1..255 bytes; it scopes the dedup records");
   }
 }
 
-InboxResult Inbox::process(PGconn* conn, const EventId& event_id,
-                           const std::function<void(PGconn*)>& effect) const {
+namespace {
+
+void check_idle(PGconn* conn) {
   if (conn == nullptr) throw InvalidArgument("inbox: the connection is null");
   if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
     throw InvalidArgument(
         "inbox: the connection must be idle; process() opens and commits its own transaction so "
         "the dedup record and the effect commit together");
   }
+}
+
+void check_effect_left_transaction_open(PGconn* conn) {
+  if (PQtransactionStatus(conn) != PQTRANS_INTRANS) {
+    throw InvalidArgument(
+        "inbox: the effect ended or broke the transaction (it must not COMMIT or ROLLBACK, and "
+        "must not swallow a failed statement); what was still open is rolled back");
+  }
+}
+
+}  // namespace
+
+InboxResult Inbox::process(PGconn* conn, const EventId& event_id,
+                           const std::function<void(PGconn*)>& effect) const {
+  check_idle(conn);
   if (event_id.is_nil()) throw InvalidArgument("inbox: the event id is the nil UUID");
   const std::string id = event_id.to_string();
   pg::exec(conn, "BEGIN");
@@ -33,13 +54,47 @@ InboxResult Inbox::process(PGconn* conn, const EventId& event_id,
       return InboxResult::duplicate;
     }
     effect(conn);
-    if (PQtransactionStatus(conn) != PQTRANS_INTRANS) {
-      throw InvalidArgument(
-          "inbox: the effect ended or broke the transaction (it must not COMMIT or ROLLBACK, and "
-          "must not swallow a failed statement); what was still open is rolled back");
-    }
+    check_effect_left_transaction_open(conn);
     pg::commit(conn);
     return InboxResult::applied;
+  } catch (...) {
+    pg::rollback_quietly(conn);
+    throw;
+  }
+}
+
+std::vector<InboxResult> Inbox::process_batch(
+    PGconn* conn, std::span<const EventId> event_ids,
+    const std::function<void(PGconn*, std::size_t)>& effect) const {
+  check_idle(conn);
+  std::vector<InboxResult> results(event_ids.size(), InboxResult::duplicate);
+  if (event_ids.empty()) return results;
+  std::string ids = "{";
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    if (event_ids[i].is_nil()) throw InvalidArgument("inbox: an event id is the nil UUID");
+    if (i > 0) ids += ',';
+    ids += event_ids[i].to_string();
+  }
+  ids += '}';
+  pg::exec(conn, "BEGIN");
+  try {
+    const auto inserted = pg::exec(conn, insert_batch_sql_, {consumer_name_.c_str(), ids.c_str()});
+    std::set<EventId> fresh;
+    for (int row = 0; row < inserted.rows(); ++row) {
+      if (auto id = EventId::parse(inserted.text(row, 0))) fresh.insert(*id);
+    }
+    for (std::size_t i = 0; i < event_ids.size(); ++i) {
+      if (fresh.erase(event_ids[i]) == 0) continue;  // seen before, or earlier in this batch
+      effect(conn, i);
+      check_effect_left_transaction_open(conn);
+      results[i] = InboxResult::applied;
+    }
+    if (inserted.rows() == 0) {
+      pg::rollback_quietly(conn);
+    } else {
+      pg::commit(conn);
+    }
+    return results;
   } catch (...) {
     pg::rollback_quietly(conn);
     throw;

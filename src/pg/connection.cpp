@@ -84,10 +84,14 @@ void rollback_quietly(PGconn* conn) noexcept {
 }
 
 Connection Connection::open(const std::string& database_url, std::string_view application_name) {
-  // libpq merges expand_dbname: a URI or key=value string, plus our fallback_application_name.
+  // With expand_dbname, settings in the user's string override the keywords before "dbname":
+  // these are defaults. Keepalives make a half-open TCP connection fail within about a minute
+  // instead of the kernel's two hours; a relay stuck on one would hold its leases meanwhile.
   const std::string app(application_name);
-  const char* keys[] = {"dbname", "fallback_application_name", nullptr};
-  const char* values[] = {database_url.empty() ? nullptr : database_url.c_str(), app.c_str(),
+  const char* keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
+                        "keepalives_count", "dbname", "fallback_application_name", nullptr};
+  const char* values[] = {"10", "30", "10", "3",
+                          database_url.empty() ? nullptr : database_url.c_str(), app.c_str(),
                           nullptr};
   ConnHandle handle(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
   if (!handle) throw DatabaseError("cannot connect: out of memory", "", true);

@@ -31,8 +31,14 @@ void check_name(std::string_view field, const std::string& value) {
 // the caller's transaction ends, then insert the events numbered after it. Writers of the same
 // aggregate therefore commit in sequence order, and a rolled-back writer leaves no gap because its
 // increment rolls back with it.
+//
+// synchronous_commit=off would let the relay publish a commit that a server crash then loses
+// (a phantom event), so a transaction that enqueues raises it to "on" for itself; stronger
+// settings (remote_write, remote_apply) are kept.
 std::string insert_sql(const SchemaName& schema) {
-  return fmt::format(R"SQL(WITH seq AS (
+  return fmt::format(R"SQL(WITH durable AS (
+  SELECT set_config('synchronous_commit', 'on', true) WHERE current_setting('synchronous_commit') = 'off'
+), seq AS (
   INSERT INTO {sequences} AS s (aggregate_type, aggregate_id, last_sequence)
   VALUES ($1, $2, $3::bigint)
   ON CONFLICT (aggregate_type, aggregate_id)
@@ -43,7 +49,7 @@ INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence
                       schema_version, payload, headers)
 SELECT e.event_id, $1, $2, seq.last_sequence - $3::bigint + e.ord, e.event_type,
        e.schema_version, e.payload, e.headers
-FROM seq, unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
+FROM seq LEFT JOIN durable ON true, unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
           WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, headers, ord)
 ORDER BY e.ord
 RETURNING event_id, aggregate_sequence)SQL",
@@ -55,6 +61,14 @@ void check_transaction(PGconn* conn) {
   if (conn == nullptr) throw InvalidArgument("enqueue: the connection is null");
   switch (PQtransactionStatus(conn)) {
     case PQTRANS_INTRANS:
+      // Payloads are sent as UTF-8 bytes; in another client encoding the server would
+      // re-interpret them and store different text.
+      if (PQclientEncoding(conn) != pg_char_to_encoding("UTF8")) {
+        throw InvalidArgument(
+            "enqueue needs client_encoding UTF8 on the connection (it is " +
+            std::string(pg_encoding_to_char(PQclientEncoding(conn))) +
+            "): set client_encoding=UTF8 in the connection string or SET client_encoding");
+      }
       return;
     case PQTRANS_IDLE:
       throw InvalidArgument(

@@ -66,8 +66,15 @@ class Relay::Impl {
       // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
       if (connection_.wait_for_notifications(milliseconds(0)) > 0) claim_wanted = true;
 
+      // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
+      // and a claim must not re-take rows this relay still has in flight under an older token.
+      if (Clock::now() - last_renewal > options_.lease / 3) {
+        renew_leases();
+        last_renewal = Clock::now();
+      }
+
       std::size_t claimed = 0;
-      std::size_t room = options_.max_in_flight - in_flight_.size();
+      const std::size_t room = options_.max_in_flight - in_flight_.size();
       if (claim_wanted && room > 0) {
         claimed = claim(std::min(room, options_.batch_size));
         // A full batch means more is probably due; otherwise wait for a reason to ask again.
@@ -82,10 +89,6 @@ class Relay::Impl {
         // A published event may unblock the next sequence of its aggregate, and a failed one
         // frees room in the window.
         claim_wanted = true;
-      }
-      if (Clock::now() - last_renewal > options_.lease / 3) {
-        renew_leases();
-        last_renewal = Clock::now();
       }
       if (in_flight_.empty() && !claim_wanted) {
         if (until_idle) return true;

@@ -104,7 +104,8 @@ TEST_F(KafkaConsumerTest, AFailedEffectIsRedeliveredAndNothingAfterItIsSkipped) 
       }
     }
     ASSERT_TRUE(threw);
-    EXPECT_EQ(applied(), 1);
+    // Message 1 commits alone or rolls back with the failing batch, depending on what one poll got.
+    EXPECT_LE(applied(), 1);
     // Polling on after the failure must not run past the failed message.
     for (int i = 0; i < 5; ++i) {
       try {
@@ -112,7 +113,10 @@ TEST_F(KafkaConsumerTest, AFailedEffectIsRedeliveredAndNothingAfterItIsSkipped) 
       } catch (const std::runtime_error&) {
       }
     }
-    EXPECT_EQ(applied(), 1) << "message 3 was applied past the failed message 2";
+    EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("applied") + " WHERE event_id = $1",
+                    {ids[2].to_string().c_str()}),
+              0)
+        << "message 3 was applied past the failed message 2";
   }
   KafkaInboxConsumer successor(options("redeliver"), record());
   poll_until(successor, [&] { return applied() >= 3; });

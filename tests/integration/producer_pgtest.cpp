@@ -141,6 +141,51 @@ TEST_F(ProducerTest, DuplicateEventIdFailsTheTransactionWithItsSqlstate) {
   EXPECT_EQ(events(), 1);
 }
 
+// With synchronous_commit=off a crash could lose a commit the relay already published.
+TEST_F(ProducerTest, RaisesSynchronousCommitOffToOnForItsTransactionOnly) {
+  pg::exec(conn(), "SET synchronous_commit = off");
+  pg::exec(conn(), "BEGIN");
+  producer_->enqueue(conn(), order_event("o1"));
+  EXPECT_EQ(pg::exec(conn(), "SHOW synchronous_commit").text(0, 0), "on");
+  pg::commit(conn());
+  EXPECT_EQ(pg::exec(conn(), "SHOW synchronous_commit").text(0, 0), "off");
+
+  pg::exec(conn(), "SET synchronous_commit = remote_apply");
+  pg::exec(conn(), "BEGIN");
+  producer_->enqueue(conn(), order_event("o1"));
+  EXPECT_EQ(pg::exec(conn(), "SHOW synchronous_commit").text(0, 0), "remote_apply")
+      << "a stronger setting must be kept";
+  pg::commit(conn());
+}
+
+TEST_F(ProducerTest, RefusesAConnectionThatIsNotUtf8) {
+  pg::exec(conn(), "SET client_encoding = 'LATIN1'");
+  pg::exec(conn(), "BEGIN");
+  try {
+    producer_->enqueue(conn(), order_event("o1"));
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("client_encoding UTF8"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INTRANS) << "the transaction must stay usable";
+  pg::exec(conn(), "ROLLBACK");
+  pg::exec(conn(), "SET client_encoding = 'UTF8'");
+  EXPECT_EQ(events(), 0);
+}
+
+TEST_F(ProducerTest, PayloadsJsonbWouldRefuseAreRefusedBeforeTheTransactionBreaks) {
+  pg::exec(conn(), "BEGIN");
+  for (const std::string& payload :
+       {std::string("\xEF\xBB\xBF{}"), std::string(2000, '[') + std::string(2000, ']'),
+        std::string("1e-200000"), std::string(R"({"a":"\u0000"})")}) {
+    NewEvent event = order_event("o1");
+    event.payload = payload;
+    EXPECT_THROW(producer_->enqueue(conn(), event), InvalidArgument) << payload.substr(0, 20);
+  }
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INTRANS);
+  pg::exec(conn(), "ROLLBACK");
+}
+
 TEST_F(ProducerTest, MissingMigrationsNameTheTable) {
   const Producer unmigrated(ProducerOptions{SchemaName("never_migrated"), 4096});
   pg::exec(conn(), "BEGIN");

@@ -13,7 +13,10 @@
 namespace outbox::detail {
 namespace {
 
-// --- is_json ---
+// --- check_jsonb_document: plain JSON validity ---
+
+bool is_json(std::string_view text) { return check_jsonb_document(text).empty(); }
+
 
 TEST(IsJson, AcceptsObjectsAndArrays) {
   EXPECT_TRUE(is_json("{}"));
@@ -298,6 +301,48 @@ TEST(ArrayLiteral, RoundTripsRandomStrings) {
     const std::string literal = to_array_literal(values);
     ASSERT_EQ(parse_array_literal(literal), as_elements(values)) << "literal: " << literal;
   }
+}
+
+}  // namespace
+}  // namespace outbox::detail
+
+namespace outbox::detail {
+namespace {
+
+// --- check_jsonb_document: what JSON allows but jsonb refuses ---
+
+TEST(CheckJsonbDocument, RefusesAByteOrderMark) {
+  EXPECT_NE(check_jsonb_document("\xEF\xBB\xBF{}").find("byte order mark"), std::string::npos);
+}
+
+TEST(CheckJsonbDocument, RefusesNestingDeeperThanAThousandLevels) {
+  const std::string ok = std::string(1000, '[') + std::string(1000, ']');
+  const std::string deep = std::string(1001, '[') + std::string(1001, ']');
+  EXPECT_EQ(check_jsonb_document(ok), "");
+  EXPECT_NE(check_jsonb_document(deep).find("deeper than 1000"), std::string::npos);
+}
+
+TEST(CheckJsonbDocument, RefusesNumbersOutsideNumericRange) {
+  EXPECT_EQ(check_jsonb_document("[1e-16000, 1.5e300, 123.456, 1e-300]"), "");
+  EXPECT_NE(check_jsonb_document("1e-200000").find("numeric range"), std::string::npos);
+  EXPECT_NE(check_jsonb_document("0.1e-16383").find("numeric range"), std::string::npos);
+  // Beyond a double's range the parser itself refuses the number.
+  EXPECT_NE(check_jsonb_document(R"({"x": 1e9999999999})"), "");
+}
+
+TEST(CheckJsonbDocument, TellsAnEscapedNulFromAnEscapedBackslash) {
+  EXPECT_NE(check_jsonb_document(R"({"a": "x\u0000"})").find("\\u0000"), std::string::npos);
+  EXPECT_NE(check_jsonb_document(R"({"x\u0000": 1})").find("\\u0000"), std::string::npos);
+  EXPECT_EQ(check_jsonb_document(R"({"a": "C:\\u0000"})"), "");
+}
+
+TEST(CheckHeaderObject, RefusesOutboxsOwnHeaderNames) {
+  for (const char* name :
+       {"event_id", "event_type", "aggregate_type", "aggregate_sequence", "schema_version"}) {
+    const std::string headers = std::string(R"({")") + name + R"(": "x"})";
+    EXPECT_NE(check_header_object(headers).find("reserved name"), std::string::npos) << name;
+  }
+  EXPECT_EQ(check_header_object(R"({"trace_id": "abc", "Event_Id": "x"})"), "");
 }
 
 }  // namespace

@@ -226,14 +226,14 @@ TEST(ProducerValidate, RejectsPayloadPlusHeadersOverTheLimit) {
   EXPECT_TRUE(contains(message, "max_payload_bytes"));
 }
 
-TEST(ProducerValidate, DefaultLimitIsOneMebibyte) {
-  EXPECT_EQ(ProducerOptions().max_payload_bytes, 1024U * 1024U);
+TEST(ProducerValidate, DefaultLimitStaysBelowKafkasMessageMaxBytes) {
+  EXPECT_EQ(ProducerOptions().max_payload_bytes, 900U * 1024U);
   NewEvent event = valid_event();
   event.headers = "{}";
-  event.payload = "\"" + std::string(1024 * 1024 - 4, 'x') + "\"";  // 2 + 1 MiB - 4 + 2 = 1 MiB
+  event.payload = "\"" + std::string(900 * 1024 - 4, 'x') + "\"";  // 2 + 900 KiB - 4 + 2
   EXPECT_NO_THROW(Producer().validate(event));
-  event.payload = "\"" + std::string(1024 * 1024 - 3, 'x') + "\"";
-  EXPECT_TRUE(contains(rejection_of(event), "the limit is 1048576"));
+  event.payload = "\"" + std::string(900 * 1024 - 3, 'x') + "\"";
+  EXPECT_TRUE(contains(rejection_of(event), "the limit is 921600"));
 }
 
 // --- event_id ---

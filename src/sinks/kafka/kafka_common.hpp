@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "common/event_headers.hpp"
 #include "common/holder.hpp"
 #include "outbox/error.hpp"
 
@@ -40,11 +41,10 @@ inline KafkaHandle create(rd_kafka_type_t type, ConfHandle conf) {
   return KafkaHandle(handle);
 }
 
-// The outbox header names on every message.
-inline constexpr const char* kHeaderEventId = "event_id";
-inline constexpr const char* kHeaderEventType = "event_type";
-inline constexpr const char* kHeaderAggregateType = "aggregate_type";
-inline constexpr const char* kHeaderAggregateSequence = "aggregate_sequence";
-inline constexpr const char* kHeaderSchemaVersion = "schema_version";
+using detail::kHeaderAggregateSequence;
+using detail::kHeaderAggregateType;
+using detail::kHeaderEventId;
+using detail::kHeaderEventType;
+using detail::kHeaderSchemaVersion;
 
 }  // namespace outbox::kafka

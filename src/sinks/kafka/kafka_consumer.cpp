@@ -11,6 +11,8 @@
 namespace outbox {
 namespace {
 
+constexpr std::size_t kMaxBatch = 500;
+
 std::string header(rd_kafka_headers_t* headers, const char* name) {
   const void* value = nullptr;
   std::size_t size = 0;
@@ -68,10 +70,15 @@ class KafkaInboxConsumer::Impl {
     rd_kafka_consumer_close(handle_.get());
   }
 
+  // Takes what is ready (up to kMaxBatch messages, waiting up to `max_wait` for the first) and
+  // applies it through the inbox in one transaction.
   std::size_t poll(std::chrono::milliseconds max_wait) {
-    std::size_t handled = 0;
+    if (!broken_.empty()) {
+      throw BrokerError("kafka consumer: " + broken_ + "; destroy it and create a new one", 0, false);
+    }
+    std::vector<kafka::MessageHandle> batch;
     int wait = static_cast<int>(max_wait.count());
-    while (handled < 500) {
+    while (batch.size() < kMaxBatch) {
       kafka::MessageHandle message(rd_kafka_consumer_poll(handle_.get(), wait));
       if (!message) break;
       wait = 0;
@@ -81,10 +88,10 @@ class KafkaInboxConsumer::Impl {
         }
         continue;
       }
-      handle(message.get());
-      ++handled;
+      batch.push_back(std::move(message));
     }
-    return handled;
+    if (!batch.empty()) handle(batch);
+    return batch.size();
   }
 
   void request_stop() noexcept { stop_.store(true, std::memory_order_relaxed); }
@@ -95,65 +102,100 @@ class KafkaInboxConsumer::Impl {
   }
 
  private:
-  void handle(rd_kafka_message_t* message) {
-    ++received_;
+  static ConsumedEvent decode(const rd_kafka_message_t* message) {
     rd_kafka_headers_t* headers = nullptr;
     rd_kafka_message_headers(message, &headers);
     ConsumedEvent event;
-    const auto id = EventId::parse(header(headers, kafka::kHeaderEventId));
+    event.event_id = EventId::parse(header(headers, kafka::kHeaderEventId)).value_or(EventId{});
     event.topic = rd_kafka_topic_name(message->rkt);
     event.partition = message->partition;
     event.offset = message->offset;
-    if (!id || id->is_nil()) {
-      // Without an id there is nothing to deduplicate on; it is not an outbox message.
-      ++rejected_;
-      detail::log().error("kafka consumer: {}[{}]@{} has no valid event_id header; skipped",
-                          event.topic, event.partition, event.offset);
-      store_offset(message);
-      return;
-    }
-    event.event_id = *id;
     event.aggregate_type = header(headers, kafka::kHeaderAggregateType);
     if (message->key != nullptr) {
       event.aggregate_id.assign(static_cast<const char*>(message->key), message->key_len);
     }
-    event.aggregate_sequence = to_int<std::int64_t>(header(headers, kafka::kHeaderAggregateSequence));
+    event.aggregate_sequence =
+        to_int<std::int64_t>(header(headers, kafka::kHeaderAggregateSequence));
     event.event_type = header(headers, kafka::kHeaderEventType);
     event.schema_version = to_int<std::int32_t>(header(headers, kafka::kHeaderSchemaVersion));
     if (message->payload != nullptr) {
       event.payload.assign(static_cast<const char*>(message->payload), message->len);
     }
-    try {
-      const InboxResult result = inbox_.process(
-          connection_.get(), event.event_id, [&](PGconn* conn) { effect_(conn, event); });
-      if (result == InboxResult::applied) {
-        ++applied_;
-      } else {
-        ++duplicates_;
-      }
-    } catch (...) {
-      // Rewind so this message comes again, whether the caller keeps polling or restarts: no
-      // later offset of this partition may be stored past an effect that did not commit.
-      kafka::PartitionListHandle rewind(rd_kafka_topic_partition_list_new(1));
-      rd_kafka_topic_partition_list_add(rewind.get(), event.topic.c_str(), event.partition)
-          ->offset = event.offset;
-      if (rd_kafka_error_t* error = rd_kafka_seek_partitions(handle_.get(), rewind.get(), 5000)) {
-        detail::log().error("kafka consumer: rewind failed: {}", rd_kafka_error_string(error));
-        rd_kafka_error_destroy(error);
-      }
-      throw;
-    }
-    store_offset(message);
+    return event;
   }
 
-  void store_offset(const rd_kafka_message_t* message) {
-    kafka::PartitionListHandle offsets(rd_kafka_topic_partition_list_new(1));
-    rd_kafka_topic_partition_list_add(offsets.get(), rd_kafka_topic_name(message->rkt),
-                                      message->partition)
-        ->offset = message->offset + 1;
+  void handle(const std::vector<kafka::MessageHandle>& batch) {
+    received_ += batch.size();
+    std::vector<ConsumedEvent> events;
+    events.reserve(batch.size());
+    for (const auto& message : batch) {
+      ConsumedEvent event = decode(message.get());
+      if (event.event_id.is_nil()) {
+        // Without an id there is nothing to deduplicate on; it is not an outbox message.
+        ++rejected_;
+        detail::log().error("kafka consumer: {}[{}]@{} has no valid event_id header; skipped",
+                            event.topic, event.partition, event.offset);
+        continue;
+      }
+      events.push_back(std::move(event));
+    }
+    std::vector<EventId> ids;
+    ids.reserve(events.size());
+    for (const auto& event : events) ids.push_back(event.event_id);
+    try {
+      const auto results = inbox_.process_batch(
+          connection_.get(), ids, [&](PGconn* conn, std::size_t i) { effect_(conn, events[i]); });
+      for (const InboxResult result : results) {
+        if (result == InboxResult::applied) {
+          ++applied_;
+        } else {
+          ++duplicates_;
+        }
+      }
+    } catch (...) {
+      rewind(batch);
+      throw;
+    }
+    store_offsets(batch);
+  }
+
+  // Seeks every partition of the batch back to its first message in the batch, so nothing of an
+  // uncommitted batch is skipped, whether the caller keeps polling or restarts.
+  void rewind(const std::vector<kafka::MessageHandle>& batch) {
+    kafka::PartitionListHandle positions(rd_kafka_topic_partition_list_new(4));
+    for (const auto& message : batch) {
+      const char* topic = rd_kafka_topic_name(message->rkt);
+      rd_kafka_topic_partition_t* entry =
+          rd_kafka_topic_partition_list_find(positions.get(), topic, message->partition);
+      if (entry == nullptr) {
+        rd_kafka_topic_partition_list_add(positions.get(), topic, message->partition)->offset =
+            message->offset;
+      } else {
+        entry->offset = std::min(entry->offset, message->offset);
+      }
+    }
+    if (rd_kafka_error_t* error = rd_kafka_seek_partitions(handle_.get(), positions.get(), 5000)) {
+      // Polling on could now store offsets past the failed batch: refuse to.
+      broken_ = std::string("rewind after a failed effect did not work: ") +
+                rd_kafka_error_string(error);
+      detail::log().error("kafka consumer: {}", broken_);
+      rd_kafka_error_destroy(error);
+    }
+  }
+
+  // After the inbox commit: the next offset of every partition in the batch becomes committable.
+  void store_offsets(const std::vector<kafka::MessageHandle>& batch) {
+    kafka::PartitionListHandle offsets(rd_kafka_topic_partition_list_new(4));
+    for (const auto& message : batch) {
+      const char* topic = rd_kafka_topic_name(message->rkt);
+      rd_kafka_topic_partition_t* entry =
+          rd_kafka_topic_partition_list_find(offsets.get(), topic, message->partition);
+      if (entry == nullptr) entry = rd_kafka_topic_partition_list_add(offsets.get(), topic, message->partition);
+      entry->offset = std::max(entry->offset, message->offset + 1);
+    }
     if (const auto err = rd_kafka_offsets_store(handle_.get(), offsets.get())) {
-      // Happens after a rebalance took the partition away: the new owner re-delivers, the
-      // inbox turns that into a no-op.
+      // Happens after a rebalance took a partition away: the new owner re-delivers, the inbox
+      // turns that into a no-op.
       detail::log().warn("kafka consumer: offset store failed: {}", rd_kafka_err2str(err));
     }
   }
@@ -164,6 +206,7 @@ class KafkaInboxConsumer::Impl {
   pg::Connection connection_;
   kafka::KafkaHandle handle_;
   std::atomic<bool> stop_{false};
+  std::string broken_;  // non-empty: unusable, says why
   std::atomic<std::uint64_t> received_{0};
   std::atomic<std::uint64_t> applied_{0};
   std::atomic<std::uint64_t> duplicates_{0};

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "common/log.hpp"
 #include "outbox/kafka.hpp"
@@ -69,7 +70,8 @@ class KafkaSink final : public Sink {
     }
     kafka::ConfHandle conf(rd_kafka_conf_new());
     kafka::set(conf.get(), "bootstrap.servers", brokers_);
-    kafka::set(conf.get(), "message.timeout.ms", "30000");
+    // Below the relay's default lease (30 s), so a send normally ends before its lease could.
+    kafka::set(conf.get(), "message.timeout.ms", "20000");
     kafka::set(conf.get(), "linger.ms", "2");
     for (const auto& [key, value] : options.properties) kafka::set(conf.get(), key, value);
     kafka::set(conf.get(), "enable.idempotence", "true");
@@ -86,7 +88,7 @@ class KafkaSink final : public Sink {
   }
 
   void send(const Event& event, std::uint64_t ticket) override {
-    ++in_flight_;
+    pending_.insert(ticket);
     const std::string topic = render_topic(topic_template_, event);
     if (!is_legal_topic(topic)) {
       report(ticket, DeliveryOutcome::permanent_failure,
@@ -110,7 +112,7 @@ class KafkaSink final : public Sink {
       const auto extra = nlohmann::json::parse(event.headers, nullptr, false);
       if (extra.is_object()) {
         for (const auto& [key, value] : extra.items()) {
-          if (!value.is_string()) continue;
+          if (!value.is_string() || detail::is_reserved_header(key)) continue;
           const auto& text = value.get_ref<const std::string&>();
           rd_kafka_header_add(headers.get(), key.c_str(), -1, text.data(), text.size());
         }
@@ -148,7 +150,7 @@ class KafkaSink final : public Sink {
     ready_.clear();
   }
 
-  [[nodiscard]] std::size_t in_flight() const override { return in_flight_; }
+  [[nodiscard]] std::size_t in_flight() const override { return pending_.size(); }
   [[nodiscard]] std::string describe() const override { return "kafka(" + brokers_ + ")"; }
 
  private:
@@ -172,8 +174,9 @@ class KafkaSink final : public Sink {
                      : std::string(rd_kafka_err2str(message->err)));
   }
 
+  // Exactly one report per ticket, whatever librdkafka does.
   void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
-    --in_flight_;
+    if (pending_.erase(ticket) == 0) return;
     ready_.push_back(DeliveryReport{ticket, outcome, std::move(error)});
   }
 
@@ -185,18 +188,24 @@ class KafkaSink final : public Sink {
     if (fatal == RD_KAFKA_RESP_ERR_NO_ERROR) return;
     detail::log().error("kafka producer fatal error {}: {}; recreating the producer",
                         rd_kafka_err2name(fatal), reason);
+    kafka::KafkaHandle replacement =
+        kafka::create(RD_KAFKA_PRODUCER, kafka::ConfHandle(rd_kafka_conf_dup(rd_kafka_conf(handle_.get()))));
     rd_kafka_purge(handle_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(handle_.get(), 1000);  // serves the purged messages' delivery reports
-    kafka::ConfHandle conf(rd_kafka_conf_dup(rd_kafka_conf(handle_.get())));
-    handle_.reset();
-    handle_ = kafka::create(RD_KAFKA_PRODUCER, std::move(conf));
+    handle_ = std::move(replacement);
+    // Whatever the old handle did not report is reported here: the relay must never wait on a
+    // ticket forever (its row would keep its lease and block its aggregate).
+    const std::vector<std::uint64_t> orphaned(pending_.begin(), pending_.end());
+    for (const std::uint64_t ticket : orphaned) {
+      report(ticket, DeliveryOutcome::unknown, "producer recreated after a fatal error");
+    }
   }
 
   std::string topic_template_;
   std::string brokers_;
   kafka::KafkaHandle handle_;
   std::vector<DeliveryReport> ready_;
-  std::size_t in_flight_ = 0;
+  std::unordered_set<std::uint64_t> pending_;  // tickets sent and not yet reported
 };
 
 }  // namespace
