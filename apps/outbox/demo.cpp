@@ -77,8 +77,8 @@ void apply_effect(PGconn* conn, const ConsumedEvent& event) {
 INSERT INTO {s}.projection (aggregate_type, aggregate_id, last_sequence) VALUES ($2, $3, $4)
 ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = EXCLUDED.last_sequence)SQL",
                        fmt::arg("s", s)),
-           {id.c_str(), event.aggregate_type.c_str(), event.aggregate_id.c_str(),
-            sequence.c_str(), previous_sequence.c_str()});
+           {id.c_str(), event.aggregate_type.c_str(), event.aggregate_id.c_str(), sequence.c_str(),
+            previous_sequence.c_str()});
 }
 
 // One writer: its own orders, several transactions each, some rolled back on purpose; every
@@ -125,7 +125,8 @@ void write_orders(const DemoOptions& options, const std::string& url, int writer
         } else {
           pg::exec(conn, "UPDATE " + orders + " SET status = 'paid' WHERE order_id = $1",
                    {order.c_str()});
-          add("order", order, "OrderPaid", {{"order_id", order}, {"amount_cents", 1999 * item_count}});
+          add("order", order, "OrderPaid",
+              {{"order_id", order}, {"amount_cents", 1999 * item_count}});
           add("customer", customer, "CustomerPaid", {{"order_id", order}});
         }
         const auto enqueued = producer.enqueue(conn, events);
@@ -164,7 +165,8 @@ struct Report {
   }
 };
 
-std::uint64_t count(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {}) {
+std::uint64_t count(PGconn* conn, const std::string& sql,
+                    const std::vector<const char*>& params = {}) {
   return static_cast<std::uint64_t>(pg::exec(conn, sql, params).int64(0, 0));
 }
 
@@ -186,16 +188,17 @@ void check(PGconn* conn, const WriteLog& log, Report& report) {
   report.events_rolled_back = log.rolled_back.size();
   report.lost = count(conn,
                       "SELECT count(*) FROM unnest($1::uuid[]) c(id) WHERE NOT EXISTS "
-                      "(SELECT 1 FROM " + s + ".effects e WHERE e.event_id = c.id)",
+                      "(SELECT 1 FROM " +
+                          s + ".effects e WHERE e.event_id = c.id)",
                       {committed.c_str()});
   report.phantom = count(conn,
                          "SELECT count(DISTINCT event_id) FROM " + s +
                              ".effects e WHERE e.event_id <> ALL ($1::uuid[])",
                          {committed.c_str()});
-  report.rolled_back_intents =
-      count(conn, "SELECT count(*) FROM " + kSchema.table("outbox_events") +
-                      " WHERE event_id = ANY ($1::uuid[])",
-            {rolled_back.c_str()});
+  report.rolled_back_intents = count(conn,
+                                     "SELECT count(*) FROM " + kSchema.table("outbox_events") +
+                                         " WHERE event_id = ANY ($1::uuid[])",
+                                     {rolled_back.c_str()});
   report.duplicate_effects =
       count(conn, "SELECT count(*) - count(DISTINCT event_id) FROM " + s + ".effects");
   report.inversions = count(conn, "SELECT count(*) FROM " + s +
@@ -249,8 +252,9 @@ void print(const Report& r, bool json) {
   line("inversions", r.inversions, "must be 0: applied out of aggregate order");
   line("stuck", r.stuck, "must be 0: still unpublished at the end");
   line("commit outcome unknown", r.unknown, "must be 0 here");
-  std::cout << fmt::format("  took {:.1f} s; the last event was applied {:.2f} s after the last commit\n",
-                           r.seconds, r.drain_seconds);
+  std::cout << fmt::format(
+      "  took {:.1f} s; the last event was applied {:.2f} s after the last commit\n", r.seconds,
+      r.drain_seconds);
   std::cout << (r.ok() ? "OK: every invariant held\n" : "FAILED: an invariant was violated\n");
 }
 

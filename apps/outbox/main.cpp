@@ -1,9 +1,9 @@
 // outbox: the command-line tool. One subcommand per job; each validates its flags before touching
 // anything and exits non-zero with a message that says what to change.
 
-#include <CLI/CLI.hpp>
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
@@ -164,7 +164,8 @@ int cmd_status(const std::string& db, const std::string& schema_text) {
       "       count(*) FILTER (WHERE published_at IS NOT NULL),"
       "       coalesce(extract(epoch FROM now() - min(occurred_at) FILTER (WHERE published_at IS "
       "NULL)), 0)::float8"
-      " FROM " + schema.table("outbox_events"));
+      " FROM " +
+          schema.table("outbox_events"));
   std::cout << "pending " << result.text(0, 0) << " (in flight " << result.text(0, 1)
             << ", retrying " << result.text(0, 2) << "), published " << result.text(0, 3)
             << ", oldest pending " << result.text(0, 4) << " s\n";
@@ -196,7 +197,8 @@ int main(int argc, char** argv) {
   std::string db;
   std::string schema = "outbox";
   auto* migrate = app.add_subcommand("migrate", "create or upgrade outbox's tables");
-  migrate->add_option("--db", db, "libpq connection string or URI (default: $OUTBOX_DATABASE_URL, PG*)");
+  migrate->add_option("--db", db,
+                      "libpq connection string or URI (default: $OUTBOX_DATABASE_URL, PG*)");
   migrate->add_option("--schema", schema, "schema for outbox's tables");
 
   RelayFlags relay_flags;
@@ -207,18 +209,22 @@ int main(int argc, char** argv) {
   relay->add_option("--kafka-property", relay_flags.properties, "librdkafka property key=value");
   relay->add_option("--topic-template", relay_flags.topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
-  relay->add_option("--relay-id", relay_flags.relay_id, "name in claimed_by (default host-pid-rand)");
-  relay->add_option("--batch-size", relay_flags.batch_size, "rows per claim")->check(CLI::Range(1, 100000));
+  relay->add_option("--relay-id", relay_flags.relay_id,
+                    "name in claimed_by (default host-pid-rand)");
+  relay->add_option("--batch-size", relay_flags.batch_size, "rows per claim")
+      ->check(CLI::Range(1, 100000));
   relay->add_option("--max-in-flight", relay_flags.max_in_flight, "sends awaiting an ack")
       ->check(CLI::Range(1, 1000000));
-  relay->add_option("--lease-ms", relay_flags.lease_ms, "claim lease")->check(CLI::Range(100L, 3600000L));
+  relay->add_option("--lease-ms", relay_flags.lease_ms, "claim lease")
+      ->check(CLI::Range(100L, 3600000L));
 
   auto* status = app.add_subcommand("status", "pending, in-flight and published counts");
   status->add_option("--db", db, "libpq connection string or URI");
   status->add_option("--schema", schema, "schema holding outbox_events");
 
   int mock_brokers = 3;
-  auto* mock = app.add_subcommand("kafka-mock", "run librdkafka's mock Kafka cluster until stopped");
+  auto* mock =
+      app.add_subcommand("kafka-mock", "run librdkafka's mock Kafka cluster until stopped");
   mock->add_option("--brokers", mock_brokers, "number of brokers")->check(CLI::Range(1, 64));
 
   auto* postgres = app.add_subcommand(
@@ -230,8 +236,10 @@ int main(int argc, char** argv) {
                    "use this database instead of an embedded one (schema outbox_demo is reset)");
   demo->add_option("--kafka-brokers", demo_options.kafka_brokers,
                    "use these brokers instead of the embedded mock cluster");
-  demo->add_option("--orders", demo_options.orders, "orders to write")->check(CLI::Range(1, 10000000));
-  demo->add_option("--writers", demo_options.writers, "concurrent writer threads")->check(CLI::Range(1, 64));
+  demo->add_option("--orders", demo_options.orders, "orders to write")
+      ->check(CLI::Range(1, 10000000));
+  demo->add_option("--writers", demo_options.writers, "concurrent writer threads")
+      ->check(CLI::Range(1, 64));
   demo->add_option("--relays", demo_options.relays, "concurrent relays")->check(CLI::Range(1, 16));
   demo->add_option("--rollback-percent", demo_options.rollback_percent,
                    "share of transactions rolled back on purpose")

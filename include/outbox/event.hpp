@@ -37,13 +37,13 @@ class EventId {
 // What a service enqueues. The library fills in the event id (unless given), the per-aggregate
 // sequence and the timestamps.
 struct NewEvent {
-  std::string aggregate_type;  // e.g. "order"; non-empty, at most 255 bytes
-  std::string aggregate_id;    // e.g. "4711"; non-empty, at most 255 bytes; Kafka message key
-  std::string event_type;      // e.g. "OrderPlaced"; non-empty, at most 255 bytes
-  std::string payload;         // a JSON document (object, array or scalar)
-  std::string headers = "{}";  // a JSON object of string values, passed on as broker headers
-  std::int32_t schema_version = 1;      // >= 1
-  std::optional<EventId> event_id{};    // supply one to make a retried request idempotent
+  std::string aggregate_type;       // e.g. "order"; non-empty, at most 255 bytes
+  std::string aggregate_id;         // e.g. "4711"; non-empty, at most 255 bytes; Kafka message key
+  std::string event_type;           // e.g. "OrderPlaced"; non-empty, at most 255 bytes
+  std::string payload;              // a JSON document (object, array or scalar)
+  std::string headers = "{}";       // a JSON object of string values, passed on as broker headers
+  std::int32_t schema_version = 1;  // >= 1
+  std::optional<EventId> event_id{};  // supply one to make a retried request idempotent
 };
 
 // A stored event, as the relay claims it and a sink publishes it.
@@ -55,7 +55,7 @@ struct Event {
   std::string event_type;
   std::int32_t schema_version = 1;
   std::string payload;
-  std::string headers;  // JSON object
+  std::string headers;      // JSON object
   std::string occurred_at;  // ISO 8601, as PostgreSQL prints timestamptz
   std::int32_t attempt_count = 0;
 };

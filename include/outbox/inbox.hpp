@@ -36,8 +36,8 @@ class Inbox {
   InboxResult process(PGconn* conn, const EventId& event_id,
                       const std::function<void(PGconn*)>& effect) const;
 
-  // Processes several events in ONE transaction: one dedup insert for all of them, `effect(conn, i)`
-  // for each event i not processed before (in the given order; an id repeated within the batch
+  // Processes several events in ONE transaction: one dedup insert for all of them, `effect(conn,
+  // i)` for each event i not processed before (in the given order; an id repeated within the batch
   // counts once), one COMMIT. All or nothing: when an effect throws, nothing of the batch is
   // committed and the exception propagates. Returns the result per event, in input order.
   // Same connection rules and errors as process(). One fsync per batch instead of per event.

@@ -18,7 +18,8 @@ namespace outbox {
 
 struct KafkaSinkOptions {
   std::string brokers;  // bootstrap.servers, "host:port,host:port"
-  // Topic per event. Placeholders: {aggregate_type}, {event_type}. Default "outbox.{aggregate_type}".
+  // Topic per event. Placeholders: {aggregate_type}, {event_type}. Default
+  // "outbox.{aggregate_type}".
   std::string topic_template = "outbox.{aggregate_type}";
   // Extra librdkafka properties (e.g. security.protocol, linger.ms). enable.idempotence=true and
   // acks=all are always set; a property that would weaken them is a ConfigError.
@@ -53,7 +54,7 @@ struct KafkaConsumerOptions {
   std::vector<std::string> topics;  // names or "^regex"
   std::string database_url;         // where the inbox and the effects live
   SchemaName schema;
-  std::string consumer_name;  // inbox scope; default: group_id
+  std::string consumer_name;                      // inbox scope; default: group_id
   std::map<std::string, std::string> properties;  // extra librdkafka properties
 };
 

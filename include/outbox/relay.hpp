@@ -18,12 +18,12 @@ struct RelayOptions {
   SchemaName schema;
   std::string relay_id;  // empty: "<host>-<pid>-<random>"; appears in claimed_by
 
-  std::size_t batch_size = 500;       // rows per claim statement
-  std::size_t max_in_flight = 10000;  // sends awaiting a broker report
+  std::size_t batch_size = 500;            // rows per claim statement
+  std::size_t max_in_flight = 10000;       // sends awaiting a broker report
   std::chrono::milliseconds lease{30000};  // claim_until = now() + lease; renewed while in flight
-  std::chrono::milliseconds backoff_base{500};  // first retry delay; doubles per attempt
-  std::chrono::milliseconds backoff_max{300000};  // cap of the retry delay (before jitter)
-  std::chrono::milliseconds idle_poll_max{1000};  // longest sleep when no NOTIFY arrives
+  std::chrono::milliseconds backoff_base{500};     // first retry delay; doubles per attempt
+  std::chrono::milliseconds backoff_max{300000};   // cap of the retry delay (before jitter)
+  std::chrono::milliseconds idle_poll_max{1000};   // longest sleep when no NOTIFY arrives
   std::chrono::milliseconds drain_timeout{10000};  // on stop: how long to wait for reports
 };
 

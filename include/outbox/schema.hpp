@@ -42,9 +42,10 @@ int latest_schema_version();
 
 // Applies every migration not yet recorded in `schema.outbox_schema_migrations`, all in one
 // transaction under an advisory lock: concurrent callers serialize, the second applies nothing,
-// and a failure leaves the schema as it was. Idempotent. `conn` must be idle (not inside a transaction). Blocks for the DDL.
-// Throws DatabaseError (with SQLSTATE) when the server refuses, InvalidArgument when `conn` is
-// busy, and Error when the database holds a newer schema than this build knows.
+// and a failure leaves the schema as it was. Idempotent. `conn` must be idle (not inside a
+// transaction). Blocks for the DDL. Throws DatabaseError (with SQLSTATE) when the server refuses,
+// InvalidArgument when `conn` is busy, and Error when the database holds a newer schema than this
+// build knows.
 MigrationReport migrate(PGconn* conn, const SchemaName& schema);
 // Same, on a new connection to `database_url` (a libpq connection string or URI; empty: PG* vars).
 MigrationReport migrate(const std::string& database_url, const SchemaName& schema);

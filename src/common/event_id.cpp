@@ -38,10 +38,10 @@ EventId EventId::generate() {
   std::uint64_t tail = 0;
   {
     std::lock_guard lock(s.mutex);
-    const auto now = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
+    const auto now =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
     if (now > s.last_ms) {
       s.last_ms = now;
       s.counter = static_cast<std::uint32_t>(s.random() & 0x1FF);  // leave room to count up

@@ -1,8 +1,8 @@
 #include "common/json_text.hpp"
 
-#include "common/event_headers.hpp"
-
 #include <nlohmann/json.hpp>
+
+#include "common/event_headers.hpp"
 
 namespace outbox::detail {
 
@@ -44,9 +44,7 @@ class JsonbChecker final : public nlohmann::json_sax<nlohmann::json> {
     problem = std::move(what);
     return false;
   }
-  bool enter() {
-    return ++depth_ <= kMaxDepth ? true : fail("nests deeper than 1000 levels");
-  }
+  bool enter() { return ++depth_ <= kMaxDepth ? true : fail("nests deeper than 1000 levels"); }
   bool leave() {
     --depth_;
     return true;

@@ -11,8 +11,8 @@ bool is_retryable_sqlstate(std::string_view sqlstate) {
   if (sqlstate.size() != 5) return false;
   const std::string_view cls = sqlstate.substr(0, 2);
   if (cls == "08" || cls == "53") return true;
-  return sqlstate == "40001" || sqlstate == "40P01" || sqlstate == "55P03" ||
-         sqlstate == "57P01" || sqlstate == "57P02" || sqlstate == "57P03";
+  return sqlstate == "40001" || sqlstate == "40P01" || sqlstate == "55P03" || sqlstate == "57P01" ||
+         sqlstate == "57P02" || sqlstate == "57P03";
 }
 
 DatabaseError make_error(PGconn* conn, const PGresult* result, std::string_view what) {
@@ -46,16 +46,16 @@ std::int64_t Result::affected() const {
 }
 
 Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& params) {
-  PGresult* raw = params.empty()
-                      ? PQexec(conn, sql.c_str())
-                      : PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr,
-                                     params.data(), nullptr, nullptr, 0);
+  PGresult* raw = params.empty() ? PQexec(conn, sql.c_str())
+                                 : PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()),
+                                                nullptr, params.data(), nullptr, nullptr, 0);
   Result result(raw);
   const ExecStatusType status = raw != nullptr ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     // The first line of the statement is enough to say which one failed.
     const auto end = sql.find('\n');
-    throw make_error(conn, raw, "statement failed [" + sql.substr(0, std::min<std::size_t>(end, 60)) + "]");
+    throw make_error(conn, raw,
+                     "statement failed [" + sql.substr(0, std::min<std::size_t>(end, 60)) + "]");
   }
   return result;
 }
@@ -88,11 +88,16 @@ Connection Connection::open(const std::string& database_url, std::string_view ap
   // these are defaults. Keepalives make a half-open TCP connection fail within about a minute
   // instead of the kernel's two hours; a relay stuck on one would hold its leases meanwhile.
   const std::string app(application_name);
-  const char* keys[] = {"connect_timeout", "keepalives_idle", "keepalives_interval",
-                        "keepalives_count", "dbname", "fallback_application_name", nullptr};
-  const char* values[] = {"10", "30", "10", "3",
-                          database_url.empty() ? nullptr : database_url.c_str(), app.c_str(),
-                          nullptr};
+  const char* keys[] = {"connect_timeout",
+                        "keepalives_idle",
+                        "keepalives_interval",
+                        "keepalives_count",
+                        "dbname",
+                        "fallback_application_name",
+                        nullptr};
+  const char* values[] = {
+      "10",        "30",   "10", "3", database_url.empty() ? nullptr : database_url.c_str(),
+      app.c_str(), nullptr};
   ConnHandle handle(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
   if (!handle) throw DatabaseError("cannot connect: out of memory", "", true);
   if (PQstatus(handle.get()) != CONNECTION_OK) {

@@ -61,7 +61,8 @@ class Connection {
  public:
   // Connects (blocking) to a libpq connection string or URI; "" uses the PG* variables.
   // Throws DatabaseError (retryable) saying which server it could not reach.
-  static Connection open(const std::string& database_url, std::string_view application_name = "outbox");
+  static Connection open(const std::string& database_url,
+                         std::string_view application_name = "outbox");
 
   [[nodiscard]] PGconn* get() const noexcept { return handle_.get(); }
   [[nodiscard]] bool healthy() const noexcept;

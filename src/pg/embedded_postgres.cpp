@@ -12,7 +12,6 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
-#include "common/log.hpp"
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox {
@@ -324,7 +324,7 @@ void EmbeddedPostgres::Impl::start() {
   start_server(/*may_change_port=*/true);
   create_database();
   detail::log().info("embedded PostgreSQL from {} listening on 127.0.0.1:{} and {} (folder {})",
-               bin_dir_.string(), port_, socket_dir_.string(), root_dir_.string());
+                     bin_dir_.string(), port_, socket_dir_.string(), root_dir_.string());
 }
 
 void EmbeddedPostgres::Impl::make_folders() {
@@ -371,7 +371,8 @@ void EmbeddedPostgres::Impl::run_initdb() {
   ToolResult result = run("initdb", args);
   if (result.status != 0 && result.output.find("locale") != std::string::npos) {
     // Minimal systems lack C.UTF-8; the tests only need UTF8 encoding, not a locale.
-    detail::log().warn("embedded PostgreSQL: initdb with locale C.UTF-8 failed, retrying --no-locale");
+    detail::log().warn(
+        "embedded PostgreSQL: initdb with locale C.UTF-8 failed, retrying --no-locale");
     args.back() = "--no-locale";
     result = run("initdb", args);
   }
@@ -407,8 +408,8 @@ void EmbeddedPostgres::Impl::start_server(bool may_change_port) {
                               tail_lines(log_part)),
                   port_taken);
     }
-    detail::log().warn("embedded PostgreSQL: port {} was taken before the server bound it; retrying",
-                 port_);
+    detail::log().warn(
+        "embedded PostgreSQL: port {} was taken before the server bound it; retrying", port_);
   }
 }
 
@@ -461,8 +462,8 @@ EmbeddedPostgres::Impl::~Impl() {
         }
       }
     } catch (const std::exception& error) {
-      detail::log().error("embedded PostgreSQL: could not stop the server in {}: {}", root_dir_.string(),
-                    error.what());
+      detail::log().error("embedded PostgreSQL: could not stop the server in {}: {}",
+                          root_dir_.string(), error.what());
     }
     if (root_dir_.empty()) return;
     if (options_.keep_data) {
@@ -473,7 +474,7 @@ EmbeddedPostgres::Impl::~Impl() {
     fs::remove_all(root_dir_, error);
     if (error) {
       detail::log().error("embedded PostgreSQL: could not remove {}: {}", root_dir_.string(),
-                    error.message());
+                          error.message());
     }
   } catch (...) {  // a destructor must not throw; logging itself failed, nothing left to do
   }

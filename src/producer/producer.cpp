@@ -18,12 +18,12 @@ void check_name(std::string_view field, const std::string& value) {
     throw InvalidArgument(fmt::format("{} is empty; every event needs one", field));
   }
   if (value.size() > kMaxNameBytes) {
-    throw InvalidArgument(fmt::format("{} is {} bytes; at most {} are allowed", field,
-                                      value.size(), kMaxNameBytes));
+    throw InvalidArgument(
+        fmt::format("{} is {} bytes; at most {} are allowed", field, value.size(), kMaxNameBytes));
   }
   if (value.find('\0') != std::string::npos) {
-    throw InvalidArgument(fmt::format("{} contains a NUL byte, which PostgreSQL text cannot hold",
-                                      field));
+    throw InvalidArgument(
+        fmt::format("{} contains a NUL byte, which PostgreSQL text cannot hold", field));
   }
 }
 
@@ -80,7 +80,8 @@ void check_transaction(PGconn* conn) {
     case PQTRANS_ACTIVE:
       throw InvalidArgument("enqueue: the connection is busy with another command");
     case PQTRANS_UNKNOWN:
-      throw InvalidArgument("enqueue: the connection is broken; reconnect and retry the transaction");
+      throw InvalidArgument(
+          "enqueue: the connection is broken; reconnect and retry the transaction");
   }
   throw InvalidArgument("enqueue: unknown connection state");
 }
@@ -94,23 +95,23 @@ void Producer::validate(const NewEvent& event) const {
   check_name("aggregate_id", event.aggregate_id);
   check_name("event_type", event.event_type);
   if (event.schema_version < 1) {
-    throw InvalidArgument(fmt::format("schema_version is {}; it must be 1 or more",
-                                      event.schema_version));
+    throw InvalidArgument(
+        fmt::format("schema_version is {}; it must be 1 or more", event.schema_version));
   }
   const std::size_t size = event.payload.size() + event.headers.size();
   if (size > options_.max_payload_bytes) {
-    throw InvalidArgument(fmt::format(
-        "payload and headers of {} {} are {} bytes; the limit is {} (ProducerOptions::"
-        "max_payload_bytes). Store large documents elsewhere and send a reference",
-        event.event_type, event.aggregate_id, size, options_.max_payload_bytes));
+    throw InvalidArgument(
+        fmt::format("payload and headers of {} {} are {} bytes; the limit is {} (ProducerOptions::"
+                    "max_payload_bytes). Store large documents elsewhere and send a reference",
+                    event.event_type, event.aggregate_id, size, options_.max_payload_bytes));
   }
   if (const std::string problem = detail::check_jsonb_document(event.payload); !problem.empty()) {
-    throw InvalidArgument(fmt::format("payload of {} {} {}", event.event_type, event.aggregate_id,
-                                      problem));
+    throw InvalidArgument(
+        fmt::format("payload of {} {} {}", event.event_type, event.aggregate_id, problem));
   }
   if (const std::string problem = detail::check_header_object(event.headers); !problem.empty()) {
-    throw InvalidArgument(fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id,
-                                      problem));
+    throw InvalidArgument(
+        fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id, problem));
   }
   if (event.event_id && event.event_id->is_nil()) {
     throw InvalidArgument("event_id is the nil UUID; leave it unset to get a fresh UUIDv7");
@@ -160,9 +161,9 @@ std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEv
                  {aggregate_type.c_str(), aggregate_id.c_str(), count.c_str(), ids.c_str(),
                   types.c_str(), versions.c_str(), payloads.c_str(), headers.c_str()});
     if (result.rows() != static_cast<int>(indexes.size())) {
-      throw DatabaseError(fmt::format("enqueue: expected {} rows back, got {}", indexes.size(),
-                                      result.rows()),
-                          "", false);
+      throw DatabaseError(
+          fmt::format("enqueue: expected {} rows back, got {}", indexes.size(), result.rows()), "",
+          false);
     }
     // SQL promises no order for RETURNING, so match the rows back by event id.
     for (int row = 0; row < result.rows(); ++row) {

@@ -49,8 +49,9 @@ class Relay::Impl {
       throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
     }
     if (options_.lease < milliseconds(100)) {
-      throw InvalidArgument("relay: lease must be at least 100 ms (it bounds how long a crashed "
-                            "relay's rows wait before another relay takes them)");
+      throw InvalidArgument(
+          "relay: lease must be at least 100 ms (it bounds how long a crashed "
+          "relay's rows wait before another relay takes them)");
     }
     if (options_.relay_id.empty()) options_.relay_id = default_relay_id();
     connection_.listen('"' + options_.schema.notify_channel() + '"');
@@ -304,9 +305,7 @@ void Relay::run() {
   detail::log().info("relay {} stopped", impl_->relay_id());
 }
 
-bool Relay::run_until_idle(milliseconds limit) {
-  return impl_->loop(true, Clock::now() + limit);
-}
+bool Relay::run_until_idle(milliseconds limit) { return impl_->loop(true, Clock::now() + limit); }
 
 void Relay::request_stop() noexcept { impl_->request_stop(); }
 RelayStats Relay::stats() const { return impl_->stats(); }

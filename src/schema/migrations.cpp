@@ -2,8 +2,8 @@
 
 #include <array>
 
-#include "pg/connection.hpp"
 #include "outbox/schema.hpp"
+#include "pg/connection.hpp"
 
 namespace outbox {
 namespace {
@@ -89,8 +89,8 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema) {
     pg::exec(conn, "CREATE TABLE IF NOT EXISTS " + schema.table("outbox_schema_migrations") +
                        " (version integer PRIMARY KEY, name text NOT NULL,"
                        "  applied_at timestamptz NOT NULL DEFAULT now())");
-    const auto current = pg::exec(conn, "SELECT coalesce(max(version), 0) FROM " +
-                                            schema.table("outbox_schema_migrations"));
+    const auto current = pg::exec(
+        conn, "SELECT coalesce(max(version), 0) FROM " + schema.table("outbox_schema_migrations"));
     report.from_version = static_cast<int>(current.int64(0, 0));
     report.to_version = report.from_version;
     if (report.from_version > latest_schema_version()) {

@@ -65,7 +65,8 @@ class KafkaConsumerTest : public ::testing::Test {
 
 TEST_F(KafkaConsumerTest, ARedeliveredMessageIsANoOp) {
   const EventId id = EventId::generate();
-  for (int i = 0; i < 3; ++i) produce_raw(kafka().bootstrap_servers(), topic_, "o1", "{}", headers(id, 1));
+  for (int i = 0; i < 3; ++i)
+    produce_raw(kafka().bootstrap_servers(), topic_, "o1", "{}", headers(id, 1));
   KafkaInboxConsumer consumer(options("dup"), record());
   poll_until(consumer, [&] { return consumer.stats().received >= 3; });
   EXPECT_EQ(consumer.stats().applied, 1U);
@@ -113,9 +114,10 @@ TEST_F(KafkaConsumerTest, AFailedEffectIsRedeliveredAndNothingAfterItIsSkipped) 
       } catch (const std::runtime_error&) {
       }
     }
-    EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("applied") + " WHERE event_id = $1",
-                    {ids[2].to_string().c_str()}),
-              0)
+    EXPECT_EQ(
+        count(conn(), "SELECT count(*) FROM " + schema_.table("applied") + " WHERE event_id = $1",
+              {ids[2].to_string().c_str()}),
+        0)
         << "message 3 was applied past the failed message 2";
   }
   KafkaInboxConsumer successor(options("redeliver"), record());

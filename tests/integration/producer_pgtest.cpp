@@ -22,7 +22,9 @@ class ProducerTest : public ::testing::Test {
     pg::exec(conn(), "CREATE TABLE " + schema_.table("orders") + " (id text PRIMARY KEY)");
   }
   PGconn* conn() { return connection_.get(); }
-  long long events() { return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events")); }
+  long long events() {
+    return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events"));
+  }
   long long orders() { return count(conn(), "SELECT count(*) FROM " + schema_.table("orders")); }
 
   pg::Connection connection_ = connect();
@@ -38,11 +40,12 @@ TEST_F(ProducerTest, CommitLeavesExactlyOneIntentWithItsFields) {
 
   EXPECT_EQ(enqueued.event_id.version(), 7);
   EXPECT_EQ(enqueued.aggregate_sequence, 1);
-  const auto row = pg::exec(conn(),
-                            "SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence,"
-                            " event_type, schema_version, payload->>'total', headers->>'trace_id',"
-                            " published_at IS NULL, attempt_count FROM " +
-                                schema_.table("outbox_events"));
+  const auto row =
+      pg::exec(conn(),
+               "SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence,"
+               " event_type, schema_version, payload->>'total', headers->>'trace_id',"
+               " published_at IS NULL, attempt_count FROM " +
+                   schema_.table("outbox_events"));
   ASSERT_EQ(row.rows(), 1);
   EXPECT_EQ(row.text(0, 0), enqueued.event_id.to_string());
   EXPECT_EQ(row.text(0, 1), "order");
@@ -75,7 +78,8 @@ TEST_F(ProducerTest, BatchNumbersEachAggregateConsecutivelyInTheGivenOrder) {
   pg::exec(conn(), "BEGIN");
   producer_->enqueue(conn(), order_event("a"));
   const std::vector<NewEvent> batch = {order_event("a", "ItemAdded"), order_event("b"),
-                                       order_event("a", "OrderPaid"), order_event("b", "OrderPaid")};
+                                       order_event("a", "OrderPaid"),
+                                       order_event("b", "OrderPaid")};
   const auto enqueued = producer_->enqueue(conn(), batch);
   pg::commit(conn());
   ASSERT_EQ(enqueued.size(), 4U);

@@ -45,7 +45,8 @@ class InFlightTracker {
 
  private:
   void violation(const std::string& what, const Event& e) {
-    violations_.push_back(what + ": " + e.aggregate_id + " #" + std::to_string(e.aggregate_sequence));
+    violations_.push_back(what + ": " + e.aggregate_id + " #" +
+                          std::to_string(e.aggregate_sequence));
   }
   std::mutex mutex_;
   std::set<EventId> events_;
@@ -88,8 +89,8 @@ class RelayTest : public ::testing::Test {
   }
 
   std::unique_ptr<Sink> sink(std::map<std::string, std::string> properties = {}) {
-    return make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(),
-                                            "relay." + schema_.name(), std::move(properties)});
+    return make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(), "relay." + schema_.name(),
+                                            std::move(properties)});
   }
   RelayOptions options(const std::string& id) {
     RelayOptions o;
@@ -306,13 +307,13 @@ TEST_F(RelayTest, AFailedSendIsRescheduledWithBackoff) {
                        " SET aggregate_type = 'bad topic' WHERE aggregate_sequence = 2");
   auto o = options("r");
   o.backoff_base = 10s;
-  Relay relay(o, make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(),
-                                                  "relay.{aggregate_type}", {}}));
+  Relay relay(o, make_kafka_sink(
+                     KafkaSinkOptions{kafka().bootstrap_servers(), "relay.{aggregate_type}", {}}));
   relay.run_until_idle(5s);
-  const auto rows = pg::exec(conn(), "SELECT aggregate_sequence, attempt_count, last_error,"
-                                     " available_at > now() + interval '4 s' FROM " +
-                                         schema_.table("outbox_events") +
-                                         " ORDER BY aggregate_sequence");
+  const auto rows = pg::exec(conn(),
+                             "SELECT aggregate_sequence, attempt_count, last_error,"
+                             " available_at > now() + interval '4 s' FROM " +
+                                 schema_.table("outbox_events") + " ORDER BY aggregate_sequence");
   ASSERT_EQ(rows.rows(), 2);
   EXPECT_EQ(rows.int64(0, 1), 1);
   EXPECT_NE(std::string(rows.text(0, 2)).find("not a legal Kafka topic"), std::string::npos)

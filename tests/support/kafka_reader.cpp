@@ -28,8 +28,9 @@ rd_kafka_t* make_client(rd_kafka_type_t type, const std::string& brokers,
 
 std::vector<ReadMessage> read_topic(const std::string& brokers, const std::string& topic,
                                     std::size_t expected, std::chrono::milliseconds timeout) {
-  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, brokers,
-                               {{"group.id", "outbox-test-reader"}, {"enable.auto.commit", "false"}});
+  rd_kafka_t* rk =
+      make_client(RD_KAFKA_CONSUMER, brokers,
+                  {{"group.id", "outbox-test-reader"}, {"enable.auto.commit", "false"}});
   const rd_kafka_metadata_t* metadata = nullptr;
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
   std::vector<ReadMessage> messages;
@@ -37,7 +38,8 @@ std::vector<ReadMessage> read_topic(const std::string& brokers, const std::strin
       metadata->topic_cnt == 1) {
     rd_kafka_topic_partition_list_t* assignment = rd_kafka_topic_partition_list_new(16);
     for (int p = 0; p < metadata->topics[0].partition_cnt; ++p) {
-      rd_kafka_topic_partition_list_add(assignment, topic.c_str(), metadata->topics[0].partitions[p].id)
+      rd_kafka_topic_partition_list_add(assignment, topic.c_str(),
+                                        metadata->topics[0].partitions[p].id)
           ->offset = RD_KAFKA_OFFSET_BEGINNING;
     }
     rd_kafka_assign(rk, assignment);
@@ -95,7 +97,8 @@ void produce_raw(const std::string& brokers, const std::string& topic, const std
   }
   const auto flushed = rd_kafka_flush(rk, 10000);
   rd_kafka_destroy(rk);
-  if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR) throw std::runtime_error("produce_raw: flush timed out");
+  if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR)
+    throw std::runtime_error("produce_raw: flush timed out");
 }
 
 }  // namespace outbox::testing

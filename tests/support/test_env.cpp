@@ -26,7 +26,8 @@ SchemaName fresh_schema() {
   std::string name = "t";
   if (const auto* info = ::testing::UnitTest::GetInstance()->current_test_info()) {
     for (const char c : std::string(info->name()).substr(0, 30)) {
-      name += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
+      name +=
+          std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(c)) : '_';
     }
   }
   name += "_" + std::to_string(counter++);

@@ -17,7 +17,6 @@ namespace {
 
 bool is_json(std::string_view text) { return check_jsonb_document(text).empty(); }
 
-
 TEST(IsJson, AcceptsObjectsAndArrays) {
   EXPECT_TRUE(is_json("{}"));
   EXPECT_TRUE(is_json(R"({"order_id": 4711, "lines": [{"sku": "a", "qty": 2}]})"));

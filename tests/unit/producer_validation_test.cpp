@@ -176,7 +176,8 @@ TEST(ProducerValidate, RejectsPayloadContainingEscapedNul) {
   // Valid JSON, but jsonb cannot store U+0000, so PostgreSQL would abort the caller's transaction.
   NewEvent event = valid_event();
   event.payload = R"({"name": "a\u0000b"})";
-  EXPECT_TRUE(contains(rejection_of(event), "contains \\u0000, which PostgreSQL jsonb cannot store"));
+  EXPECT_TRUE(
+      contains(rejection_of(event), "contains \\u0000, which PostgreSQL jsonb cannot store"));
 }
 
 TEST(ProducerValidate, AcceptsEscapedBackslashFollowedByU0000) {

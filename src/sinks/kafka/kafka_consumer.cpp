@@ -74,7 +74,8 @@ class KafkaInboxConsumer::Impl {
   // applies it through the inbox in one transaction.
   std::size_t poll(std::chrono::milliseconds max_wait) {
     if (!broken_.empty()) {
-      throw BrokerError("kafka consumer: " + broken_ + "; destroy it and create a new one", 0, false);
+      throw BrokerError("kafka consumer: " + broken_ + "; destroy it and create a new one", 0,
+                        false);
     }
     std::vector<kafka::MessageHandle> batch;
     int wait = static_cast<int>(max_wait.count());
@@ -176,8 +177,8 @@ class KafkaInboxConsumer::Impl {
     }
     if (rd_kafka_error_t* error = rd_kafka_seek_partitions(handle_.get(), positions.get(), 5000)) {
       // Polling on could now store offsets past the failed batch: refuse to.
-      broken_ = std::string("rewind after a failed effect did not work: ") +
-                rd_kafka_error_string(error);
+      broken_ =
+          std::string("rewind after a failed effect did not work: ") + rd_kafka_error_string(error);
       detail::log().error("kafka consumer: {}", broken_);
       rd_kafka_error_destroy(error);
     }
@@ -190,7 +191,8 @@ class KafkaInboxConsumer::Impl {
       const char* topic = rd_kafka_topic_name(message->rkt);
       rd_kafka_topic_partition_t* entry =
           rd_kafka_topic_partition_list_find(offsets.get(), topic, message->partition);
-      if (entry == nullptr) entry = rd_kafka_topic_partition_list_add(offsets.get(), topic, message->partition);
+      if (entry == nullptr)
+        entry = rd_kafka_topic_partition_list_add(offsets.get(), topic, message->partition);
       entry->offset = std::max(entry->offset, message->offset + 1);
     }
     if (const auto err = rd_kafka_offsets_store(handle_.get(), offsets.get())) {

@@ -51,9 +51,9 @@ const std::string& KafkaMockCluster::bootstrap_servers() const noexcept {
 
 void KafkaMockCluster::create_topic(const std::string& topic, int partitions,
                                     int replication_factor) {
-  impl_->check(rd_kafka_mock_topic_create(impl_->cluster_, topic.c_str(), partitions,
-                                          replication_factor),
-               "create topic");
+  impl_->check(
+      rd_kafka_mock_topic_create(impl_->cluster_, topic.c_str(), partitions, replication_factor),
+      "create topic");
 }
 
 void KafkaMockCluster::fail_next_produce_requests(int count, int error_code) {

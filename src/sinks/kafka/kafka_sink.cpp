@@ -102,8 +102,8 @@ class KafkaSink final : public Sink {
     rd_kafka_header_add(headers.get(), kafka::kHeaderEventId, -1, id.data(), id.size());
     rd_kafka_header_add(headers.get(), kafka::kHeaderEventType, -1, event.event_type.data(),
                         event.event_type.size());
-    rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateType, -1,
-                        event.aggregate_type.data(), event.aggregate_type.size());
+    rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateType, -1, event.aggregate_type.data(),
+                        event.aggregate_type.size());
     rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateSequence, -1, sequence.data(),
                         sequence.size());
     rd_kafka_header_add(headers.get(), kafka::kHeaderSchemaVersion, -1, version.data(),
@@ -188,8 +188,8 @@ class KafkaSink final : public Sink {
     if (fatal == RD_KAFKA_RESP_ERR_NO_ERROR) return;
     detail::log().error("kafka producer fatal error {}: {}; recreating the producer",
                         rd_kafka_err2name(fatal), reason);
-    kafka::KafkaHandle replacement =
-        kafka::create(RD_KAFKA_PRODUCER, kafka::ConfHandle(rd_kafka_conf_dup(rd_kafka_conf(handle_.get()))));
+    kafka::KafkaHandle replacement = kafka::create(
+        RD_KAFKA_PRODUCER, kafka::ConfHandle(rd_kafka_conf_dup(rd_kafka_conf(handle_.get()))));
     rd_kafka_purge(handle_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(handle_.get(), 1000);  // serves the purged messages' delivery reports
     handle_ = std::move(replacement);
