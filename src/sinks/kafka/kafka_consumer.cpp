@@ -160,41 +160,53 @@ class KafkaInboxConsumer::Impl {
     store_offsets(batch);
   }
 
+  enum class Edge { first_message, after_last_message };
+
+  // One entry per partition of the batch, at the offset of its first message in the batch or
+  // just after its last one.
+  static kafka::PartitionListHandle partitions_of(const std::vector<kafka::MessageHandle>& batch,
+                                                  Edge edge) {
+    kafka::PartitionListHandle list(rd_kafka_topic_partition_list_new(4));
+    for (const auto& message : batch) {
+      const char* topic = rd_kafka_topic_name(message->rkt);
+      const std::int64_t offset =
+          edge == Edge::first_message ? message->offset : message->offset + 1;
+      rd_kafka_topic_partition_t* entry =
+          rd_kafka_topic_partition_list_find(list.get(), topic, message->partition);
+      if (entry == nullptr) {
+        rd_kafka_topic_partition_list_add(list.get(), topic, message->partition)->offset = offset;
+      } else {
+        entry->offset = edge == Edge::first_message ? std::min(entry->offset, offset)
+                                                    : std::max(entry->offset, offset);
+      }
+    }
+    return list;
+  }
+
   // Seeks every partition of the batch back to its first message in the batch, so nothing of an
   // uncommitted batch is skipped, whether the caller keeps polling or restarts.
   void rewind(const std::vector<kafka::MessageHandle>& batch) {
-    kafka::PartitionListHandle positions(rd_kafka_topic_partition_list_new(4));
-    for (const auto& message : batch) {
-      const char* topic = rd_kafka_topic_name(message->rkt);
-      rd_kafka_topic_partition_t* entry =
-          rd_kafka_topic_partition_list_find(positions.get(), topic, message->partition);
-      if (entry == nullptr) {
-        rd_kafka_topic_partition_list_add(positions.get(), topic, message->partition)->offset =
-            message->offset;
-      } else {
-        entry->offset = std::min(entry->offset, message->offset);
+    const auto positions = partitions_of(batch, Edge::first_message);
+    std::string problem;
+    if (rd_kafka_error_t* error = rd_kafka_seek_partitions(handle_.get(), positions.get(), 5000)) {
+      problem = rd_kafka_error_string(error);
+      rd_kafka_error_destroy(error);
+    }
+    for (int i = 0; problem.empty() && i < positions->cnt; ++i) {
+      if (positions->elems[i].err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        problem = rd_kafka_err2str(positions->elems[i].err);
       }
     }
-    if (rd_kafka_error_t* error = rd_kafka_seek_partitions(handle_.get(), positions.get(), 5000)) {
+    if (!problem.empty()) {
       // Polling on could now store offsets past the failed batch: refuse to.
-      broken_ =
-          std::string("rewind after a failed effect did not work: ") + rd_kafka_error_string(error);
+      broken_ = "rewind after a failed effect did not work: " + problem;
       detail::log().error("kafka consumer: {}", broken_);
-      rd_kafka_error_destroy(error);
     }
   }
 
   // After the inbox commit: the next offset of every partition in the batch becomes committable.
   void store_offsets(const std::vector<kafka::MessageHandle>& batch) {
-    kafka::PartitionListHandle offsets(rd_kafka_topic_partition_list_new(4));
-    for (const auto& message : batch) {
-      const char* topic = rd_kafka_topic_name(message->rkt);
-      rd_kafka_topic_partition_t* entry =
-          rd_kafka_topic_partition_list_find(offsets.get(), topic, message->partition);
-      if (entry == nullptr)
-        entry = rd_kafka_topic_partition_list_add(offsets.get(), topic, message->partition);
-      entry->offset = std::max(entry->offset, message->offset + 1);
-    }
+    const auto offsets = partitions_of(batch, Edge::after_last_message);
     if (const auto err = rd_kafka_offsets_store(handle_.get(), offsets.get())) {
       // Happens after a rebalance took a partition away: the new owner re-delivers, the inbox
       // turns that into a no-op.
