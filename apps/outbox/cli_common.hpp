@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace outbox::cli {
 
@@ -29,6 +30,19 @@ struct DemoOptions {
   bool json = false;
   bool quiet = false;
 };
+
+struct QuarantineFlags {
+  std::string db;
+  std::string schema = "outbox";
+  std::string action;  // list | retry | skip
+  std::vector<std::string> event_ids;
+  std::string actor;
+  std::string reason;
+  bool json = false;
+};
+
+// `outbox quarantine list|retry|skip`; returns the exit code.
+int run_quarantine(const QuarantineFlags& flags);
 
 // Runs the end-to-end demo and returns the process exit code (0 when every invariant held).
 int run_demo(const DemoOptions& options);

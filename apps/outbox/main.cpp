@@ -158,17 +158,25 @@ int cmd_status(const std::string& db, const std::string& schema_text) {
   auto connection = pg::Connection::open(database_url(db), "outbox-status");
   const auto result = pg::exec(
       connection.get(),
-      "SELECT count(*) FILTER (WHERE published_at IS NULL),"
-      "       count(*) FILTER (WHERE published_at IS NULL AND claim_until > now()),"
-      "       count(*) FILTER (WHERE published_at IS NULL AND attempt_count > 0),"
-      "       count(*) FILTER (WHERE published_at IS NOT NULL),"
-      "       coalesce(extract(epoch FROM now() - min(occurred_at) FILTER (WHERE published_at IS "
-      "NULL)), 0)::float8"
-      " FROM " +
-          schema.table("outbox_events"));
+      "WITH pending AS (SELECT * FROM " + schema.table("outbox_events") +
+          " WHERE published_at IS NULL AND skipped_at IS NULL)"
+          " SELECT (SELECT count(*) FROM pending),"
+          "        (SELECT count(*) FROM pending WHERE claim_until > now()),"
+          "        (SELECT count(*) FROM pending WHERE attempt_count > 0 AND quarantined_at IS "
+          "NULL),"
+          "        (SELECT count(*) FROM pending WHERE quarantined_at IS NOT NULL),"
+          "        (SELECT count(*) FROM " +
+          schema.table("outbox_events") +
+          "         WHERE published_at IS NOT NULL),"
+          "        (SELECT count(*) FROM " +
+          schema.table("outbox_events") +
+          "         WHERE skipped_at IS NOT NULL),"
+          "        (SELECT coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8"
+          "         FROM pending)");
   std::cout << "pending " << result.text(0, 0) << " (in flight " << result.text(0, 1)
-            << ", retrying " << result.text(0, 2) << "), published " << result.text(0, 3)
-            << ", oldest pending " << result.text(0, 4) << " s\n";
+            << ", retrying " << result.text(0, 2) << ", quarantined " << result.text(0, 3)
+            << "), published " << result.text(0, 4) << ", skipped " << result.text(0, 5)
+            << ", oldest pending " << result.text(0, 6) << " s\n";
   return 0;
 }
 
@@ -223,6 +231,24 @@ int main(int argc, char** argv) {
   status->add_option("--schema", schema, "schema holding outbox_events");
 
   int mock_brokers = 3;
+  QuarantineFlags quarantine_flags;
+  auto* quarantine =
+      app.add_subcommand("quarantine", "events set aside after failing: list, retry, skip");
+  quarantine->require_subcommand(1);
+  quarantine->add_option("--db", quarantine_flags.db, "libpq connection string or URI");
+  quarantine->add_option("--schema", quarantine_flags.schema, "schema holding outbox_events");
+  auto* q_list = quarantine->add_subcommand("list", "quarantined events, oldest first");
+  q_list->add_flag("--json", quarantine_flags.json, "one JSON object per line");
+  auto* q_retry =
+      quarantine->add_subcommand("retry", "make events due again (fix the cause first)");
+  q_retry->add_option("event_ids", quarantine_flags.event_ids, "event ids")->required();
+  q_retry->add_option("--actor", quarantine_flags.actor, "who does this (default: $USER)");
+  auto* q_skip =
+      quarantine->add_subcommand("skip", "finish an event without publishing it (audited)");
+  q_skip->add_option("event_id", quarantine_flags.event_ids, "event id")->required()->expected(1);
+  q_skip->add_option("--reason", quarantine_flags.reason, "why it is skipped")->required();
+  q_skip->add_option("--actor", quarantine_flags.actor, "who does this (default: $USER)");
+
   auto* mock =
       app.add_subcommand("kafka-mock", "run librdkafka's mock Kafka cluster until stopped");
   mock->add_option("--brokers", mock_brokers, "number of brokers")->check(CLI::Range(1, 64));
@@ -252,6 +278,10 @@ int main(int argc, char** argv) {
     if (*migrate) return cmd_migrate(db, schema);
     if (*relay) return cmd_relay(relay_flags);
     if (*status) return cmd_status(db, schema);
+    if (*quarantine) {
+      quarantine_flags.action = *q_list ? "list" : *q_retry ? "retry" : "skip";
+      return run_quarantine(quarantine_flags);
+    }
     if (*mock) return cmd_kafka_mock(mock_brokers);
     if (*postgres) return cmd_postgres();
     if (*demo) return run_demo(demo_options);

@@ -21,18 +21,23 @@ struct RelayOptions {
   std::size_t batch_size = 500;            // rows per claim statement
   std::size_t max_in_flight = 10000;       // sends awaiting a broker report
   std::chrono::milliseconds lease{30000};  // claim_until = now() + lease; renewed while in flight
-  std::chrono::milliseconds backoff_base{500};     // first retry delay; doubles per attempt
-  std::chrono::milliseconds backoff_max{300000};   // cap of the retry delay (before jitter)
+  std::chrono::milliseconds backoff_base{500};    // first retry delay; doubles per attempt
+  std::chrono::milliseconds backoff_max{300000};  // cap of the retry delay (before jitter)
+  // Failed attempts after which an event is quarantined (0: retry forever). The default, with the
+  // default backoff (mean delays summing to about an hour), gives a broker that long to come back
+  // before events stop retrying.
+  int max_attempts = 25;
   std::chrono::milliseconds idle_poll_max{1000};   // longest sleep when no NOTIFY arrives
   std::chrono::milliseconds drain_timeout{10000};  // on stop: how long to wait for reports
 };
 
 // Counters since the relay started. Read from any thread.
 struct RelayStats {
-  std::uint64_t claimed = 0;    // rows claimed (a retried row counts each time)
-  std::uint64_t published = 0;  // rows marked published
-  std::uint64_t failed = 0;     // sends that failed or had an unknown outcome (rescheduled)
-  std::uint64_t fenced = 0;     // marks refused because the row no longer carried our claim
+  std::uint64_t claimed = 0;      // rows claimed (a retried row counts each time)
+  std::uint64_t published = 0;    // rows marked published
+  std::uint64_t failed = 0;       // sends that failed or had an unknown outcome (rescheduled)
+  std::uint64_t fenced = 0;       // marks refused because the row no longer carried our claim
+  std::uint64_t quarantined = 0;  // set aside: permanent failure or attempt limit reached
   std::uint64_t claim_queries = 0;
   std::uint64_t in_flight = 0;  // right now
 };

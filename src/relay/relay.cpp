@@ -30,6 +30,7 @@ struct Outcome {
   EventId event_id;
   std::string token;
   std::string error;  // empty: published
+  bool permanent = false;
 };
 
 }  // namespace
@@ -48,6 +49,8 @@ class Relay::Impl {
     if (options_.batch_size == 0 || options_.max_in_flight == 0) {
       throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
     }
+    if (options_.max_attempts < 0)
+      throw InvalidArgument("relay: max_attempts must be 0 (no limit) or more");
     if (options_.lease < milliseconds(100)) {
       throw InvalidArgument(
           "relay: lease must be at least 100 ms (it bounds how long a crashed "
@@ -117,6 +120,7 @@ class Relay::Impl {
     s.published = published_.load(std::memory_order_relaxed);
     s.failed = failed_.load(std::memory_order_relaxed);
     s.fenced = fenced_.load(std::memory_order_relaxed);
+    s.quarantined = quarantined_.load(std::memory_order_relaxed);
     s.claim_queries = claim_queries_.load(std::memory_order_relaxed);
     s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
     return s;
@@ -173,12 +177,13 @@ class Relay::Impl {
                             report.ticket);
         continue;
       }
-      Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}};
+      Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}, false};
       if (report.outcome == DeliveryOutcome::published) {
         published.push_back(std::move(outcome));
       } else {
         // Unknown outcomes count as failures: the row is retried with the same event id.
         outcome.error = fmt::format("{}: {}", to_string(report.outcome), report.error);
+        outcome.permanent = report.outcome == DeliveryOutcome::permanent_failure;
         detail::log().warn("relay {}: event {} ({} {} #{}) not published: {}", relay_id(),
                            outcome.event_id.to_string(), it->second.event.aggregate_type,
                            it->second.event.aggregate_id, it->second.event.aggregate_sequence,
@@ -188,42 +193,48 @@ class Relay::Impl {
       in_flight_.erase(it);
     }
     if (!published.empty()) {
-      const auto marked = complete(mark_published_sql_, published, {});
-      published_.fetch_add(marked, std::memory_order_relaxed);
+      const auto result = complete(mark_published_sql_, published, false);
+      published_.fetch_add(static_cast<std::uint64_t>(result.rows()), std::memory_order_relaxed);
     }
     if (!failed.empty()) {
-      const std::string base = std::to_string(options_.backoff_base.count());
-      const std::string cap = std::to_string(options_.backoff_max.count());
-      complete(mark_failed_sql_, failed, {base, cap});
+      const auto result = complete(mark_failed_sql_, failed, true);
       failed_.fetch_add(failed.size(), std::memory_order_relaxed);
+      for (int row = 0; row < result.rows(); ++row) {
+        if (result.text(row, 1) != "t") continue;
+        quarantined_.fetch_add(1, std::memory_order_relaxed);
+        detail::log().error(
+            "relay {}: event {} quarantined; its aggregate waits for an operator "
+            "(outbox quarantine list | retry | skip)",
+            relay_id(), result.text(row, 0));
+      }
     }
     in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
   }
 
   // Runs one batched completion; counts and logs rows whose claim was no longer ours.
-  std::uint64_t complete(const std::string& sql, const std::vector<Outcome>& outcomes,
-                         const std::vector<std::string>& extra) {
-    std::string ids = "{", tokens = "{", errors = "{";
+  pg::Result complete(const std::string& sql, const std::vector<Outcome>& outcomes,
+                      bool with_failure_details) {
+    std::string ids = "{", tokens = "{", errors = "{", permanent = "{";
     for (std::size_t i = 0; i < outcomes.size(); ++i) {
       if (i > 0) {
-        ids += ',';
-        tokens += ',';
-        errors += ',';
+        for (std::string* literal : {&ids, &tokens, &errors, &permanent}) literal->push_back(',');
       }
       ids += outcomes[i].event_id.to_string();
       detail::append_array_element(tokens, outcomes[i].token);
       detail::append_array_element(errors, outcomes[i].error.substr(0, 2000));
+      permanent += outcomes[i].permanent ? 't' : 'f';
     }
-    ids += '}';
-    tokens += '}';
-    errors += '}';
+    for (std::string* literal : {&ids, &tokens, &errors, &permanent}) literal->push_back('}');
     std::vector<const char*> params{ids.c_str(), tokens.c_str()};
-    if (!extra.empty()) {
-      params.push_back(errors.c_str());
-      for (const std::string& value : extra) params.push_back(value.c_str());
+    const std::string base = std::to_string(options_.backoff_base.count());
+    const std::string cap = std::to_string(options_.backoff_max.count());
+    const std::string limit = std::to_string(options_.max_attempts);
+    if (with_failure_details) {
+      params.insert(params.end(),
+                    {errors.c_str(), base.c_str(), cap.c_str(), limit.c_str(), permanent.c_str()});
     }
-    const auto result = pg::exec(connection_.get(), sql, params);
-    const auto matched = static_cast<std::uint64_t>(result.rows());
+    auto result = pg::exec(connection_.get(), sql, params);
+    const auto matched = static_cast<std::size_t>(result.rows());
     if (matched < outcomes.size()) {
       const std::uint64_t fenced = outcomes.size() - matched;
       fenced_.fetch_add(fenced, std::memory_order_relaxed);
@@ -232,7 +243,7 @@ class Relay::Impl {
           "lease expired (the newer claim will publish them; a duplicate publish is possible)",
           relay_id(), fenced);
     }
-    return matched;
+    return result;
   }
 
   void renew_leases() {
@@ -291,6 +302,7 @@ class Relay::Impl {
   std::atomic<std::uint64_t> published_{0};
   std::atomic<std::uint64_t> failed_{0};
   std::atomic<std::uint64_t> fenced_{0};
+  std::atomic<std::uint64_t> quarantined_{0};
   std::atomic<std::uint64_t> claim_queries_{0};
   std::atomic<std::uint64_t> in_flight_count_{0};
 };

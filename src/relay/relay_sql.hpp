@@ -13,7 +13,8 @@ namespace outbox::relay_sql {
 std::string claim(const SchemaName& schema);
 // $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them.
 std::string mark_published(const SchemaName& schema);
-// $1 uuid[], $2 token[], $3 error[], $4 backoff base ms, $5 backoff cap ms.
+// $1 uuid[], $2 token[], $3 error[], $4 backoff base ms, $5 backoff cap ms, $6 attempt limit
+// (0: none), $7 permanent bool[]. Returns (event_id, quarantined) of the rows it changed.
 std::string mark_failed(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.
 std::string renew(const SchemaName& schema);

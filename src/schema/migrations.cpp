@@ -68,6 +68,33 @@ END $$;
 CREATE TRIGGER outbox_events_notify AFTER INSERT ON {s}.outbox_events
   FOR EACH STATEMENT EXECUTE FUNCTION {s}.outbox_events_notify();
 )SQL"},
+    Migration{2, "quarantine and skip", R"SQL(
+-- A quarantined row stays pending (it blocks its own aggregate, nothing else) but is never due:
+-- available_at = 'infinity' keeps it out of the relay's scan. A skipped row is finished without
+-- being published; only an operator skips, and every skip is audited.
+ALTER TABLE {s}.outbox_events
+  ADD COLUMN quarantined_at    timestamptz,
+  ADD COLUMN quarantine_reason text,
+  ADD COLUMN skipped_at        timestamptz;
+DROP INDEX {s}.outbox_events_pending_due_idx;
+DROP INDEX {s}.outbox_events_pending_aggregate_idx;
+CREATE INDEX outbox_events_pending_due_idx
+  ON {s}.outbox_events (available_at) WHERE published_at IS NULL AND skipped_at IS NULL;
+CREATE INDEX outbox_events_pending_aggregate_idx
+  ON {s}.outbox_events (aggregate_type, aggregate_id, aggregate_sequence)
+  WHERE published_at IS NULL AND skipped_at IS NULL;
+CREATE INDEX outbox_events_quarantined_idx
+  ON {s}.outbox_events (quarantined_at) WHERE quarantined_at IS NOT NULL;
+
+CREATE TABLE {s}.outbox_operator_audit (
+  audit_id  bigserial   PRIMARY KEY,
+  event_id  uuid        NOT NULL,
+  action    text        NOT NULL CHECK (action IN ('retry', 'skip')),
+  actor     text        NOT NULL CHECK (actor <> ''),
+  reason    text        NOT NULL,
+  at        timestamptz NOT NULL DEFAULT now()
+);
+)SQL"},
 };
 
 }  // namespace

@@ -11,61 +11,11 @@ readonly source_dir="${1:?usage: install_consumer.sh SOURCE_DIR BUILD_DIR}"
 readonly build_dir="${2:?usage: install_consumer.sh SOURCE_DIR BUILD_DIR}"
 readonly startup_timeout_s=30
 
-work_dir="$(mktemp -d "${TMPDIR:-/tmp}/outbox-install-test.XXXXXX")"
-readonly work_dir
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init install_consumer outbox-install-test
 readonly prefix="$work_dir/prefix"
 readonly example_build="$work_dir/order_service-build"
-postgres_pid=""
-passed=0
-failed=0
-
-# SIGTERM first so `outbox postgres` stops its server and removes its folder; SIGKILL only when
-# it ignores that for 20 s.
-# shellcheck disable=SC2317  # reached through the EXIT trap
-cleanup() {
-  if [[ -n "$postgres_pid" ]]; then
-    kill -TERM "$postgres_pid" 2>/dev/null || true
-    local waited=0
-    while kill -0 "$postgres_pid" 2>/dev/null && ((waited < 200)); do
-      sleep 0.1
-      waited=$((waited + 1))
-    done
-    if kill -0 "$postgres_pid" 2>/dev/null; then
-      echo "install_consumer: outbox postgres ignored SIGTERM for 20 s; killing it" >&2
-      kill -KILL "$postgres_pid" 2>/dev/null || true
-    fi
-    wait "$postgres_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work_dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-pass() { passed=$((passed + 1)); }
-
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $*" >&2
-}
-
-summary_and_exit() {
-  echo "install_consumer: $passed passed, $failed failed"
-  if ((failed > 0)); then exit 1; fi
-  exit 0
-}
-
-# A failed step the later ones depend on; shows that step's log.
-fatal() {
-  local log="$1"
-  shift
-  fail "$*"
-  if [[ -n "$log" && -f "$log" ]]; then
-    echo "--- last 40 lines of $log ---" >&2
-    tail -n 40 "$log" | sed 's/^/    /' >&2
-  fi
-  summary_and_exit
-}
 
 # Runs the example once and checks it printed an event id and "sequence <expected>".
 check_order_run() {
@@ -87,19 +37,19 @@ check_order_run() {
 
 # --- 1. install, then build the example against the installed package only -------------------
 if ! cmake --install "$build_dir" --prefix "$prefix" >"$work_dir/install.log" 2>&1; then
-  fatal "$work_dir/install.log" "cmake --install $build_dir --prefix $prefix failed"
+  fatal --log "$work_dir/install.log" "cmake --install $build_dir --prefix $prefix failed"
 fi
 if [[ -f "$prefix/lib/cmake/outbox/outboxConfig.cmake" || -f "$prefix/lib64/cmake/outbox/outboxConfig.cmake" ]]; then
   pass
 else
-  fatal "$work_dir/install.log" "no lib/cmake/outbox/outboxConfig.cmake under $prefix after install"
+  fatal --log "$work_dir/install.log" "no lib/cmake/outbox/outboxConfig.cmake under $prefix after install"
 fi
 
 # No package registry: find_package must succeed from the prefix alone, not from a build tree.
 if ! cmake -S "$source_dir/examples/order_service" -B "$example_build" \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
   >"$work_dir/configure.log" 2>&1; then
-  fatal "$work_dir/configure.log" "configuring examples/order_service with find_package(outbox) failed"
+  fatal --log "$work_dir/configure.log" "configuring examples/order_service with find_package(outbox) failed"
 fi
 outbox_dir="$(sed -n 's/^outbox_DIR:PATH=//p' "$example_build/CMakeCache.txt")"
 if [[ "$outbox_dir" == "$prefix/"* ]]; then
@@ -108,7 +58,7 @@ else
   fail "find_package(outbox) should use the temporary prefix $prefix; it used \"$outbox_dir\""
 fi
 if ! cmake --build "$example_build" >"$work_dir/build.log" 2>&1; then
-  fatal "$work_dir/build.log" "building examples/order_service against the installed outbox failed"
+  fatal --log "$work_dir/build.log" "building examples/order_service against the installed outbox failed"
 fi
 pass
 
@@ -116,14 +66,11 @@ pass
 : >"$work_dir/postgres.out"  # created before the poll below reads it, not by the redirection
 "$build_dir/outbox" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
 postgres_pid=$!
-deadline=$((SECONDS + startup_timeout_s))
-while [[ "$(wc -l <"$work_dir/postgres.out")" -lt 1 ]]; do
-  if ! kill -0 "$postgres_pid" 2>/dev/null || ((SECONDS >= deadline)); then
-    fatal "$work_dir/postgres.err" "outbox postgres printed no connection string within ${startup_timeout_s} s"
-  fi
-  sleep 0.1
-done
-db="$(head -n 1 "$work_dir/postgres.out")"
+track_background "$postgres_pid" "outbox postgres"
+if ! db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")"; then
+  fatal --log "$work_dir/postgres.err" \
+    "outbox postgres printed no connection string within ${startup_timeout_s} s"
+fi
 pass
 
 check_order_run "first run (connection string as argv[1])" 1 \

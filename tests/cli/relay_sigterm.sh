@@ -19,78 +19,15 @@ readonly startup_timeout_s=30
 readonly publish_timeout_s=60
 readonly sigterm_exit_timeout_s=15
 
-work_dir="$(mktemp -d "${TMPDIR:-/tmp}/outbox-cli-test.XXXXXX")"
-readonly work_dir
-background_pids=()
-passed=0
-failed=0
-
-# Stops what this script started: SIGTERM first, so `outbox postgres` can stop its server and
-# remove its folder; SIGKILL only for a process that ignores that for 20 s.
-# shellcheck disable=SC2317  # reached through the EXIT trap
-cleanup() {
-  local pid waited
-  for pid in "${background_pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${background_pids[@]}"; do
-    waited=0
-    while kill -0 "$pid" 2>/dev/null && ((waited < 200)); do
-      sleep 0.1
-      waited=$((waited + 1))
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "relay_sigterm: process $pid ignored SIGTERM for 20 s; killing it" >&2
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$work_dir"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-pass() { passed=$((passed + 1)); }
-
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $*" >&2
-}
-
-summary_and_exit() {
-  echo "relay_sigterm: $passed passed, $failed failed"
-  if ((failed > 0)); then exit 1; fi
-  exit 0
-}
-
-# A failed prerequisite: later steps cannot run.
-fatal() {
-  fail "$*"
-  summary_and_exit
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init relay_sigterm outbox-cli-test
 
 # Prints the log of a background process, indented, after a failure.
 show_log() {
   local name="$1" file="$2"
   echo "--- $name ($file) ---" >&2
   sed 's/^/    /' "$file" >&2 || true
-}
-
-# Waits until `file` holds one complete line and prints it; fails when `pid` exits first or the
-# timeout passes.
-wait_for_first_line() {
-  local pid="$1" file="$2" timeout_s="$3" deadline
-  deadline=$((SECONDS + timeout_s))
-  while ((SECONDS < deadline)); do
-    if [[ "$(wc -l <"$file")" -ge 1 ]]; then
-      head -n 1 "$file"
-      return 0
-    fi
-    if ! kill -0 "$pid" 2>/dev/null; then return 1; fi
-    sleep 0.1
-  done
-  return 1
 }
 
 sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
@@ -118,10 +55,10 @@ expect_failure() {
 : >"$work_dir/relay.out"
 "$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
 postgres_pid=$!
-background_pids+=("$postgres_pid")
+track_background "$postgres_pid"
 "$outbox_binary" kafka-mock --brokers 3 >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
 kafka_pid=$!
-background_pids+=("$kafka_pid")
+track_background "$kafka_pid"
 
 if ! db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")"; then
   show_log "outbox postgres stderr" "$work_dir/postgres.err"
@@ -180,7 +117,7 @@ fi
 "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
   --relay-id "$relay_id" >"$work_dir/relay.out" 2>"$work_dir/relay.err" &
 relay_pid=$!
-background_pids+=("$relay_pid")
+track_background "$relay_pid"
 
 published=""
 status_line=""
@@ -257,5 +194,33 @@ expect_failure "relay without --kafka-brokers" "--kafka-brokers" \
   "$outbox_binary" relay --db "$db" --schema "$schema"
 expect_failure "migrate against an unreachable database" "cannot connect" \
   "$outbox_binary" migrate --db "host=/nonexistent port=1"
+
+
+# --- 7. quarantine commands ------------------------------------------------------------------------
+# A row set aside as the relay would after a permanent failure, then listed and skipped.
+sql -c "UPDATE ${schema}.outbox_events SET published_at = NULL, quarantined_at = now(),
+       quarantine_reason = 'permanent failure', last_error = 'permanent_failure: too large',
+       available_at = 'infinity'
+     WHERE aggregate_id = (SELECT min(aggregate_id) FROM ${schema}.outbox_events)
+       AND aggregate_sequence = 5" >/dev/null
+poison_id="$(sql -c "SELECT event_id FROM ${schema}.outbox_events WHERE quarantined_at IS NOT NULL")"
+list_output="$("$outbox_binary" quarantine --db "$db" --schema "$schema" list 2>&1)" || true
+if [[ "$list_output" == *"$poison_id"*"permanent failure"*"1 quarantined event(s)"* ]]; then
+  pass
+else
+  fail "quarantine list should show $poison_id as a permanent failure; output: $list_output"
+fi
+expect_failure "quarantine skip without --reason" "--reason" \
+  "$outbox_binary" quarantine --db "$db" --schema "$schema" skip --actor ci "$poison_id"
+expect_failure "quarantine skip of a malformed id" "is not an event id" \
+  "$outbox_binary" quarantine --db "$db" --schema "$schema" skip --actor ci --reason r not-a-uuid
+if "$outbox_binary" quarantine --db "$db" --schema "$schema" skip --actor ci \
+     --reason "cli test" "$poison_id" >/dev/null 2>&1 &&
+   [[ "$(sql -c "SELECT count(*) FROM ${schema}.outbox_operator_audit
+              WHERE action = 'skip' AND actor = 'ci' AND reason = 'cli test'")" == "1" ]]; then
+  pass
+else
+  fail "quarantine skip of $poison_id should succeed and leave one audit row"
+fi
 
 summary_and_exit

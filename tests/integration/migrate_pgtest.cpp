@@ -33,11 +33,43 @@ TEST(Migrate, CreatesTablesOnceAndRecordsTheVersion) {
               1)
         << table;
   }
-  // The pending-rows indexes are partial: published rows leave them.
+  // The pending-rows indexes are partial: published and skipped rows leave them.
   EXPECT_EQ(count(conn,
                   "SELECT count(*) FROM pg_indexes WHERE schemaname = 'migrate_once' "
-                  "AND indexdef LIKE '%WHERE (published_at IS NULL)%'"),
+                  "AND indexdef LIKE '%WHERE ((published_at IS NULL) AND (skipped_at IS NULL))%'"),
             2);
+}
+
+// A database migrated by an older build is brought forward, keeping its rows.
+TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
+  auto connection = connect();
+  PGconn* conn = connection.get();
+  pg::exec(conn, "SET client_min_messages = warning");
+  pg::exec(conn, "DROP SCHEMA IF EXISTS migrate_upgrade CASCADE");
+  const SchemaName schema("migrate_upgrade");
+  migrate(conn, schema);
+  // Roll the schema back to what version 1 created, as an older build would have left it.
+  pg::exec(conn, R"SQL(
+    DROP TABLE migrate_upgrade.outbox_operator_audit;
+    DROP INDEX migrate_upgrade.outbox_events_quarantined_idx;
+    DROP INDEX migrate_upgrade.outbox_events_pending_due_idx;
+    DROP INDEX migrate_upgrade.outbox_events_pending_aggregate_idx;
+    ALTER TABLE migrate_upgrade.outbox_events DROP COLUMN quarantined_at,
+      DROP COLUMN quarantine_reason, DROP COLUMN skipped_at;
+    CREATE INDEX outbox_events_pending_due_idx ON migrate_upgrade.outbox_events (available_at)
+      WHERE published_at IS NULL;
+    CREATE INDEX outbox_events_pending_aggregate_idx ON migrate_upgrade.outbox_events
+      (aggregate_type, aggregate_id, aggregate_sequence) WHERE published_at IS NULL;
+    DELETE FROM migrate_upgrade.outbox_schema_migrations WHERE version > 1;
+    INSERT INTO migrate_upgrade.outbox_events (event_id, aggregate_type, aggregate_id,
+      aggregate_sequence, event_type, payload) VALUES (gen_random_uuid(), 'order', '1', 1, 'X', '{}');
+  )SQL");
+  const auto report = migrate(conn, schema);
+  EXPECT_EQ(report.from_version, 1);
+  EXPECT_EQ(report.to_version, latest_schema_version());
+  EXPECT_EQ(
+      count(conn, "SELECT count(*) FROM migrate_upgrade.outbox_events WHERE skipped_at IS NULL"),
+      1);
 }
 
 TEST(Migrate, ConcurrentCallersSerializeAndApplyOnce) {

@@ -9,6 +9,7 @@
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
 #include "support/kafka_reader.hpp"
+#include "support/relay_fixture.hpp"
 #include "support/test_env.hpp"
 
 namespace outbox::testing {
@@ -81,74 +82,7 @@ class TrackingSink final : public Sink {
   std::map<std::uint64_t, Event> sent_;
 };
 
-class RelayTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    schema_ = fresh_schema();
-    topic_ = "relay." + schema_.name();
-  }
-
-  std::unique_ptr<Sink> sink(std::map<std::string, std::string> properties = {}) {
-    return make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(), "relay." + schema_.name(),
-                                            std::move(properties)});
-  }
-  RelayOptions options(const std::string& id) {
-    RelayOptions o;
-    o.database_url = database_url();
-    o.schema = schema_;
-    o.relay_id = id;
-    o.batch_size = 50;
-    o.idle_poll_max = 100ms;
-    return o;
-  }
-
-  // `per_aggregate` events for each of `aggregates` aggregates, one transaction per event,
-  // interleaved across aggregates.
-  std::vector<EventId> enqueue(int aggregates, int per_aggregate) {
-    const Producer producer(ProducerOptions{schema_, 4096});
-    std::vector<EventId> ids;
-    for (int k = 0; k < per_aggregate; ++k) {
-      pg::exec(conn(), "BEGIN");
-      for (int a = 0; a < aggregates; ++a) {
-        ids.push_back(producer
-                          .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(a), "Step",
-                                                    R"({"k":)" + std::to_string(k) + "}", "{}", 1,
-                                                    std::nullopt})
-                          .event_id);
-      }
-      pg::commit(conn());
-    }
-    return ids;
-  }
-
-  long long unpublished() {
-    return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
-                             " WHERE published_at IS NULL");
-  }
-
-  // Every id appears on the topic, and per key the first appearances follow the sequence.
-  void expect_on_broker_in_order(const std::vector<EventId>& ids) {
-    const auto messages = read_topic(kafka().bootstrap_servers(), topic_, ids.size(), 20s);
-    std::set<std::string> seen;
-    std::map<std::string, long long> last_sequence;
-    for (const auto& m : messages) {
-      const std::string& id = m.headers.at("event_id");
-      if (!seen.insert(id).second) continue;  // a duplicate publish is allowed
-      const long long sequence = std::stoll(m.headers.at("aggregate_sequence"));
-      EXPECT_EQ(sequence, last_sequence[m.key] + 1) << "key " << m.key << " out of order";
-      last_sequence[m.key] = sequence;
-      EXPECT_EQ(m.headers.at("aggregate_type"), "order");
-      EXPECT_EQ(m.headers.at("event_type"), "Step");
-      EXPECT_EQ(m.headers.at("schema_version"), "1");
-    }
-    for (const auto& id : ids) EXPECT_TRUE(seen.count(id.to_string())) << id.to_string() << " lost";
-  }
-
-  PGconn* conn() { return connection_.get(); }
-  pg::Connection connection_ = connect();
-  SchemaName schema_;
-  std::string topic_;
-};
+using RelayTest = RelayFixture;
 
 TEST_F(RelayTest, PublishesEveryCommittedEventInAggregateOrderAndMarksIt) {
   const auto ids = enqueue(10, 20);
@@ -298,27 +232,24 @@ TEST_F(RelayTest, ABrokerOutageBacksOffThenDelivers) {
   expect_on_broker_in_order(ids);
 }
 
-TEST_F(RelayTest, AFailedSendIsRescheduledWithBackoff) {
+TEST_F(RelayTest, AFailedSendIsRescheduledWithBackoffAndItsSuccessorWaits) {
   enqueue(1, 2);
-  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
-                       " SET aggregate_type = 'bad topic' WHERE aggregate_sequence = 1");
-  // Sequence 2 of the same aggregate must wait; it cannot overtake the failing head.
-  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
-                       " SET aggregate_type = 'bad topic' WHERE aggregate_sequence = 2");
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, true);
   auto o = options("r");
   o.backoff_base = 10s;
-  Relay relay(o, make_kafka_sink(
-                     KafkaSinkOptions{kafka().bootstrap_servers(), "relay.{aggregate_type}", {}}));
+  Relay relay(o, sink({{"message.timeout.ms", "300"}}));
   relay.run_until_idle(5s);
-  const auto rows = pg::exec(conn(),
-                             "SELECT aggregate_sequence, attempt_count, last_error,"
-                             " available_at > now() + interval '4 s' FROM " +
-                                 schema_.table("outbox_events") + " ORDER BY aggregate_sequence");
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, false);
+  const auto rows =
+      pg::exec(conn(),
+               "SELECT aggregate_sequence, attempt_count, last_error,"
+               " available_at > now() + interval '4 s', quarantined_at IS NULL FROM " +
+                   schema_.table("outbox_events") + " ORDER BY aggregate_sequence");
   ASSERT_EQ(rows.rows(), 2);
   EXPECT_EQ(rows.int64(0, 1), 1);
-  EXPECT_NE(std::string(rows.text(0, 2)).find("not a legal Kafka topic"), std::string::npos)
-      << rows.text(0, 2);
+  EXPECT_NE(std::string(rows.text(0, 2)).find("timed out"), std::string::npos) << rows.text(0, 2);
   EXPECT_EQ(rows.text(0, 3), "t") << "the retry must wait at least half the base backoff";
+  EXPECT_EQ(rows.text(0, 4), "t") << "a retryable failure must not quarantine";
   EXPECT_EQ(rows.int64(1, 1), 0) << "the next sequence must not be tried while the head fails";
   EXPECT_EQ(relay.stats().claimed, 1U);
 }

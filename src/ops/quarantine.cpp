@@ -1,0 +1,135 @@
+#include "outbox/quarantine.hpp"
+
+#include <fmt/format.h>
+
+#include "pg/connection.hpp"
+
+namespace outbox {
+namespace {
+
+void check_actor(const std::string& actor) {
+  if (actor.empty()) {
+    throw InvalidArgument("an operator action needs an actor (who did it) for the audit record");
+  }
+}
+
+void check_idle(PGconn* conn) {
+  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    throw InvalidArgument(
+        "quarantine actions need an idle connection; they run their own transaction");
+  }
+}
+
+}  // namespace
+
+std::vector<QuarantinedEvent> list_quarantined(PGconn* conn, const SchemaName& schema,
+                                               std::size_t limit) {
+  const std::string limit_text = std::to_string(limit);
+  const auto result = pg::exec(
+      conn,
+      fmt::format(R"SQL(SELECT q.event_id, q.aggregate_type, q.aggregate_id, q.aggregate_sequence,
+       q.event_type, q.attempt_count, coalesce(q.quarantine_reason, ''), coalesce(q.last_error, ''),
+       q.quarantined_at,
+       (SELECT count(*) FROM {events} b
+        WHERE b.published_at IS NULL AND b.skipped_at IS NULL
+          AND b.aggregate_type = q.aggregate_type AND b.aggregate_id = q.aggregate_id
+          AND b.aggregate_sequence > q.aggregate_sequence)
+FROM {events} q
+WHERE q.quarantined_at IS NOT NULL AND q.published_at IS NULL AND q.skipped_at IS NULL
+ORDER BY q.quarantined_at
+LIMIT $1::bigint)SQL",
+                  fmt::arg("events", schema.table("outbox_events"))),
+      {limit_text.c_str()});
+  std::vector<QuarantinedEvent> events;
+  for (int row = 0; row < result.rows(); ++row) {
+    QuarantinedEvent e;
+    e.event_id = EventId::parse(result.text(row, 0)).value_or(EventId{});
+    e.aggregate_type = result.text(row, 1);
+    e.aggregate_id = result.text(row, 2);
+    e.aggregate_sequence = result.int64(row, 3);
+    e.event_type = result.text(row, 4);
+    e.attempt_count = static_cast<std::int32_t>(result.int64(row, 5));
+    e.reason = result.text(row, 6);
+    e.last_error = result.text(row, 7);
+    e.quarantined_at = result.text(row, 8);
+    e.blocked_events = result.int64(row, 9);
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+std::size_t retry_quarantined(PGconn* conn, const SchemaName& schema,
+                              std::span<const EventId> event_ids, const std::string& actor) {
+  check_actor(actor);
+  check_idle(conn);
+  std::string ids = "{";
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    if (i > 0) ids += ',';
+    ids += event_ids[i].to_string();
+  }
+  ids += '}';
+  pg::exec(conn, "BEGIN");
+  try {
+    const auto released =
+        pg::exec(conn,
+                 fmt::format(R"SQL(WITH released AS (
+  UPDATE {events}
+  SET quarantined_at = NULL, quarantine_reason = NULL, attempt_count = 0, available_at = now()
+  WHERE event_id = ANY ($1::uuid[]) AND quarantined_at IS NOT NULL
+    AND published_at IS NULL AND skipped_at IS NULL
+  RETURNING event_id
+)
+INSERT INTO {audit} (event_id, action, actor, reason)
+SELECT event_id, 'retry', $2, 'released from quarantine' FROM released
+RETURNING event_id)SQL",
+                             fmt::arg("events", schema.table("outbox_events")),
+                             fmt::arg("audit", schema.table("outbox_operator_audit"))),
+                 {ids.c_str(), actor.c_str()});
+    pg::commit(conn);
+    return static_cast<std::size_t>(released.rows());
+  } catch (...) {
+    pg::rollback_quietly(conn);
+    throw;
+  }
+}
+
+void skip_quarantined(PGconn* conn, const SchemaName& schema, const EventId& event_id,
+                      const std::string& actor, const std::string& reason) {
+  check_actor(actor);
+  check_idle(conn);
+  if (reason.empty()) {
+    throw InvalidArgument(
+        "skipping an event needs a reason: it is never published, and the "
+        "audit record must say why");
+  }
+  const std::string id = event_id.to_string();
+  pg::exec(conn, "BEGIN");
+  try {
+    const auto skipped =
+        pg::exec(conn,
+                 fmt::format(R"SQL(WITH skipped AS (
+  UPDATE {events} SET skipped_at = now(), claimed_by = NULL, claim_until = NULL
+  WHERE event_id = $1::uuid AND quarantined_at IS NOT NULL
+    AND published_at IS NULL AND skipped_at IS NULL
+  RETURNING event_id
+)
+INSERT INTO {audit} (event_id, action, actor, reason)
+SELECT event_id, 'skip', $2, $3 FROM skipped
+RETURNING event_id)SQL",
+                             fmt::arg("events", schema.table("outbox_events")),
+                             fmt::arg("audit", schema.table("outbox_operator_audit"))),
+                 {id.c_str(), actor.c_str(), reason.c_str()});
+    if (skipped.rows() != 1) {
+      throw InvalidArgument(
+          "event " + id +
+          " is not quarantined (unknown, already published, skipped or released): "
+          "nothing was skipped");
+    }
+    pg::commit(conn);
+  } catch (...) {
+    pg::rollback_quietly(conn);
+    throw;
+  }
+}
+
+}  // namespace outbox

@@ -1,0 +1,105 @@
+# shellcheck shell=bash
+# Scaffolding shared by the command-line tests in this folder: a work folder and background
+# processes cleaned up on exit, pass/fail counters, the closing summary, and waiting for a
+# background process's first line of output.
+#
+# Usage, from a script running under `set -euo pipefail`:
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#   cli_test_init NAME WORK_DIR_STEM
+# NAME prefixes the summary ("NAME: N passed, M failed") and cleanup messages; the work folder
+# is "$work_dir", a new ${TMPDIR:-/tmp}/WORK_DIR_STEM.XXXXXX removed on exit.
+
+passed=0
+failed=0
+background_pids=()
+background_names=()
+
+# Sets the test's name, creates "$work_dir" and installs the traps that run cleanup().
+cli_test_init() {
+  readonly test_name="${1:?cli_test_init: missing test name}"
+  local stem="${2:?cli_test_init: missing work folder stem}"
+  work_dir="$(mktemp -d "${TMPDIR:-/tmp}/$stem.XXXXXX")"
+  readonly work_dir
+  trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+}
+
+# Has cleanup() stop process PID on exit; DESCRIPTION (default "process PID") names it in the
+# message printed if it has to be killed.
+track_background() {
+  local pid="$1"
+  background_pids+=("$pid")
+  background_names+=("${2:-process $pid}")
+}
+
+# Stops what the test started: SIGTERM first, so `outbox postgres` can stop its server and
+# remove its folder; SIGKILL only for a process that ignores that for 20 s. Then removes the
+# work folder.
+# shellcheck disable=SC2317  # reached through the EXIT trap
+cleanup() {
+  local i pid waited
+  for ((i = 0; i < ${#background_pids[@]}; i++)); do
+    kill -TERM "${background_pids[i]}" 2>/dev/null || true
+  done
+  for ((i = 0; i < ${#background_pids[@]}; i++)); do
+    pid="${background_pids[i]}"
+    waited=0
+    while kill -0 "$pid" 2>/dev/null && ((waited < 200)); do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "$test_name: ${background_names[i]} ignored SIGTERM for 20 s; killing it" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+  done
+  if [[ -n "${work_dir:-}" ]]; then rm -rf "$work_dir"; fi
+}
+
+pass() { passed=$((passed + 1)); }
+
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL: $*" >&2
+}
+
+summary_and_exit() {
+  echo "$test_name: $passed passed, $failed failed"
+  if ((failed > 0)); then exit 1; fi
+  exit 0
+}
+
+# fatal [--log FILE] MESSAGE...: a failed prerequisite; later steps cannot run. With --log, also
+# shows the last 40 lines of FILE, the failed step's log.
+fatal() {
+  local log=""
+  if [[ "${1:-}" == "--log" ]]; then
+    log="$2"
+    shift 2
+  fi
+  fail "$*"
+  if [[ -n "$log" && -f "$log" ]]; then
+    echo "--- last 40 lines of $log ---" >&2
+    tail -n 40 "$log" | sed 's/^/    /' >&2
+  fi
+  summary_and_exit
+}
+
+# Waits until `file` holds one complete line and prints it; fails when `pid` exits first or the
+# timeout passes. Create `file` before starting the process, so the poll never races the
+# process's own redirection.
+wait_for_first_line() {
+  local pid="$1" file="$2" timeout_s="$3" deadline
+  deadline=$((SECONDS + timeout_s))
+  while ((SECONDS < deadline)); do
+    if [[ "$(wc -l <"$file")" -ge 1 ]]; then
+      head -n 1 "$file"
+      return 0
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then return 1; fi
+    sleep 0.1
+  done
+  return 1
+}

@@ -1,0 +1,117 @@
+#include <gtest/gtest.h>
+
+#include "outbox/quarantine.hpp"
+#include "support/relay_fixture.hpp"
+
+namespace outbox::testing {
+namespace {
+
+class QuarantineTest : public RelayFixture {
+ protected:
+  // Aggregate "big": sequence 1 is larger than the broker takes, sequence 2 is fine.
+  EventId enqueue_poison() {
+    const Producer producer(ProducerOptions{schema_, 64 * 1024});
+    pg::exec(conn(), "BEGIN");
+    const auto poison = producer.enqueue(
+        conn(),
+        NewEvent{"order", "big", "Step", "\"" + std::string(5000, 'x') + "\"", "{}", 1, {}});
+    producer.enqueue(conn(), NewEvent{"order", "big", "Step", "{}", "{}", 1, {}});
+    pg::commit(conn());
+    return poison.event_id;
+  }
+  std::unique_ptr<Sink> small_message_sink() { return sink({{"message.max.bytes", "2000"}}); }
+  long long unfinished(const std::string& aggregate_id) {
+    return count(conn(),
+                 "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                     " WHERE published_at IS NULL AND skipped_at IS NULL AND aggregate_id = $1",
+                 {aggregate_id.c_str()});
+  }
+};
+
+TEST_F(QuarantineTest, APermanentFailureIsQuarantinedAndBlocksOnlyItsAggregate) {
+  const EventId poison = enqueue_poison();
+  enqueue(5, 3);  // other aggregates
+  Relay relay(options("r"), small_message_sink());
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  EXPECT_EQ(relay.stats().quarantined, 1U);
+  EXPECT_EQ(relay.stats().published, 15U) << "every other aggregate must keep flowing";
+  EXPECT_EQ(unfinished("big"), 2) << "the poison event and the one behind it";
+
+  const auto listed = list_quarantined(conn(), schema_);
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].event_id, poison);
+  EXPECT_EQ(listed[0].reason, "permanent failure");
+  EXPECT_NE(listed[0].last_error.find("too large"), std::string::npos) << listed[0].last_error;
+  EXPECT_EQ(listed[0].attempt_count, 1);
+  EXPECT_EQ(listed[0].blocked_events, 1);
+
+  // It is not retried on its own.
+  relay.run_until_idle(2s);
+  EXPECT_EQ(relay.stats().claimed, 16U);
+}
+
+TEST_F(QuarantineTest, SkippingIsAuditedAndLetsTheAggregateMoveOn) {
+  const EventId poison = enqueue_poison();
+  Relay relay(options("r"), small_message_sink());
+  relay.run_until_idle(30s);
+  ASSERT_EQ(relay.stats().quarantined, 1U);
+
+  EXPECT_THROW(skip_quarantined(conn(), schema_, poison, "alice", ""), InvalidArgument);
+  EXPECT_THROW(skip_quarantined(conn(), schema_, poison, "", "bad data"), InvalidArgument);
+  EXPECT_THROW(skip_quarantined(conn(), schema_, EventId::generate(), "alice", "x"),
+               InvalidArgument);
+  EXPECT_EQ(unfinished("big"), 2) << "refused skips must change nothing";
+
+  skip_quarantined(conn(), schema_, poison, "alice", "payload exceeds the broker limit; ticket 42");
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  EXPECT_EQ(unfinished("big"), 0);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                              " WHERE aggregate_id = 'big' AND published_at IS NOT NULL"),
+            1)
+      << "the skipped event is not published; the next one is";
+  const auto audit = pg::exec(conn(), "SELECT event_id::text, action, actor, reason FROM " +
+                                          schema_.table("outbox_operator_audit"));
+  ASSERT_EQ(audit.rows(), 1);
+  EXPECT_EQ(audit.text(0, 0), poison.to_string());
+  EXPECT_EQ(audit.text(0, 1), "skip");
+  EXPECT_EQ(audit.text(0, 2), "alice");
+  EXPECT_EQ(audit.text(0, 3), "payload exceeds the broker limit; ticket 42");
+  EXPECT_THROW(skip_quarantined(conn(), schema_, poison, "alice", "again"), InvalidArgument);
+}
+
+TEST_F(QuarantineTest, TheAttemptLimitQuarantinesAndRetryDeliversOnceTheCauseIsGone) {
+  const auto ids = enqueue(1, 2);
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, true);
+  auto o = options("r");
+  o.max_attempts = 2;
+  o.backoff_base = 100ms;
+  o.backoff_max = 200ms;
+  Relay relay(o, sink({{"message.timeout.ms", "300"}}));
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (relay.stats().quarantined == 0 && std::chrono::steady_clock::now() < deadline) {
+    relay.run_until_idle(500ms);
+  }
+  for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, false);
+  const auto listed = list_quarantined(conn(), schema_);
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].reason, "gave up after 2 attempts");
+  EXPECT_EQ(listed[0].attempt_count, 2);
+
+  const std::vector<EventId> retry = {listed[0].event_id, EventId::generate()};
+  EXPECT_EQ(retry_quarantined(conn(), schema_, retry, "bob"), 1U) << "unknown ids are left alone";
+  // A relay with the usual message timeout: the first one's 300 ms can expire again while the
+  // client reconnects to the brokers that just came back.
+  Relay healthy(options("r2"), sink());
+  while (unfinished("agg-0") > 0 && std::chrono::steady_clock::now() < deadline + 30s) {
+    healthy.run_until_idle(500ms);
+  }
+  EXPECT_EQ(unfinished("agg-0"), 0);
+  EXPECT_EQ(healthy.stats().quarantined, 0U);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_operator_audit") +
+                              " WHERE action = 'retry' AND actor = 'bob'"),
+            1);
+  expect_on_broker_in_order(ids);
+}
+
+}  // namespace
+}  // namespace outbox::testing
