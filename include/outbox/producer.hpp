@@ -21,6 +21,9 @@ struct ProducerOptions {
 struct EnqueuedEvent {
   EventId event_id;
   std::int64_t aggregate_sequence = 0;
+  // The caller's transaction id: if the connection breaks during COMMIT (OutcomeUnknown), ask
+  // transaction_status() with it on a new connection (see outbox/transaction.hpp).
+  std::uint64_t transaction_id = 0;
 };
 
 // Writes outbox rows in the caller's transaction; never talks to a broker.

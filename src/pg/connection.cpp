@@ -72,7 +72,8 @@ void commit(PGconn* conn) {
   if (PQstatus(conn) == CONNECTION_BAD) {
     throw OutcomeUnknown(
         "the connection broke during COMMIT: the transaction may or may not have committed; "
-        "look it up by its transaction id (txid_current() before COMMIT, then pg_xact_status)");
+        "ask outbox::transaction_status() on a new connection with the id that enqueue returned "
+        "(EnqueuedEvent::transaction_id) before running it again");
   }
   throw make_error(conn, raw, "COMMIT failed");
 }

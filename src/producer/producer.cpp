@@ -52,7 +52,7 @@ SELECT e.event_id, $1, $2, seq.last_sequence - $3::bigint + e.ord, e.event_type,
 FROM seq LEFT JOIN durable ON true, unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
           WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, headers, ord)
 ORDER BY e.ord
-RETURNING event_id, aggregate_sequence)SQL",
+RETURNING event_id, aggregate_sequence, txid_current())SQL",
                      fmt::arg("sequences", schema.table("outbox_aggregate_sequences")),
                      fmt::arg("events", schema.table("outbox_events")));
 }
@@ -171,6 +171,7 @@ std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEv
       for (const std::size_t index : indexes) {
         if (id && enqueued[index].event_id == *id) {
           enqueued[index].aggregate_sequence = result.int64(row, 1);
+          enqueued[index].transaction_id = static_cast<std::uint64_t>(result.int64(row, 2));
         }
       }
     }

@@ -1,0 +1,41 @@
+#include "outbox/transaction.hpp"
+
+#include "pg/connection.hpp"
+
+namespace outbox {
+
+const char* to_string(TransactionStatus status) noexcept {
+  switch (status) {
+    case TransactionStatus::committed:
+      return "committed";
+    case TransactionStatus::aborted:
+      return "aborted";
+    case TransactionStatus::in_progress:
+      return "in progress";
+    case TransactionStatus::unknown:
+      return "unknown";
+  }
+  return "?";
+}
+
+void commit(PGconn* conn) { pg::commit(conn); }
+
+std::uint64_t current_transaction_id(PGconn* conn) {
+  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_INTRANS) {
+    throw InvalidArgument("current_transaction_id: no transaction is open on the connection");
+  }
+  return static_cast<std::uint64_t>(pg::exec(conn, "SELECT txid_current()").int64(0, 0));
+}
+
+TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id) {
+  const std::string id = std::to_string(transaction_id);
+  const auto result = pg::exec(conn, "SELECT pg_xact_status($1::text::xid8)", {id.c_str()});
+  if (result.is_null(0, 0)) return TransactionStatus::unknown;
+  const std::string_view status = result.text(0, 0);
+  if (status == "committed") return TransactionStatus::committed;
+  if (status == "aborted") return TransactionStatus::aborted;
+  if (status == "in progress") return TransactionStatus::in_progress;
+  return TransactionStatus::unknown;
+}
+
+}  // namespace outbox
