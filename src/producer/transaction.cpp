@@ -1,5 +1,6 @@
 #include "outbox/transaction.hpp"
 
+#include "common/fault.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -18,7 +19,11 @@ const char* to_string(TransactionStatus status) noexcept {
   return "?";
 }
 
-void commit(PGconn* conn) { pg::commit(conn); }
+void commit(PGconn* conn) {
+  OUTBOX_FAULT(fault::kProducerBeforeCommit);
+  pg::commit(conn);
+  OUTBOX_FAULT(fault::kProducerAfterCommit);
+}
 
 std::uint64_t current_transaction_id(PGconn* conn) {
   if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_INTRANS) {

@@ -6,6 +6,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "common/fault.hpp"
 #include "common/json_text.hpp"
 #include "common/log.hpp"
 #include "pg/connection.hpp"
@@ -144,6 +145,7 @@ class Relay::Impl {
                                  {token.c_str(), limit_text.c_str(), lease_text.c_str()});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
     const int rows = result.rows();
+    if (rows > 0) OUTBOX_FAULT(fault::kRelayAfterClaim);
     for (int row = 0; row < rows; ++row) {
       InFlight item;
       item.token = token;
@@ -160,6 +162,7 @@ class Relay::Impl {
       e.attempt_count = static_cast<std::int32_t>(result.int64(row, 9));
       const std::uint64_t ticket = next_ticket_++;
       auto [it, inserted] = in_flight_.emplace(ticket, std::move(item));
+      OUTBOX_FAULT(fault::kRelayBeforePublish);
       sink_->send(it->second.event, ticket);
     }
     claimed_.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
@@ -193,7 +196,9 @@ class Relay::Impl {
       in_flight_.erase(it);
     }
     if (!published.empty()) {
+      OUTBOX_FAULT(fault::kRelayAfterAckBeforeMark);
       const auto result = complete(mark_published_sql_, published, false);
+      OUTBOX_FAULT(fault::kRelayAfterMark);
       published_.fetch_add(static_cast<std::uint64_t>(result.rows()), std::memory_order_relaxed);
     }
     if (!failed.empty()) {

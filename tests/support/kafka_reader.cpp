@@ -28,6 +28,15 @@ rd_kafka_t* make_client(rd_kafka_type_t type, const std::string& brokers,
 
 std::vector<ReadMessage> read_topic(const std::string& brokers, const std::string& topic,
                                     std::size_t expected, std::chrono::milliseconds timeout) {
+  return read_topic_until(
+      brokers, topic, [expected](const auto& messages) { return messages.size() >= expected; },
+      timeout);
+}
+
+std::vector<ReadMessage> read_topic_until(
+    const std::string& brokers, const std::string& topic,
+    const std::function<bool(const std::vector<ReadMessage>&)>& done,
+    std::chrono::milliseconds timeout) {
   rd_kafka_t* rk =
       make_client(RD_KAFKA_CONSUMER, brokers,
                   {{"group.id", "outbox-test-reader"}, {"enable.auto.commit", "false"}});
@@ -45,7 +54,7 @@ std::vector<ReadMessage> read_topic(const std::string& brokers, const std::strin
     rd_kafka_assign(rk, assignment);
     rd_kafka_topic_partition_list_destroy(assignment);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (messages.size() < expected && std::chrono::steady_clock::now() < deadline) {
+    while (!done(messages) && std::chrono::steady_clock::now() < deadline) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
       if (m == nullptr) continue;
       if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {

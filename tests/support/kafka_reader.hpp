@@ -2,6 +2,7 @@
 // Reads back what reached the Kafka mock cluster, and produces raw messages, for assertions.
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,12 @@ struct ReadMessage {
 // `timeout` passed; returns them in (partition, offset) order.
 std::vector<ReadMessage> read_topic(const std::string& brokers, const std::string& topic,
                                     std::size_t expected, std::chrono::milliseconds timeout);
+
+// Same, reading until `done(messages so far)` or `timeout`.
+std::vector<ReadMessage> read_topic_until(
+    const std::string& brokers, const std::string& topic,
+    const std::function<bool(const std::vector<ReadMessage>&)>& done,
+    std::chrono::milliseconds timeout);
 
 // Produces one message and waits for its acknowledgement.
 void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,

@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "outbox/kafka.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
+#include "outbox/transaction.hpp"
 #include "support/kafka_reader.hpp"
 #include "support/test_env.hpp"
 
@@ -64,7 +66,17 @@ class RelayFixture : public ::testing::Test {
 
   // Every id appears on the topic, and per key the first appearances follow the sequence.
   void expect_on_broker_in_order(const std::vector<EventId>& ids) {
-    const auto messages = read_topic(kafka().bootstrap_servers(), topic_, ids.size(), 20s);
+    std::set<std::string> wanted;
+    for (const auto& id : ids) wanted.insert(id.to_string());
+    // Until every id was seen: duplicates (allowed) make counting messages not enough.
+    const auto messages = read_topic_until(
+        kafka().bootstrap_servers(), topic_,
+        [&](const std::vector<ReadMessage>& so_far) {
+          std::set<std::string> seen_ids;
+          for (const auto& m : so_far) seen_ids.insert(m.headers.at("event_id"));
+          return std::includes(seen_ids.begin(), seen_ids.end(), wanted.begin(), wanted.end());
+        },
+        20s);
     std::set<std::string> seen;
     std::map<std::string, long long> last_sequence;
     for (const auto& m : messages) {

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "common/fault.hpp"
 #include "common/log.hpp"
 #include "outbox/kafka.hpp"
 #include "pg/connection.hpp"
@@ -157,6 +158,7 @@ class KafkaInboxConsumer::Impl {
       rewind(batch);
       throw;
     }
+    OUTBOX_FAULT(fault::kConsumerAfterCommitBeforeOffset);
     store_offsets(batch);
   }
 

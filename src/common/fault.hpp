@@ -1,0 +1,48 @@
+#pragma once
+// Named fault points at the durable boundaries of the product (see docs/GUARANTEES.md). Disarmed,
+// a point is one load of a bool and a predictable branch. Tests arm them:
+//
+//   OUTBOX_FAULTS="relay.after_ack_before_mark=kill@3,relay.after_claim=delay:200@1"
+//
+// read once when the process starts, or fault::arm() in-process. Each entry is
+// point=action[@N]: fire on the Nth hit of that point (default 1), once. Actions:
+//   kill     SIGKILL this process (a crash at exactly this point)
+//   stop     SIGSTOP this process (a pause; whoever armed it sends SIGCONT)
+//   error    throw outbox::Error("injected fault at <point>", retryable)
+//   delay:MS sleep MS milliseconds
+//   exit     _exit(86) without cleanup
+
+#include <atomic>
+#include <string>
+#include <string_view>
+
+namespace outbox::fault {
+
+// The points, in the order a row passes them.
+inline constexpr const char* kProducerBeforeCommit = "producer.before_commit";
+inline constexpr const char* kProducerAfterCommit = "producer.after_commit";
+inline constexpr const char* kRelayAfterClaim = "relay.after_claim";
+inline constexpr const char* kRelayBeforePublish = "relay.before_publish";
+inline constexpr const char* kRelayAfterAckBeforeMark = "relay.after_ack_before_mark";
+inline constexpr const char* kRelayAfterMark = "relay.after_mark";
+inline constexpr const char* kConsumerAfterCommitBeforeOffset = "consumer.after_commit_before_offset";
+
+extern std::atomic<bool> g_armed;
+
+inline bool armed() noexcept { return g_armed.load(std::memory_order_relaxed); }
+
+// Counts a hit of `point` and fires its action when due.
+void hit(std::string_view point);
+
+// Replaces the armed set (empty disarms). Throws InvalidArgument naming the bad entry.
+void arm(const std::string& spec);
+
+// How often `point` was hit since it was armed.
+long hits(std::string_view point);
+
+}  // namespace outbox::fault
+
+#define OUTBOX_FAULT(point)                                    \
+  do {                                                         \
+    if (::outbox::fault::armed()) ::outbox::fault::hit(point); \
+  } while (0)
