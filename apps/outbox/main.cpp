@@ -78,6 +78,9 @@ struct RelayFlags {
   std::size_t batch_size = 500;
   std::size_t max_in_flight = 10000;
   long lease_ms = 30000;
+  long backoff_base_ms = 500;
+  long backoff_max_ms = 300000;
+  int max_attempts = 25;
 };
 
 int cmd_relay(const RelayFlags& flags) {
@@ -91,6 +94,9 @@ int cmd_relay(const RelayFlags& flags) {
   options.batch_size = flags.batch_size;
   options.max_in_flight = flags.max_in_flight;
   options.lease = std::chrono::milliseconds(flags.lease_ms);
+  options.backoff_base = std::chrono::milliseconds(flags.backoff_base_ms);
+  options.backoff_max = std::chrono::milliseconds(flags.backoff_max_ms);
+  options.max_attempts = flags.max_attempts;
   KafkaSinkOptions sink;
   sink.brokers = flags.brokers;
   sink.topic_template = flags.topic_template;
@@ -225,6 +231,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   relay->add_option("--lease-ms", relay_flags.lease_ms, "claim lease")
       ->check(CLI::Range(100L, 3600000L));
+  relay->add_option("--backoff-base-ms", relay_flags.backoff_base_ms, "first retry delay after a failed send")
+      ->check(CLI::Range(1L, 3600000L));
+  relay->add_option("--backoff-max-ms", relay_flags.backoff_max_ms, "longest retry delay")
+      ->check(CLI::Range(1L, 86400000L));
+  relay->add_option("--max-attempts", relay_flags.max_attempts,
+                    "failed sends before an event is quarantined (0: never)")
+      ->check(CLI::Range(0, 1000000));
 
   auto* status = app.add_subcommand("status", "pending, in-flight and published counts");
   status->add_option("--db", db, "libpq connection string or URI");

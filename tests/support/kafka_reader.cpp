@@ -3,6 +3,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 
 namespace outbox::testing {
@@ -88,6 +89,40 @@ std::vector<ReadMessage> read_topic_until(
     return std::tie(a.partition, a.offset) < std::tie(b.partition, b.offset);
   });
   return messages;
+}
+
+std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std::string& topic,
+                                          std::chrono::milliseconds timeout) {
+  // The end of each partition, as the leader sees it now.
+  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, brokers, {{"group.id", "outbox-test-watermarks"}});
+  std::map<int, long long> ends;
+  const rd_kafka_metadata_t* metadata = nullptr;
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+  if (rd_kafka_metadata(rk, 0, rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+      metadata->topic_cnt == 1) {
+    for (int p = 0; p < metadata->topics[0].partition_cnt; ++p) {
+      const int id = metadata->topics[0].partitions[p].id;
+      int64_t low = 0, high = 0;
+      if (rd_kafka_query_watermark_offsets(rk, topic.c_str(), id, &low, &high, 5000) ==
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ends[id] = high;
+      }
+    }
+  }
+  if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
+  rd_kafka_topic_destroy(rkt);
+  rd_kafka_destroy(rk);
+  return read_topic_until(
+      brokers, topic,
+      [&ends](const std::vector<ReadMessage>& so_far) {
+        std::map<int, long long> next;
+        for (const auto& m : so_far) next[m.partition] = std::max(next[m.partition], m.offset + 1);
+        for (const auto& [partition, end] : ends) {
+          if (end > 0 && next[partition] < end) return false;
+        }
+        return true;
+      },
+      timeout);
 }
 
 void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,

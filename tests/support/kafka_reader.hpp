@@ -29,6 +29,10 @@ std::vector<ReadMessage> read_topic_until(
     const std::function<bool(const std::vector<ReadMessage>&)>& done,
     std::chrono::milliseconds timeout);
 
+// Reads every message that is on `topic` now: each partition up to its high watermark.
+std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std::string& topic,
+                                          std::chrono::milliseconds timeout);
+
 // Produces one message and waits for its acknowledgement.
 void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,
                  const std::string& value, const std::map<std::string, std::string>& headers);

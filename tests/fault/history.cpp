@@ -1,0 +1,178 @@
+#include "fault/history.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "outbox/transaction.hpp"
+#include "pg/connection.hpp"
+#include "support/kafka_reader.hpp"
+
+namespace outbox::campaign {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Transaction {
+  std::vector<std::string> event_ids;
+  std::string outcome;  // ok | rolledback | failed | unknown | "" (killed before it knew)
+};
+
+std::string uuid_array(const std::vector<std::string>& ids) {
+  std::string literal = "{";
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) literal += ',';
+    literal += ids[i];
+  }
+  return literal + "}";
+}
+
+std::uint64_t scalar(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {}) {
+  return static_cast<std::uint64_t>(pg::exec(conn, sql, params).int64(0, 0));
+}
+
+}  // namespace
+
+HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drain) {
+  HistoryReport report;
+  std::map<std::uint64_t, Transaction> transactions;
+  for (const std::string& path : input.transaction_logs) {
+    std::ifstream log(path);
+    std::string line;
+    while (std::getline(log, line)) {
+      std::istringstream words(line);
+      std::string kind;
+      std::uint64_t txid = 0;
+      words >> kind >> txid;
+      if (kind == "pending") {
+        std::string id;
+        while (words >> id) transactions[txid].event_ids.push_back(id);
+      } else if (!kind.empty()) {
+        transactions[txid].outcome = kind;
+      }
+    }
+  }
+
+  auto connection = pg::Connection::open(input.database_url, "campaign-checker");
+  PGconn* conn = connection.get();
+  std::vector<std::string> committed, aborted;
+  for (auto& [txid, tx] : transactions) {
+    if (tx.outcome == "ok") {
+      ++report.ok;
+    } else if (tx.outcome == "rolledback" || tx.outcome == "failed") {
+      ++report.failed;
+    } else {
+      ++report.unknown;  // the producer could not tell: ask PostgreSQL
+      TransactionStatus status = TransactionStatus::in_progress;
+      for (int i = 0; i < 200 && status == TransactionStatus::in_progress; ++i) {
+        status = transaction_status(conn, txid);
+        if (status == TransactionStatus::in_progress) std::this_thread::sleep_for(50ms);
+      }
+      tx.outcome = status == TransactionStatus::committed ? "ok" : "aborted";
+    }
+    auto& target = tx.outcome == "ok" ? committed : aborted;
+    target.insert(target.end(), tx.event_ids.begin(), tx.event_ids.end());
+  }
+  report.intents = committed.size();
+
+  pg::exec(conn, "CREATE TEMP TABLE committed (id uuid PRIMARY KEY)");
+  pg::exec(conn, "CREATE TEMP TABLE aborted (id uuid PRIMARY KEY)");
+  const std::string committed_array = uuid_array(committed);
+  const std::string aborted_array = uuid_array(aborted);
+  pg::exec(conn, "INSERT INTO committed SELECT DISTINCT unnest($1::uuid[])", {committed_array.c_str()});
+  pg::exec(conn, "INSERT INTO aborted SELECT DISTINCT unnest($1::uuid[])", {aborted_array.c_str()});
+
+  // Drain: every committed event applied, or the time is up.
+  const auto deadline = std::chrono::steady_clock::now() + drain;
+  const std::string missing_sql =
+      "SELECT count(*) FROM committed c WHERE NOT EXISTS "
+      "(SELECT 1 FROM campaign.effects e WHERE e.event_id = c.id)";
+  for (int round = 1; scalar(conn, missing_sql) > 0 && std::chrono::steady_clock::now() < deadline;
+       ++round) {
+    std::this_thread::sleep_for(200ms);
+    if (round % 25 == 0) {
+      std::cerr << fmt::format(
+          "  draining: {} committed events not applied yet, {} unpublished\n",
+          scalar(conn, missing_sql),
+          scalar(conn, "SELECT count(*) FROM campaign.outbox_events WHERE published_at IS NULL"));
+    }
+  }
+
+  report.drain_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                       (deadline - drain)).count();
+  report.lost = scalar(conn, missing_sql);
+  const std::uint64_t no_intent = scalar(
+      conn, "SELECT count(*) FROM committed c WHERE NOT EXISTS "
+            "(SELECT 1 FROM campaign.outbox_events o WHERE o.event_id = c.id)");
+  report.phantom = scalar(conn, "SELECT count(DISTINCT event_id) FROM campaign.effects e WHERE "
+                                "NOT EXISTS (SELECT 1 FROM committed c WHERE c.id = e.event_id)");
+  report.rolled_back_intents = scalar(
+      conn, "SELECT count(*) FROM aborted a JOIN campaign.outbox_events o ON o.event_id = a.id");
+  report.duplicate_effects =
+      scalar(conn, "SELECT count(*) - count(DISTINCT event_id) FROM campaign.effects");
+  report.inversions = scalar(
+      conn, "SELECT count(*) FROM campaign.effects WHERE aggregate_sequence <> previous_sequence + 1");
+  report.stuck = scalar(conn, "SELECT count(*) FROM campaign.outbox_events "
+                              "WHERE published_at IS NULL AND skipped_at IS NULL");
+  if (no_intent > 0) report.examples.push_back(fmt::format("{} committed events have no outbox row", no_intent));
+  if (report.lost > 0) {
+    const auto rows = pg::exec(conn, "SELECT c.id::text FROM committed c WHERE NOT EXISTS "
+                                     "(SELECT 1 FROM campaign.effects e WHERE e.event_id = c.id) LIMIT 5");
+    for (int r = 0; r < rows.rows(); ++r) report.examples.push_back("lost " + std::string(rows.text(r, 0)));
+  }
+  if (report.inversions > 0) {
+    const auto rows = pg::exec(conn, "SELECT aggregate_id, aggregate_sequence, previous_sequence "
+                                     "FROM campaign.effects WHERE aggregate_sequence <> "
+                                     "previous_sequence + 1 ORDER BY applied_order LIMIT 5");
+    for (int r = 0; r < rows.rows(); ++r) {
+      report.examples.push_back(fmt::format("applied {} #{} after #{}", rows.text(r, 0),
+                                            rows.text(r, 1), rows.text(r, 2)));
+    }
+  }
+
+  // The topic: duplicates (allowed), phantoms and first-publication order per key.
+  const auto messages = testing::read_whole_topic(input.brokers, input.topic, 60s);
+  std::unordered_set<std::string> committed_set(committed.begin(), committed.end());
+  std::unordered_set<std::string> seen;
+  std::unordered_map<std::string, long long> last_first_seen;
+  for (const auto& m : messages) {
+    const auto id = m.headers.find("event_id");
+    if (id == m.headers.end()) continue;
+    if (!seen.insert(id->second).second) {
+      ++report.duplicate_publishes;
+      continue;
+    }
+    if (committed_set.count(id->second) == 0) {
+      ++report.phantom;
+      report.examples.push_back("published, never committed: " + id->second);
+    }
+    const long long sequence = std::stoll(m.headers.at("aggregate_sequence"));
+    long long& last = last_first_seen[m.key];
+    if (sequence <= last) {
+      ++report.inversions;
+      report.examples.push_back(fmt::format("published {} #{} after #{}", m.key, sequence, last));
+    }
+    last = std::max(last, sequence);
+  }
+
+  const std::regex fenced_line(R"((\d+) completion\(s\) fenced)");
+  for (const std::string& path : input.relay_logs) {
+    std::ifstream log(path);
+    std::string line;
+    std::smatch match;
+    while (std::getline(log, line)) {
+      if (std::regex_search(line, match, fenced_line)) report.fenced += std::stoull(match[1]);
+    }
+  }
+  return report;
+}
+
+}  // namespace outbox::campaign

@@ -1,0 +1,42 @@
+#pragma once
+// The checker: what the producers know they committed, against what reached the outbox table, the
+// topic and the consumer's effects. Plain set arithmetic, Jepsen-style.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace outbox::campaign {
+
+struct HistoryInput {
+  std::string database_url;
+  std::string brokers;
+  std::string topic;
+  std::vector<std::string> transaction_logs;  // the producers' logs (see workers.hpp)
+  std::vector<std::string> relay_logs;        // searched for fenced completions
+};
+
+struct HistoryReport {
+  std::uint64_t ok = 0, failed = 0, unknown = 0;  // producer transactions by what they saw
+  std::uint64_t intents = 0;              // events of committed transactions
+  std::uint64_t lost = 0;                 // committed, but no intent or never applied
+  std::uint64_t phantom = 0;              // published or applied, never committed
+  std::uint64_t rolled_back_intents = 0;  // aborted, yet an outbox row exists
+  std::uint64_t duplicate_publishes = 0;  // allowed: at-least-once
+  std::uint64_t duplicate_effects = 0;
+  std::uint64_t inversions = 0;  // per aggregate: applied or first published out of sequence
+  std::uint64_t fenced = 0;      // relay completions refused by fencing (expected, counted)
+  std::uint64_t stuck = 0;       // still pending after the drain
+  double drain_seconds = 0;      // from the producers' stop until every committed event applied
+  std::vector<std::string> examples;  // the first violations, to start a post-mortem
+  [[nodiscard]] std::uint64_t violations() const {
+    return lost + phantom + rolled_back_intents + duplicate_effects + inversions + stuck;
+  }
+};
+
+// Resolves unknown commits by transaction id, waits up to `drain` for every committed event to be
+// applied, then computes the report.
+HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drain);
+
+}  // namespace outbox::campaign

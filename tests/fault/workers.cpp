@@ -1,0 +1,157 @@
+#include "fault/workers.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "outbox/kafka.hpp"
+#include "outbox/producer.hpp"
+#include "outbox/transaction.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox::campaign {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::atomic<bool> g_stop{false};
+
+void stop_on_sigterm() {
+  struct sigaction action {};
+  action.sa_handler = [](int) { g_stop.store(true); };
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+class Log {
+ public:
+  explicit Log(const std::string& path)
+      : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw std::runtime_error("cannot open " + path);
+  }
+  ~Log() { ::close(fd_); }
+  // One write(2) per line: a SIGKILL after it returns cannot lose the line.
+  void line(const std::string& text) const {
+    const std::string with_newline = text + "\n";
+    if (::write(fd_, with_newline.data(), with_newline.size()) < 0) std::perror("log write");
+  }
+
+ private:
+  int fd_;
+};
+
+pg::Connection connect_with_retry(const std::string& url) {
+  for (auto backoff = 100ms;; backoff = std::min(backoff * 2, std::chrono::milliseconds(2000))) {
+    try {
+      return pg::Connection::open(url, "campaign-worker");
+    } catch (const DatabaseError& e) {
+      if (g_stop) throw;
+      std::this_thread::sleep_for(backoff);
+    }
+  }
+}
+
+}  // namespace
+
+void create_campaign_tables(const std::string& database_url) {
+  auto connection = pg::Connection::open(database_url, "campaign-setup");
+  pg::exec(connection.get(), "SET client_min_messages = warning");
+  pg::exec(connection.get(), R"SQL(
+CREATE TABLE IF NOT EXISTS campaign.effects (
+  applied_order bigserial PRIMARY KEY, event_id uuid NOT NULL, aggregate_id text NOT NULL,
+  aggregate_sequence bigint NOT NULL, previous_sequence bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS campaign.projection (
+  aggregate_id text PRIMARY KEY, last_sequence bigint NOT NULL);
+)SQL");
+}
+
+int run_producer(const WorkerOptions& options) {
+  stop_on_sigterm();
+  const Log log(options.log_path);
+  const Producer producer(ProducerOptions{SchemaName(kSchema), 4096});
+  std::mt19937 random(options.seed);
+  const auto pause = std::chrono::microseconds(1000000 / std::max(1, options.transactions_per_second));
+  pg::Connection connection = connect_with_retry(options.database_url);
+  while (!g_stop) {
+    std::this_thread::sleep_for(pause);
+    if (!connection.healthy()) connection = connect_with_retry(options.database_url);
+    PGconn* conn = connection.get();
+    const std::string aggregate = "acct-" + std::to_string(random() % options.aggregates);
+    std::vector<NewEvent> events(1 + random() % 3);
+    for (auto& e : events) {
+      e = NewEvent{"account", aggregate, "Deposited",
+                   R"({"cents":)" + std::to_string(random() % 10000) + "}", "{}", 1, {}};
+    }
+    const bool roll_back = random() % 10 == 0;
+    std::uint64_t txid = 0;
+    try {
+      pg::exec(conn, "BEGIN");
+      const auto enqueued = producer.enqueue(conn, events);
+      txid = enqueued.front().transaction_id;
+      std::string pending = "pending " + std::to_string(txid);
+      for (const auto& e : enqueued) pending += " " + e.event_id.to_string();
+      log.line(pending);
+      if (roll_back) {
+        pg::exec(conn, "ROLLBACK");
+        log.line("rolledback " + std::to_string(txid));
+      } else {
+        outbox::commit(conn);
+        log.line("ok " + std::to_string(txid));
+      }
+    } catch (const OutcomeUnknown&) {
+      log.line("unknown " + std::to_string(txid));
+    } catch (const DatabaseError& e) {
+      // Before COMMIT was sent, or refused by the server: not committed.
+      if (txid != 0) log.line("failed " + std::to_string(txid));
+      pg::rollback_quietly(conn);
+    }
+  }
+  return 0;
+}
+
+int run_consumer(const WorkerOptions& options) {
+  stop_on_sigterm();
+  KafkaConsumerOptions consumer_options;
+  consumer_options.brokers = options.brokers;
+  consumer_options.group_id = "campaign";
+  consumer_options.topics = {kTopic};
+  consumer_options.database_url = options.database_url;
+  consumer_options.schema = SchemaName(kSchema);
+  consumer_options.consumer_name = "projection";
+  consumer_options.properties = {{"session.timeout.ms", "3000"}, {"heartbeat.interval.ms", "300"}};
+  const auto effect = [](PGconn* conn, const ConsumedEvent& event) {
+    const auto previous = pg::exec(
+        conn,
+        "SELECT coalesce((SELECT last_sequence FROM campaign.projection WHERE aggregate_id = $1 "
+        "FOR UPDATE), 0)::text",
+        {event.aggregate_id.c_str()});
+    const std::string previous_sequence(previous.text(0, 0));
+    const std::string sequence = std::to_string(event.aggregate_sequence);
+    const std::string id = event.event_id.to_string();
+    pg::exec(conn,
+             "INSERT INTO campaign.effects (event_id, aggregate_id, aggregate_sequence, "
+             "previous_sequence) VALUES ($1::uuid, $2, $3::bigint, $4::bigint)",
+             {id.c_str(), event.aggregate_id.c_str(), sequence.c_str(), previous_sequence.c_str()});
+    pg::exec(conn,
+             "INSERT INTO campaign.projection VALUES ($1, $2::bigint) ON CONFLICT (aggregate_id) "
+             "DO UPDATE SET last_sequence = EXCLUDED.last_sequence",
+             {event.aggregate_id.c_str(), sequence.c_str()});
+  };
+  while (!g_stop) {
+    try {
+      KafkaInboxConsumer consumer(consumer_options, effect);
+      while (!g_stop) consumer.poll(100ms);
+    } catch (const std::exception& e) {
+      std::cerr << "campaign consumer: " << e.what() << "; starting over\n";
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+  return 0;
+}
+
+}  // namespace outbox::campaign
