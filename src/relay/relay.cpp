@@ -81,9 +81,19 @@ class Relay::Impl {
       std::size_t claimed = 0;
       const std::size_t room = options_.max_in_flight - in_flight_.size();
       if (claim_wanted && room > 0) {
-        claimed = claim(std::min(room, options_.batch_size));
-        // A full batch means more is probably due; otherwise wait for a reason to ask again.
-        claim_wanted = claimed == std::min(room, options_.batch_size);
+        const std::size_t limit = std::min(room, options_.batch_size);
+        const bool from_start = cursor_type_.empty() && cursor_id_.empty();
+        ClaimResult result = claim(limit);
+        if (result.reached_end && !from_start && result.claimed < limit) {
+          // Wrap around: the aggregates before the cursor get their turn in this same pass.
+          const ClaimResult wrapped = claim(limit - result.claimed);
+          result.claimed += wrapped.claimed;
+          result.reached_end = wrapped.reached_end;
+        }
+        claimed = result.claimed;
+        // More aggregates after the cursor, or a full batch: ask again at once. Otherwise wait
+        // for a reason (NOTIFY, a report, the idle timer).
+        claim_wanted = !result.reached_end || claimed == std::min(room, options_.batch_size);
       }
 
       reports.clear();
@@ -135,18 +145,33 @@ class Relay::Impl {
     std::string token;
   };
 
-  std::size_t claim(std::size_t limit) {
+  struct ClaimResult {
+    std::size_t claimed = 0;
+    bool reached_end = true;  // no pending aggregate after the ones visited
+  };
+
+  ClaimResult claim(std::size_t limit) {
     // A fresh token per claim: a mark must match the exact claim that sent the row, so even this
     // relay cannot complete a row it re-claimed after its own lease ran out.
     const std::string token = fmt::format("{}:{}", options_.relay_id, ++claim_epoch_);
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
-    const auto result = pg::exec(connection_.get(), claim_sql_,
-                                 {token.c_str(), limit_text.c_str(), lease_text.c_str()});
+    const auto result =
+        pg::exec(connection_.get(), claim_sql_,
+                 {token.c_str(), limit_text.c_str(), lease_text.c_str(), cursor_type_.c_str(),
+                  cursor_id_.c_str()});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
+    ClaimResult outcome;
     const int rows = result.rows();
-    if (rows > 0) OUTBOX_FAULT(fault::kRelayAfterClaim);
+    if (rows > 1 || (rows == 1 && !result.is_null(0, 0))) OUTBOX_FAULT(fault::kRelayAfterClaim);
     for (int row = 0; row < rows; ++row) {
+      if (result.is_null(row, 0)) {
+        // The cursor row: continue after the last aggregate visited, or start over at the end.
+        outcome.reached_end = static_cast<std::size_t>(result.int64(row, 3)) < limit;
+        cursor_type_ = outcome.reached_end ? std::string() : std::string(result.text(row, 1));
+        cursor_id_ = outcome.reached_end ? std::string() : std::string(result.text(row, 2));
+        continue;
+      }
       InFlight item;
       item.token = token;
       Event& e = item.event;
@@ -164,10 +189,15 @@ class Relay::Impl {
       auto [it, inserted] = in_flight_.emplace(ticket, std::move(item));
       OUTBOX_FAULT(fault::kRelayBeforePublish);
       sink_->send(it->second.event, ticket);
+      ++outcome.claimed;
     }
-    claimed_.fetch_add(static_cast<std::uint64_t>(rows), std::memory_order_relaxed);
+    if (rows == 0) {  // no pending aggregate after the cursor at all
+      cursor_type_.clear();
+      cursor_id_.clear();
+    }
+    claimed_.fetch_add(outcome.claimed, std::memory_order_relaxed);
     in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
-    return static_cast<std::size_t>(rows);
+    return outcome;
   }
 
   void record(const std::vector<DeliveryReport>& reports) {
@@ -301,6 +331,8 @@ class Relay::Impl {
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
   std::uint64_t next_ticket_ = 1;
   std::uint64_t claim_epoch_ = 0;
+  std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
+  std::string cursor_id_;
 
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> claimed_{0};

@@ -5,28 +5,69 @@
 namespace outbox::relay_sql {
 
 std::string claim(const SchemaName& schema) {
-  return fmt::format(R"SQL(WITH due AS (
+  // Finds heads without reading the backlog behind them: a skip scan over the pending-by-aggregate
+  // index visits one entry per aggregate (at most $2 of them, starting after the cursor $4/$5),
+  // then reads each aggregate's lowest pending sequence. Cost grows with the batch, not with how
+  // many events wait behind each head. Heads that are not due or are leased are passed over.
+  //
+  // A head stays a head: lower sequences, once published or skipped, never become pending again,
+  // and a lower sequence cannot commit after a higher one (the sequence row lock). So the locked
+  // rows are rechecked (by PostgreSQL's re-evaluation of the WHERE clause on the newest row
+  // version) only for being pending, due and free.
+  //
+  // The last row carries the cursor: event_id NULL, the last aggregate visited, and how many were
+  // visited (fewer than $2: the scan reached the end of the pending aggregates).
+  return fmt::format(R"SQL(WITH RECURSIVE aggregates (aggregate_type, aggregate_id, n) AS (
+  (SELECT e.aggregate_type, e.aggregate_id, 1
+   FROM {events} e
+   WHERE e.published_at IS NULL AND e.skipped_at IS NULL
+     AND (e.aggregate_type, e.aggregate_id) > ($4::text, $5::text)
+   ORDER BY e.aggregate_type, e.aggregate_id
+   LIMIT 1)
+  UNION ALL
+  SELECT next.aggregate_type, next.aggregate_id, a.n + 1
+  FROM aggregates a
+  CROSS JOIN LATERAL (
+    SELECT e.aggregate_type, e.aggregate_id
+    FROM {events} e
+    WHERE e.published_at IS NULL AND e.skipped_at IS NULL
+      AND (e.aggregate_type, e.aggregate_id) > (a.aggregate_type, a.aggregate_id)
+    ORDER BY e.aggregate_type, e.aggregate_id
+    LIMIT 1) next
+  WHERE a.n < $2::int
+), heads AS (
+  SELECT h.event_id
+  FROM aggregates a
+  CROSS JOIN LATERAL (
+    SELECT e.event_id, e.available_at, e.claim_until
+    FROM {events} e
+    WHERE e.published_at IS NULL AND e.skipped_at IS NULL
+      AND e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
+    ORDER BY e.aggregate_sequence
+    LIMIT 1) h
+  WHERE h.available_at <= now() AND (h.claim_until IS NULL OR h.claim_until < now())
+), locked AS (
   SELECT e.event_id
   FROM {events} e
-  WHERE e.published_at IS NULL AND e.skipped_at IS NULL
-    AND e.available_at <= now()
-    AND (e.claim_until IS NULL OR e.claim_until < now())
-    AND NOT EXISTS (
-      SELECT 1 FROM {events} p
-      WHERE p.published_at IS NULL AND p.skipped_at IS NULL
-        AND p.aggregate_type = e.aggregate_type
-        AND p.aggregate_id = e.aggregate_id
-        AND p.aggregate_sequence < e.aggregate_sequence)
-  ORDER BY e.available_at
-  LIMIT $2
+  WHERE e.event_id IN (SELECT event_id FROM heads)
+    AND e.published_at IS NULL AND e.skipped_at IS NULL
+    AND e.available_at <= now() AND (e.claim_until IS NULL OR e.claim_until < now())
   FOR UPDATE SKIP LOCKED
+), claimed AS (
+  UPDATE {events} e
+  SET claimed_by = $1, claim_until = now() + $3::bigint * interval '1 millisecond'
+  FROM locked
+  WHERE e.event_id = locked.event_id
+  RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
+            e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
 )
-UPDATE {events} e
-SET claimed_by = $1, claim_until = now() + $3::bigint * interval '1 millisecond'
-FROM due
-WHERE e.event_id = due.event_id
-RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
-          e.schema_version, e.payload::text, e.headers::text, e.occurred_at, e.attempt_count)SQL",
+SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,
+       schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text
+FROM claimed
+UNION ALL
+SELECT NULL, last.aggregate_type, last.aggregate_id, (SELECT count(*) FROM aggregates)::text,
+       NULL, NULL, NULL, NULL, NULL, NULL
+FROM (SELECT aggregate_type, aggregate_id FROM aggregates ORDER BY n DESC LIMIT 1) last)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
 }
 

@@ -7,9 +7,11 @@
 
 namespace outbox::relay_sql {
 
-// $1 claim token, $2 batch size, $3 lease in ms. Claims due rows that are the lowest pending
-// sequence of their aggregate and not leased to anyone (or whose lease expired). SKIP LOCKED lets
-// concurrent relays take disjoint rows without waiting for each other.
+// $1 claim token, $2 aggregates to visit (the batch size), $3 lease in ms, $4/$5 the cursor (the
+// last aggregate visited by the previous claim; '' and '' to start over). Claims due rows that
+// are the lowest pending sequence of their aggregate and not leased to anyone (or whose lease
+// expired). SKIP LOCKED lets concurrent relays take disjoint rows without waiting for each other.
+// Returns the claimed rows, then one cursor row (event_id NULL; see relay_sql.cpp).
 std::string claim(const SchemaName& schema);
 // $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them.
 std::string mark_published(const SchemaName& schema);

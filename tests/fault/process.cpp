@@ -1,6 +1,7 @@
 #include "fault/process.hpp"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +42,7 @@ Process::Process(const std::vector<std::string>& argv,
   }
   if (pid_ == 0) {
     ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the campaign, which stops its children
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and if the campaign itself dies, so do they
     ::dup2(log_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
     sigset_t none;
