@@ -1,6 +1,8 @@
 #pragma once
 // A private PostgreSQL cluster for the demo and the tests: initdb into a folder of its own, a unix
 // socket in that folder, a free TCP port on 127.0.0.1, fsync on. Removed again on destruction.
+// Should the owning process die without running destructors (SIGKILL, abort, a test timeout), a
+// small watcher process it started stops the server and removes the folder (unless keep_data).
 
 #include <filesystem>
 #include <memory>

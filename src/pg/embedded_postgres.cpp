@@ -1,6 +1,15 @@
 // A throwaway PostgreSQL cluster (see outbox/embedded_postgres.hpp). initdb, pg_ctl and pg_config
 // are started with fork + execv, never through a shell, and as an unprivileged user when this
 // process is root, because initdb, pg_ctl and postgres refuse to run as root.
+//
+// Watchdog: a process that dies without running destructors (SIGKILL, abort, a ctest timeout)
+// would leave the server running and its folder behind. So a small watcher (/bin/sh with a fixed
+// script, paths as arguments only) is started with the folder; it blocks reading a pipe whose only
+// write end this process holds (O_CLOEXEC). End of file means this process is gone; the watcher
+// then runs `pg_ctl stop -m immediate` and removes the folder (unless keep_data). A pipe rather
+// than polling `kill -0 <pid>`: it needs no permission to signal us (the watcher runs as the
+// server's user when we are root), cannot be fooled by pid reuse and reacts at once. The
+// destructor does its usual orderly stop and then kills and reaps the watcher.
 
 #include "outbox/embedded_postgres.hpp"
 
@@ -12,6 +21,7 @@
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -299,6 +309,9 @@ class EmbeddedPostgres::Impl {
   void start_server(bool may_change_port);
   void stop_server(const char* mode);
   void create_database();
+  void start_watcher();
+  void stop_watcher() noexcept;
+  void clean_up() noexcept;
   ToolResult run(const std::string& tool, const std::vector<std::string>& args) const {
     return run_tool(user_, root_dir_, root_dir_ / "tool-output.log", bin_dir_ / tool, args);
   }
@@ -314,12 +327,18 @@ class EmbeddedPostgres::Impl {
   fs::path socket_dir_;
   fs::path log_path_;
   int port_ = 0;
+  pid_t watcher_pid_ = -1;  // our child while it runs; see start_watcher
+  int watcher_pipe_ = -1;   // write end of the pipe the watcher waits on (O_CLOEXEC)
 };
 
 void EmbeddedPostgres::Impl::start() {
   user_ = choose_os_user(options_.run_as_user);
   make_folders();
   bin_dir_ = find_bin_dir(options_.bin_dir, root_dir_, root_dir_ / "tool-output.log");
+  // Before initdb: from here on there is a folder (and soon a server) to clean up after a crash.
+  // The watcher stops whatever server runs in data_dir_ then, so restart_immediate needs no new
+  // one.
+  start_watcher();
   run_initdb();
   start_server(/*may_change_port=*/true);
   create_database();
@@ -361,6 +380,103 @@ void EmbeddedPostgres::Impl::make_folders() {
                                 user_.name, std::strerror(errno)));
       }
     }
+  }
+}
+
+// The script the watcher runs: $1 pg_ctl, $2 data folder, $3 cluster folder, $4 "keep" or
+// "remove"; fd 3 is the pipe. `read` returns non-zero at end of file, i.e. once every copy of the
+// write end is closed: this process has exited (or exec'd) and so has any un-exec'd fork of it.
+// Both steps tolerate that the destructor already stopped the server and removed the folder.
+constexpr const char* kWatcherScript =
+    "while read -r _ <&3; do :; done\n"
+    "exec 3<&-\n"
+    "\"$1\" -D \"$2\" -m immediate -w -t 60 stop\n"
+    "[ \"$4\" = keep ] || command -p rm -rf -- \"$3\"\n";
+
+void EmbeddedPostgres::Impl::start_watcher() {
+  std::vector<std::string> arguments{"/bin/sh",
+                                     "-c",
+                                     kWatcherScript,
+                                     "outbox-pg-watchdog",  // $0: shows in ps
+                                     fs::absolute(bin_dir_ / "pg_ctl").string(),
+                                     data_dir_.string(),
+                                     root_dir_.string(),
+                                     options_.keep_data ? "keep" : "remove"};
+  std::vector<char*> argv;
+  argv.reserve(arguments.size() + 1);
+  for (auto& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  const OsUser& user = user_;
+  rlimit open_files{};
+  const int max_fd = ::getrlimit(RLIMIT_NOFILE, &open_files) == 0 &&
+                             open_files.rlim_cur != RLIM_INFINITY && open_files.rlim_cur < 65536
+                         ? static_cast<int>(open_files.rlim_cur)
+                         : 65536;
+
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+    detail::log().warn(
+        "embedded PostgreSQL: no watchdog for {} (pipe: {}); a crash leaves it behind",
+        root_dir_.string(), std::strerror(errno));
+    return;
+  }
+  ScopedFd read_end(pipe_fds[0]);
+  watcher_pipe_ = pipe_fds[1];
+  ScopedFd null_device(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  const pid_t pid = null_device.get() < 0 ? -1 : ::fork();
+  if (pid < 0) {
+    detail::log().warn("embedded PostgreSQL: no watchdog for {} ({}); a crash leaves it behind",
+                       root_dir_.string(), std::strerror(errno));
+    ::close(watcher_pipe_);
+    watcher_pipe_ = -1;
+    return;
+  }
+  if (pid == 0) {
+    // Child of a possibly multi-threaded process: only async-signal-safe calls until execv.
+    sigset_t no_signals;
+    sigemptyset(&no_signals);
+    sigprocmask(SIG_SETMASK, &no_signals, nullptr);
+    // Out of the way of 0..3 first (pipe2/open may have returned a low fd if one was closed).
+    const int pipe_fd = ::fcntl(read_end.get(), F_DUPFD, 10);
+    const int null_fd = ::fcntl(null_device.get(), F_DUPFD, 10);
+    if (pipe_fd < 0 || null_fd < 0) ::_exit(126);
+    // stdin/stdout/stderr to /dev/null: never hold the owner's (ctest's) pipes open.
+    if (::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(null_fd, STDOUT_FILENO) < 0 ||
+        ::dup2(null_fd, STDERR_FILENO) < 0 || ::dup2(pipe_fd, 3) < 0) {
+      ::_exit(126);
+    }
+    // Nothing else: in particular not the pipe's write end, or the watcher would wait forever.
+    if (::close_range(4, ~0U, 0) != 0) {
+      for (int fd = 4; fd < max_fd; ++fd) ::close(fd);
+    }
+    // A session of its own: a Ctrl-C or hangup that kills the owner must not kill the watcher.
+    ::setsid();
+    if (::chdir("/") != 0) ::_exit(126);
+    if (user.switch_user && (::setgroups(user.groups.size(), user.groups.data()) != 0 ||
+                             ::setgid(user.gid) != 0 || ::setuid(user.uid) != 0)) {
+      ::_exit(126);
+    }
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  watcher_pid_ = pid;
+}
+
+// Ends the watcher after an orderly cleanup, so that no stray process remains.
+void EmbeddedPostgres::Impl::stop_watcher() noexcept {
+  if (watcher_pid_ > 0) {
+    int status = 0;
+    // Signal it only while it is still our unreaped child: its pid cannot have been reused then.
+    if (::waitpid(watcher_pid_, &status, WNOHANG) == 0) {
+      ::kill(watcher_pid_, SIGKILL);
+      while (::waitpid(watcher_pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    watcher_pid_ = -1;
+  }
+  if (watcher_pipe_ >= 0) {
+    ::close(watcher_pipe_);
+    watcher_pipe_ = -1;
   }
 }
 
@@ -450,6 +566,11 @@ void EmbeddedPostgres::Impl::restart_immediate() {
 }
 
 EmbeddedPostgres::Impl::~Impl() {
+  clean_up();
+  stop_watcher();  // after clean_up: should we die during it, the watcher still finishes the job
+}
+
+void EmbeddedPostgres::Impl::clean_up() noexcept {
   try {
     try {
       // postmaster.pid exists while a server may run, also after a failed or timed-out start.

@@ -35,7 +35,7 @@ std::string claim(const SchemaName& schema) {
     ORDER BY e.aggregate_type, e.aggregate_id
     LIMIT 1) next
   WHERE a.n < $2::int
-), heads AS (
+), heads AS MATERIALIZED (
   SELECT h.event_id
   FROM aggregates a
   CROSS JOIN LATERAL (
@@ -47,12 +47,17 @@ std::string claim(const SchemaName& schema) {
     LIMIT 1) h
   WHERE h.available_at <= now() AND (h.claim_until IS NULL OR h.claim_until < now())
 ), locked AS (
-  SELECT e.event_id
-  FROM {events} e
-  WHERE e.event_id IN (SELECT event_id FROM heads)
-    AND e.published_at IS NULL AND e.skipped_at IS NULL
-    AND e.available_at <= now() AND (e.claim_until IS NULL OR e.claim_until < now())
-  FOR UPDATE SKIP LOCKED
+  -- One primary-key lookup per head, whatever the planner's estimates: driven the other way
+  -- round (a semi join from the backlog) it would recompute the heads for every pending row.
+  SELECT l.event_id
+  FROM heads
+  CROSS JOIN LATERAL (
+    SELECT e.event_id
+    FROM {events} e
+    WHERE e.event_id = heads.event_id
+      AND e.published_at IS NULL AND e.skipped_at IS NULL
+      AND e.available_at <= now() AND (e.claim_until IS NULL OR e.claim_until < now())
+    FOR UPDATE SKIP LOCKED) l
 ), claimed AS (
   UPDATE {events} e
   SET claimed_by = $1, claim_until = now() + $3::bigint * interval '1 millisecond'
