@@ -25,6 +25,9 @@ struct DeliveryReport {
   std::uint64_t ticket = 0;  // the ticket passed to Sink::send
   DeliveryOutcome outcome = DeliveryOutcome::unknown;
   std::string error;  // empty when published
+  // Where the broker stored it, when the broker says (Kafka: partition and offset); -1 otherwise.
+  std::int32_t partition = -1;
+  std::int64_t offset = -1;
 };
 
 // A destination. The relay drives one Sink from one thread: send() many, poll() for reports.

@@ -3,13 +3,16 @@
 // process is root, because initdb, pg_ctl and postgres refuse to run as root.
 //
 // Watchdog: a process that dies without running destructors (SIGKILL, abort, a ctest timeout)
-// would leave the server running and its folder behind. So a small watcher (/bin/sh with a fixed
-// script, paths as arguments only) is started with the folder; it blocks reading a pipe whose only
-// write end this process holds (O_CLOEXEC). End of file means this process is gone; the watcher
-// then runs `pg_ctl stop -m immediate` and removes the folder (unless keep_data). A pipe rather
-// than polling `kill -0 <pid>`: it needs no permission to signal us (the watcher runs as the
-// server's user when we are root), cannot be fooled by pid reuse and reacts at once. The
-// destructor does its usual orderly stop and then kills and reaps the watcher.
+// would leave the server running and its folder behind. So a small watcher (/bin/sh running a
+// fixed script; paths only as arguments) is started with the folder. It blocks reading a unix
+// socket whose other end only this process holds (SOCK_CLOEXEC). End of file means we are gone;
+// the watcher then runs `pg_ctl stop -m immediate` and removes the folder (unless keep_data). The
+// destructor instead cleans up itself, then sends the watcher a line that dismisses it and waits
+// for it to exit. A socket rather than polling `kill -0 <pid>`: it needs no permission to signal
+// us (the watcher runs as the server's user when we are root), cannot be fooled by pid reuse and
+// reacts at once. The watcher is a grandchild in a session of its own, not our child: ctest kills
+// a timed-out test's whole tree of children (found by parent pid), and a terminal's Ctrl-C its
+// process group.
 
 #include "outbox/embedded_postgres.hpp"
 
@@ -19,6 +22,7 @@
 #include <grp.h>
 #include <libpq-fe.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -28,6 +32,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -283,6 +288,48 @@ std::string conninfo_value(const std::string& value) {
   return quoted + "'";
 }
 
+// The script the watcher runs: $1 pg_ctl, $2 data folder, $3 cluster folder, $4 "keep" or
+// "remove"; fd 3 is its end of the socket. It reports its pid, then waits: a line means the owner
+// cleaned up itself and dismisses it; end of file means every copy of the owner's end is closed,
+// i.e. the owner has exited (or exec'd), and so has any un-exec'd fork of it. The cleanup steps
+// tolerate that the destructor already stopped the server or removed the folder.
+constexpr const char* kWatcherScript =
+    "trap '' PIPE\n"
+    "echo \"$$\" >&3\n"
+    "if read -r _ <&3; then exit 0; fi\n"
+    "exec 3<&-\n"
+    "\"$1\" -D \"$2\" -m immediate -w -t 60 stop\n"
+    "[ \"$4\" = keep ] || command -p rm -rf -- \"$3\"\n";
+constexpr std::chrono::seconds kWatcherTimeout{10};
+
+// Reads from `fd` until a newline (returns the text before it) or end of file, an error or the
+// timeout (returns nullopt; `eof` tells end of file apart).
+std::optional<std::string> read_line(int fd, std::chrono::milliseconds timeout, bool* eof) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string line;
+  *eof = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd entry{fd, POLLIN, 0};
+    const int ready = ::poll(&entry, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return std::nullopt;
+    char buffer[64];
+    const ssize_t count = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (count < 0 && errno == EINTR) continue;
+    if (count <= 0) {
+      *eof = count == 0;
+      return std::nullopt;
+    }
+    line.append(buffer, static_cast<std::size_t>(count));
+    if (const auto newline = line.find('\n'); newline != std::string::npos) {
+      return line.substr(0, newline);
+    }
+  }
+}
+
 }  // namespace
 
 class EmbeddedPostgres::Impl {
@@ -310,7 +357,7 @@ class EmbeddedPostgres::Impl {
   void stop_server(const char* mode);
   void create_database();
   void start_watcher();
-  void stop_watcher() noexcept;
+  void dismiss_watcher() noexcept;
   void clean_up() noexcept;
   ToolResult run(const std::string& tool, const std::vector<std::string>& args) const {
     return run_tool(user_, root_dir_, root_dir_ / "tool-output.log", bin_dir_ / tool, args);
@@ -327,8 +374,8 @@ class EmbeddedPostgres::Impl {
   fs::path socket_dir_;
   fs::path log_path_;
   int port_ = 0;
-  pid_t watcher_pid_ = -1;  // our child while it runs; see start_watcher
-  int watcher_pipe_ = -1;   // write end of the pipe the watcher waits on (O_CLOEXEC)
+  int watcher_socket_ = -1;  // our end of the socket the watcher waits on; see start_watcher
+  pid_t watcher_pid_ = -1;   // as the watcher reported it; not our child
 };
 
 void EmbeddedPostgres::Impl::start() {
@@ -383,21 +430,11 @@ void EmbeddedPostgres::Impl::make_folders() {
   }
 }
 
-// The script the watcher runs: $1 pg_ctl, $2 data folder, $3 cluster folder, $4 "keep" or
-// "remove"; fd 3 is the pipe. `read` returns non-zero at end of file, i.e. once every copy of the
-// write end is closed: this process has exited (or exec'd) and so has any un-exec'd fork of it.
-// Both steps tolerate that the destructor already stopped the server and removed the folder.
-constexpr const char* kWatcherScript =
-    "while read -r _ <&3; do :; done\n"
-    "exec 3<&-\n"
-    "\"$1\" -D \"$2\" -m immediate -w -t 60 stop\n"
-    "[ \"$4\" = keep ] || command -p rm -rf -- \"$3\"\n";
-
 void EmbeddedPostgres::Impl::start_watcher() {
   std::vector<std::string> arguments{"/bin/sh",
                                      "-c",
                                      kWatcherScript,
-                                     "outbox-pg-watchdog",  // $0: shows in ps
+                                     "outbox-pg-watchdog",  // $0: how it shows in ps
                                      fs::absolute(bin_dir_ / "pg_ctl").string(),
                                      data_dir_.string(),
                                      root_dir_.string(),
@@ -412,46 +449,45 @@ void EmbeddedPostgres::Impl::start_watcher() {
                              open_files.rlim_cur != RLIM_INFINITY && open_files.rlim_cur < 65536
                          ? static_cast<int>(open_files.rlim_cur)
                          : 65536;
-
-  int pipe_fds[2];
-  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+  auto give_up = [this](const std::string& why) {
     detail::log().warn(
-        "embedded PostgreSQL: no watchdog for {} (pipe: {}); a crash leaves it behind",
-        root_dir_.string(), std::strerror(errno));
-    return;
+        "embedded PostgreSQL: no watchdog for {} ({}); should this process die without cleaning "
+        "up, the server keeps running",
+        root_dir_.string(), why);
+    if (watcher_socket_ >= 0) ::close(watcher_socket_);
+    watcher_socket_ = -1;
+  };
+
+  int sockets[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) != 0) {
+    return give_up(fmt::format("socketpair: {}", std::strerror(errno)));
   }
-  ScopedFd read_end(pipe_fds[0]);
-  watcher_pipe_ = pipe_fds[1];
-  ScopedFd null_device(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  const pid_t pid = null_device.get() < 0 ? -1 : ::fork();
-  if (pid < 0) {
-    detail::log().warn("embedded PostgreSQL: no watchdog for {} ({}); a crash leaves it behind",
-                       root_dir_.string(), std::strerror(errno));
-    ::close(watcher_pipe_);
-    watcher_pipe_ = -1;
-    return;
-  }
+  watcher_socket_ = sockets[0];
+  const int watcher_end = sockets[1];
+  const int null_device = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  const pid_t pid = null_device < 0 ? -1 : ::fork();
   if (pid == 0) {
     // Child of a possibly multi-threaded process: only async-signal-safe calls until execv.
     sigset_t no_signals;
     sigemptyset(&no_signals);
     sigprocmask(SIG_SETMASK, &no_signals, nullptr);
-    // Out of the way of 0..3 first (pipe2/open may have returned a low fd if one was closed).
-    const int pipe_fd = ::fcntl(read_end.get(), F_DUPFD, 10);
-    const int null_fd = ::fcntl(null_device.get(), F_DUPFD, 10);
-    if (pipe_fd < 0 || null_fd < 0) ::_exit(126);
-    // stdin/stdout/stderr to /dev/null: never hold the owner's (ctest's) pipes open.
-    if (::dup2(null_fd, STDIN_FILENO) < 0 || ::dup2(null_fd, STDOUT_FILENO) < 0 ||
-        ::dup2(null_fd, STDERR_FILENO) < 0 || ::dup2(pipe_fd, 3) < 0) {
-      ::_exit(126);
+    // Out of the way of 0..3 first (socketpair/open return a low fd when one of those is closed).
+    const int socket_fd = ::fcntl(watcher_end, F_DUPFD, 10);
+    const int null_fd = ::fcntl(null_device, F_DUPFD, 10);
+    // stdin/stdout/stderr on /dev/null: never hold the owner's (ctest's) pipes open.
+    if (socket_fd < 0 || null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0 ||
+        ::dup2(null_fd, STDOUT_FILENO) < 0 || ::dup2(null_fd, STDERR_FILENO) < 0 ||
+        ::dup2(socket_fd, 3) < 0) {
+      ::_exit(125);
     }
-    // Nothing else: in particular not the pipe's write end, or the watcher would wait forever.
+    // Nothing else, in particular not the owner's end of the socket: we would wait for ourselves.
     if (::close_range(4, ~0U, 0) != 0) {
       for (int fd = 4; fd < max_fd; ++fd) ::close(fd);
     }
-    // A session of its own: a Ctrl-C or hangup that kills the owner must not kill the watcher.
-    ::setsid();
-    if (::chdir("/") != 0) ::_exit(126);
+    ::setsid();  // a Ctrl-C or hangup that kills the owner must not reach the watcher
+    if (::chdir("/") != 0) ::_exit(125);
+    const pid_t watcher = ::fork();  // this child exits at once: init adopts the watcher
+    if (watcher != 0) ::_exit(watcher < 0 ? 125 : 0);
     if (user.switch_user && (::setgroups(user.groups.size(), user.groups.data()) != 0 ||
                              ::setgid(user.gid) != 0 || ::setuid(user.uid) != 0)) {
       ::_exit(126);
@@ -459,25 +495,40 @@ void EmbeddedPostgres::Impl::start_watcher() {
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  watcher_pid_ = pid;
+  const int fork_error = errno;  // of open or fork, when pid < 0
+  ::close(watcher_end);          // now only the watcher holds it: its exit shows as end of file
+  if (null_device >= 0) ::close(null_device);
+  if (pid < 0) return give_up(std::strerror(fork_error));
+  int status = 0;
+  pid_t waited = 0;
+  while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (waited == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    return give_up("its setup failed");
+  }
+  bool eof = false;
+  const auto reported = read_line(watcher_socket_, kWatcherTimeout, &eof);
+  if (!reported) {
+    return give_up(eof ? fmt::format("it could not start /bin/sh{}",
+                                     user_.switch_user ? " as OS user " + user_.name : "")
+                       : "it did not report");
+  }
+  watcher_pid_ = static_cast<pid_t>(std::strtol(reported->c_str(), nullptr, 10));
 }
 
-// Ends the watcher after an orderly cleanup, so that no stray process remains.
-void EmbeddedPostgres::Impl::stop_watcher() noexcept {
-  if (watcher_pid_ > 0) {
-    int status = 0;
-    // Signal it only while it is still our unreaped child: its pid cannot have been reused then.
-    if (::waitpid(watcher_pid_, &status, WNOHANG) == 0) {
-      ::kill(watcher_pid_, SIGKILL);
-      while (::waitpid(watcher_pid_, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    watcher_pid_ = -1;
+// After an orderly cleanup: tells the watcher its job is done and waits until it has exited, so
+// that no stray process remains and nothing is stopped or removed twice.
+void EmbeddedPostgres::Impl::dismiss_watcher() noexcept {
+  if (watcher_socket_ < 0) return;
+  [[maybe_unused]] const ssize_t sent = ::send(watcher_socket_, "done\n", 5, MSG_NOSIGNAL);
+  bool eof = false;
+  while (read_line(watcher_socket_, kWatcherTimeout, &eof)) {  // nothing more is expected
   }
-  if (watcher_pipe_ >= 0) {
-    ::close(watcher_pipe_);
-    watcher_pipe_ = -1;
-  }
+  // No end of file: it still holds its end of the socket, so it is alive and `watcher_pid_` is
+  // still its pid (not reused).
+  if (!eof && watcher_pid_ > 0) ::kill(watcher_pid_, SIGKILL);
+  ::close(watcher_socket_);
+  watcher_socket_ = -1;
 }
 
 void EmbeddedPostgres::Impl::run_initdb() {
@@ -567,7 +618,7 @@ void EmbeddedPostgres::Impl::restart_immediate() {
 
 EmbeddedPostgres::Impl::~Impl() {
   clean_up();
-  stop_watcher();  // after clean_up: should we die during it, the watcher still finishes the job
+  dismiss_watcher();  // after clean_up: should we die during it, the watcher finishes the job
 }
 
 void EmbeddedPostgres::Impl::clean_up() noexcept {

@@ -1,5 +1,7 @@
 #include "outbox/transaction.hpp"
 
+#include <thread>
+
 #include "common/fault.hpp"
 #include "pg/connection.hpp"
 
@@ -41,6 +43,21 @@ TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id)
   if (status == "aborted") return TransactionStatus::aborted;
   if (status == "in progress") return TransactionStatus::in_progress;
   return TransactionStatus::unknown;
+}
+
+TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
+                                 std::uint64_t transaction_id, const EventId& event_id,
+                                 std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (transaction_status(conn, transaction_id) == TransactionStatus::in_progress) {
+    if (std::chrono::steady_clock::now() >= deadline) return TransactionStatus::in_progress;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string id = event_id.to_string();
+  const auto found = pg::exec(
+      conn, "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE event_id = $1::uuid",
+      {id.c_str()});
+  return found.int64(0, 0) > 0 ? TransactionStatus::committed : TransactionStatus::aborted;
 }
 
 }  // namespace outbox

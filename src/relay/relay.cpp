@@ -58,6 +58,10 @@ class Relay::Impl {
           "relay's rows wait before another relay takes them)");
     }
     if (options_.relay_id.empty()) options_.relay_id = default_relay_id();
+    // Tokens must never repeat, also when a relay id is reused (a restarted process, a
+    // reconnect): a random instance part keeps a stale instance's marks fenced.
+    std::random_device random;
+    instance_ = fmt::format("{:08x}", random());
     connection_.listen('"' + options_.schema.notify_channel() + '"');
   }
 
@@ -153,7 +157,7 @@ class Relay::Impl {
   ClaimResult claim(std::size_t limit) {
     // A fresh token per claim: a mark must match the exact claim that sent the row, so even this
     // relay cannot complete a row it re-claimed after its own lease ran out.
-    const std::string token = fmt::format("{}:{}", options_.relay_id, ++claim_epoch_);
+    const std::string token = fmt::format("{}:{}:{}", options_.relay_id, instance_, ++claim_epoch_);
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
     const auto result =
@@ -212,6 +216,10 @@ class Relay::Impl {
       }
       Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}, false};
       if (report.outcome == DeliveryOutcome::published) {
+        detail::log().debug("relay {}: event {} ({} {} #{}) acknowledged at [{}]@{}", relay_id(),
+                            outcome.event_id.to_string(), it->second.event.aggregate_type,
+                            it->second.event.aggregate_id, it->second.event.aggregate_sequence,
+                            report.partition, report.offset);
         published.push_back(std::move(outcome));
       } else {
         // Unknown outcomes count as failures: the row is retried with the same event id.
@@ -331,6 +339,7 @@ class Relay::Impl {
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
   std::uint64_t next_ticket_ = 1;
   std::uint64_t claim_epoch_ = 0;
+  std::string instance_;  // random per Relay object; part of every claim token
   std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
   std::string cursor_id_;
 

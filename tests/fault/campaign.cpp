@@ -24,6 +24,7 @@
 
 #include "fault/history.hpp"
 #include "fault/process.hpp"
+#include "fault/scenarios.hpp"
 #include "fault/workers.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka_mock.hpp"
@@ -89,7 +90,7 @@ struct Campaign {
   std::string log(const std::string& name) const { return (dir / (name + ".log")).string(); }
 
   Process start_relay(int index, const std::string& faults) {
-    std::map<std::string, std::string> env;
+    std::map<std::string, std::string> env{{"OUTBOX_LOG_LEVEL", "debug"}};  // every ack, for post-mortems
     if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
     ++relay_starts;
     return Process({outbox_binary, "relay", "--db", url, "--schema", kSchema, "--kafka-brokers",
@@ -350,10 +351,26 @@ int main(int argc, char** argv) {
   auto* consumer = app.add_subcommand("consumer", "worker: apply effects");
   consumer->add_option("--db", worker.database_url)->required();
   consumer->add_option("--brokers", worker.brokers)->required();
+  ScenarioOptions scenario;
+  auto* stalled = app.add_subcommand("stalled-relay", "drain a backlog built while no relay ran");
+  stalled->add_option("--outbox", scenario.outbox_binary)->required();
+  stalled->add_option("--events", scenario.events, "backlog size")->check(CLI::Range(1, 10000000));
+  stalled->add_option("--aggregates", scenario.aggregates)->check(CLI::Range(1, 10000000));
+  stalled->add_flag("--keep", scenario.keep);
+  auto* hot = app.add_subcommand("hot-aggregates", "many writers, few aggregates, held transactions");
+  hot->add_option("--outbox", scenario.outbox_binary)->required();
+  hot->add_option("--seconds", scenario.seconds)->check(CLI::Range(1, 3600));
+  hot->add_option("--writers", scenario.writers)->check(CLI::Range(1, 64));
+  hot->add_flag("--keep", scenario.keep);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
+    if (*stalled || *hot) {
+      scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
+      scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
+      return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
+    }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose, only);
   } catch (const std::exception& e) {
     std::cerr << "outbox_campaign: " << e.what() << "\n";

@@ -70,13 +70,21 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
     } else if (tx.outcome == "rolledback" || tx.outcome == "failed") {
       ++report.failed;
     } else {
-      ++report.unknown;  // the producer could not tell: ask PostgreSQL
-      TransactionStatus status = TransactionStatus::in_progress;
-      for (int i = 0; i < 200 && status == TransactionStatus::in_progress; ++i) {
-        status = transaction_status(conn, txid);
-        if (status == TransactionStatus::in_progress) std::this_thread::sleep_for(50ms);
+      // The producer could not tell. pg_xact_status alone can mislead after a server crash (an
+      // uncommitted transaction's id may be reused), so the events decide, all or none.
+      ++report.unknown;
+      const std::string ids = uuid_array(tx.event_ids);
+      for (int i = 0; i < 200 && transaction_status(conn, txid) == TransactionStatus::in_progress; ++i) {
+        std::this_thread::sleep_for(50ms);
       }
-      tx.outcome = status == TransactionStatus::committed ? "ok" : "aborted";
+      const auto present = scalar(conn, "SELECT count(*) FROM campaign.outbox_events WHERE event_id = ANY ($1::uuid[])",
+                                  {ids.c_str()});
+      if (present != 0 && present != tx.event_ids.size()) {
+        ++report.lost;
+        report.examples.push_back(fmt::format("transaction {} left {} of its {} events", txid,
+                                              present, tx.event_ids.size()));
+      }
+      tx.outcome = present == tx.event_ids.size() ? "ok" : "aborted";
     }
     auto& target = tx.outcome == "ok" ? committed : aborted;
     target.insert(target.end(), tx.event_ids.begin(), tx.event_ids.end());

@@ -26,6 +26,8 @@ TEST_F(TransactionTest, EnqueueReturnsTheIdOfTheCallersTransaction) {
   EXPECT_EQ(enqueued.transaction_id, current_transaction_id(conn()));
   pg::commit(conn());
   EXPECT_EQ(transaction_status(conn(), enqueued.transaction_id), TransactionStatus::committed);
+  EXPECT_EQ(resolve_commit(conn(), schema_, enqueued.transaction_id, enqueued.event_id),
+            TransactionStatus::committed);
   EXPECT_THROW(current_transaction_id(conn()), InvalidArgument);
 }
 
@@ -53,6 +55,8 @@ TEST_F(TransactionTest, ABrokenCommitIsOutcomeUnknownAndResolvesByTransactionId)
     status = transaction_status(conn(), enqueued.transaction_id);
   }
   EXPECT_EQ(status, TransactionStatus::aborted);
+  EXPECT_EQ(resolve_commit(conn(), schema_, enqueued.transaction_id, enqueued.event_id),
+            TransactionStatus::aborted);
   EXPECT_EQ(events(), 0);
 }
 

@@ -162,7 +162,13 @@ class KafkaSink final : public Sink {
     const auto ticket = reinterpret_cast<std::uint64_t>(message->_private);
     const rd_kafka_msg_status_t status = rd_kafka_message_status(message);
     if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR && status == RD_KAFKA_MSG_STATUS_PERSISTED) {
-      self->report(ticket, DeliveryOutcome::published, {});
+      if (message->offset < 0) {
+        // An acknowledgement without an offset (e.g. a broker answering "duplicate sequence"):
+        // logged so that a message acknowledged but never stored can be traced.
+        detail::log().warn("kafka: {}[{}] acknowledged a message without an offset",
+                           rd_kafka_topic_name(message->rkt), message->partition);
+      }
+      self->report(ticket, DeliveryOutcome::published, {}, message->partition, message->offset);
       return;
     }
     DeliveryOutcome outcome = DeliveryOutcome::retryable_failure;
@@ -178,9 +184,10 @@ class KafkaSink final : public Sink {
   }
 
   // Exactly one report per ticket, whatever librdkafka does.
-  void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
+  void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error,
+              std::int32_t partition = -1, std::int64_t offset = -1) {
     if (pending_.erase(ticket) == 0) return;
-    ready_.push_back(DeliveryReport{ticket, outcome, std::move(error)});
+    ready_.push_back(DeliveryReport{ticket, outcome, std::move(error), partition, offset});
   }
 
   // After a fatal error the idempotent producer refuses everything: every queued message is
