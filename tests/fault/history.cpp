@@ -43,9 +43,12 @@ std::uint64_t scalar(PGconn* conn, const std::string& sql, const std::vector<con
 
 HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drain) {
   HistoryReport report;
-  std::map<std::uint64_t, Transaction> transactions;
+  // Keyed by the order of "pending" lines, not by transaction id: after a server crash an id can
+  // be handed out again, so one id may name two transactions in a log.
+  std::vector<std::pair<std::uint64_t, Transaction>> transactions;
   for (const std::string& path : input.transaction_logs) {
     std::ifstream log(path);
+    std::map<std::uint64_t, std::size_t> latest;  // txid -> its latest "pending" in this log
     std::string line;
     while (std::getline(log, line)) {
       std::istringstream words(line);
@@ -53,10 +56,12 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
       std::uint64_t txid = 0;
       words >> kind >> txid;
       if (kind == "pending") {
+        latest[txid] = transactions.size();
+        transactions.emplace_back(txid, Transaction{});
         std::string id;
-        while (words >> id) transactions[txid].event_ids.push_back(id);
-      } else if (!kind.empty()) {
-        transactions[txid].outcome = kind;
+        while (words >> id) transactions.back().second.event_ids.push_back(id);
+      } else if (!kind.empty() && latest.count(txid) > 0) {
+        transactions[latest[txid]].second.outcome = kind;
       }
     }
   }
