@@ -47,22 +47,24 @@ std::string claim(const SchemaName& schema) {
     LIMIT 1) h
   WHERE h.available_at <= now() AND (h.claim_until IS NULL OR h.claim_until < now())
 ), locked AS (
-  -- One primary-key lookup per head, whatever the planner's estimates: driven the other way
-  -- round (a semi join from the backlog) it would recompute the heads for every pending row.
+  -- One primary-key lookup per head, whatever the planner's statistics say (on a table never
+  -- analyzed it preferred scanning a partial index whose predicate the conditions implied, so the
+  -- lookup names only the key). FOR UPDATE returns the newest row version; the conditions are
+  -- checked on it afterwards.
   SELECT l.event_id
   FROM heads
   CROSS JOIN LATERAL (
-    SELECT e.event_id
+    SELECT e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
     FROM {events} e
     WHERE e.event_id = heads.event_id
-      AND e.published_at IS NULL AND e.skipped_at IS NULL
-      AND e.available_at <= now() AND (e.claim_until IS NULL OR e.claim_until < now())
+    OFFSET 0  -- a fence: the conditions below must not be pushed into this lookup
     FOR UPDATE SKIP LOCKED) l
+  WHERE l.published_at IS NULL AND l.skipped_at IS NULL
+    AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now())
 ), claimed AS (
   UPDATE {events} e
   SET claimed_by = $1, claim_until = now() + $3::bigint * interval '1 millisecond'
-  FROM locked
-  WHERE e.event_id = locked.event_id
+  WHERE e.event_id = ANY (ARRAY(SELECT event_id FROM locked))
   RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
             e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
 )

@@ -117,7 +117,9 @@ long long claim_rows_touched(PGconn* conn) {
   pg::exec(conn, "ROLLBACK");
   long long touched = 0;
   std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& node) {
-    touched += node.value("Actual Rows", 0LL) * node.value("Actual Loops", 1LL);
+    // Rows a node returned plus rows it read and threw away, for every time it ran.
+    touched += (node.value("Actual Rows", 0LL) + node.value("Rows Removed by Filter", 0LL)) *
+               node.value("Actual Loops", 1LL);
     for (const auto& child : node.value("Plans", nlohmann::json::array())) walk(child);
   };
   walk(nlohmann::json::parse(plan.text(0, 0))[0]["Plan"]);

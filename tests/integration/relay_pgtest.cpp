@@ -284,27 +284,32 @@ TEST_F(RelayTest, StopDrainsInFlightSendsAndExitsCleanly) {
 // (EXPLAIN ANALYZE), which is deterministic, not in seconds. (The first form of this claim
 // chose a plan that read the whole backlog once per head under the crash campaign.)
 TEST_F(RelayTest, AClaimReadsTheHeadsNotTheBacklog) {
+  pg::exec(conn(), "ALTER TABLE " + schema_.table("outbox_events") +
+                       " SET (autovacuum_enabled = false)");  // no statistics, as in the field
   pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_events") +
                        " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
                        "  payload) SELECT gen_random_uuid(), 'order', 'hot-' || a, s, 'Step', '{}'"
-                       " FROM generate_series(1, 40) a, generate_series(1, 600) s");
+                       " FROM generate_series(1, 1000) a, generate_series(1, 30) s");
   // Published history and a few leased heads, as a relay that fell behind sees the table.
   pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
                        " SET claimed_by = 'other:1', claim_until = now() + interval '1 min'"
                        " WHERE aggregate_sequence = 1 AND aggregate_id < 'hot-2'");
-  pg::exec(conn(), "ANALYZE " + schema_.table("outbox_events"));
+  // No ANALYZE: a backlog that built up moments ago has no statistics yet, and that is where
+  // the planner once chose to read the whole table per head.
   pg::exec(conn(), "BEGIN");
   const auto plan = pg::exec(conn(), "EXPLAIN (ANALYZE, FORMAT JSON) " + relay_sql::claim(schema_),
-                             {"probe:1", "100", "30000", "", ""});
+                             {"probe:1", "500", "30000", "", ""});
   pg::exec(conn(), "ROLLBACK");
-  // Sum of rows x loops over every plan node.
+  // Sum over every plan node of (rows returned + rows filtered away) x loops.
   long long touched = 0;
   std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& node) {
-    touched += node.value("Actual Rows", 0LL) * node.value("Actual Loops", 1LL);
+    // Rows a node returned plus rows it read and threw away, for every time it ran.
+    touched += (node.value("Actual Rows", 0LL) + node.value("Rows Removed by Filter", 0LL)) *
+               node.value("Actual Loops", 1LL);
     for (const auto& child : node.value("Plans", nlohmann::json::array())) walk(child);
   };
   walk(nlohmann::json::parse(plan.text(0, 0))[0]["Plan"]);
-  EXPECT_LT(touched, 2000) << "the claim read the backlog: " << plan.text(0, 0).substr(0, 2000);
+  EXPECT_LT(touched, 20000) << "the claim read the backlog: " << plan.text(0, 0).substr(0, 2000);
 }
 
 }  // namespace
