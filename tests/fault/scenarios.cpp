@@ -203,8 +203,8 @@ int run_stalled_relay(const ScenarioOptions& options) {
                    published_seconds > 0 ? options.events / published_seconds : 0.0,
                    applied_seconds, touched_full, slowest_ms)
             << "\n";
-  // Bounded: a claim reads about one index entry per visited aggregate and a few rows per head.
-  return finish("stalled-relay", report, published_seconds > 0 && touched_full < 20 * 500);
+  // Bounded: a few dozen plan rows per head visited (the backlog-reading plan touched 11 million).
+  return finish("stalled-relay", report, published_seconds > 0 && touched_full < 50 * 500);
 }
 
 int run_hot_aggregates(const ScenarioOptions& options) {
