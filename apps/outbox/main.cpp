@@ -231,12 +231,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   relay->add_option("--lease-ms", relay_flags.lease_ms, "claim lease")
       ->check(CLI::Range(100L, 3600000L));
-  relay->add_option("--backoff-base-ms", relay_flags.backoff_base_ms, "first retry delay after a failed send")
+  relay
+      ->add_option("--backoff-base-ms", relay_flags.backoff_base_ms,
+                   "first retry delay after a failed send")
       ->check(CLI::Range(1L, 3600000L));
   relay->add_option("--backoff-max-ms", relay_flags.backoff_max_ms, "longest retry delay")
       ->check(CLI::Range(1L, 86400000L));
-  relay->add_option("--max-attempts", relay_flags.max_attempts,
-                    "failed sends before an event is quarantined (0: never)")
+  relay
+      ->add_option("--max-attempts", relay_flags.max_attempts,
+                   "failed sends before an event is quarantined (0: never)")
       ->check(CLI::Range(0, 1000000));
 
   auto* status = app.add_subcommand("status", "pending, in-flight and published counts");

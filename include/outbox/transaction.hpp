@@ -11,7 +11,6 @@
 #include "outbox/event.hpp"
 #include "outbox/schema.hpp"
 
-
 namespace outbox {
 
 enum class TransactionStatus {

@@ -55,7 +55,8 @@ Armed parse_entry(const std::string& entry) {
   std::string action = entry.substr(eq + 1);
   if (const auto at = action.find('@'); at != std::string::npos) {
     armed.fire_on = parse_number(std::string_view(action).substr(at + 1), entry);
-    if (armed.fire_on < 1) throw InvalidArgument("OUTBOX_FAULTS entry \"" + entry + "\": @N starts at 1");
+    if (armed.fire_on < 1)
+      throw InvalidArgument("OUTBOX_FAULTS entry \"" + entry + "\": @N starts at 1");
     action.resize(at);
   }
   if (action == "kill") {
@@ -96,7 +97,8 @@ void arm(const std::string& spec) {
   std::size_t start = 0;
   while (start < spec.size()) {
     const auto comma = spec.find(',', start);
-    const std::string entry = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const std::string entry =
+        spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (!entry.empty()) parsed.push_back(parse_entry(entry));
     if (comma == std::string::npos) break;
     start = comma + 1;

@@ -25,7 +25,8 @@ inline constexpr const char* kRelayAfterClaim = "relay.after_claim";
 inline constexpr const char* kRelayBeforePublish = "relay.before_publish";
 inline constexpr const char* kRelayAfterAckBeforeMark = "relay.after_ack_before_mark";
 inline constexpr const char* kRelayAfterMark = "relay.after_mark";
-inline constexpr const char* kConsumerAfterCommitBeforeOffset = "consumer.after_commit_before_offset";
+inline constexpr const char* kConsumerAfterCommitBeforeOffset =
+    "consumer.after_commit_before_offset";
 
 extern std::atomic<bool> g_armed;
 

@@ -15,7 +15,8 @@ spdlog::logger& log() {
     // OUTBOX_LOG_LEVEL=debug|info|warn|error|off; unknown values keep "info".
     if (const char* level = std::getenv("OUTBOX_LOG_LEVEL")) {
       const auto parsed = spdlog::level::from_str(level);
-      if (parsed != spdlog::level::off || std::string_view(level) == "off") created->set_level(parsed);
+      if (parsed != spdlog::level::off || std::string_view(level) == "off")
+        created->set_level(parsed);
     }
     return created;
   }();

@@ -160,10 +160,9 @@ class Relay::Impl {
     const std::string token = fmt::format("{}:{}:{}", options_.relay_id, instance_, ++claim_epoch_);
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
-    const auto result =
-        pg::exec(connection_.get(), claim_sql_,
-                 {token.c_str(), limit_text.c_str(), lease_text.c_str(), cursor_type_.c_str(),
-                  cursor_id_.c_str()});
+    const auto result = pg::exec(connection_.get(), claim_sql_,
+                                 {token.c_str(), limit_text.c_str(), lease_text.c_str(),
+                                  cursor_type_.c_str(), cursor_id_.c_str()});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
     ClaimResult outcome;
     const int rows = result.rows();
@@ -339,7 +338,7 @@ class Relay::Impl {
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
   std::uint64_t next_ticket_ = 1;
   std::uint64_t claim_epoch_ = 0;
-  std::string instance_;  // random per Relay object; part of every claim token
+  std::string instance_;     // random per Relay object; part of every claim token
   std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
   std::string cursor_id_;
 

@@ -55,18 +55,30 @@ constexpr int kFaultKinds = 12;
 
 const char* name(Fault fault) {
   switch (fault) {
-    case Fault::relay_kill_after_claim: return "relay.after_claim kill";
-    case Fault::relay_kill_before_publish: return "relay.before_publish kill";
-    case Fault::relay_kill_after_ack_before_mark: return "relay.after_ack_before_mark kill";
-    case Fault::relay_kill_after_mark: return "relay.after_mark kill";
-    case Fault::relay_sigkill_anytime: return "relay SIGKILL";
-    case Fault::relay_paused_past_lease: return "relay SIGSTOP past lease";
-    case Fault::consumer_kill_after_commit_before_offset: return "consumer.after_commit_before_offset kill";
-    case Fault::producer_kill_before_commit: return "producer.before_commit kill";
-    case Fault::producer_kill_after_commit: return "producer.after_commit kill";
-    case Fault::broker_request_errors: return "broker request errors";
-    case Fault::broker_down: return "broker down";
-    case Fault::postgres_immediate_stop: return "postgres immediate stop";
+    case Fault::relay_kill_after_claim:
+      return "relay.after_claim kill";
+    case Fault::relay_kill_before_publish:
+      return "relay.before_publish kill";
+    case Fault::relay_kill_after_ack_before_mark:
+      return "relay.after_ack_before_mark kill";
+    case Fault::relay_kill_after_mark:
+      return "relay.after_mark kill";
+    case Fault::relay_sigkill_anytime:
+      return "relay SIGKILL";
+    case Fault::relay_paused_past_lease:
+      return "relay SIGSTOP past lease";
+    case Fault::consumer_kill_after_commit_before_offset:
+      return "consumer.after_commit_before_offset kill";
+    case Fault::producer_kill_before_commit:
+      return "producer.before_commit kill";
+    case Fault::producer_kill_after_commit:
+      return "producer.after_commit kill";
+    case Fault::broker_request_errors:
+      return "broker request errors";
+    case Fault::broker_down:
+      return "broker down";
+    case Fault::postgres_immediate_stop:
+      return "postgres immediate stop";
   }
   return "?";
 }
@@ -90,7 +102,8 @@ struct Campaign {
   std::string log(const std::string& name) const { return (dir / (name + ".log")).string(); }
 
   Process start_relay(int index, const std::string& faults) {
-    std::map<std::string, std::string> env{{"OUTBOX_LOG_LEVEL", "debug"}};  // every ack, for post-mortems
+    std::map<std::string, std::string> env{
+        {"OUTBOX_LOG_LEVEL", "debug"}};  // every ack, for post-mortems
     if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
     ++relay_starts;
     return Process({outbox_binary, "relay", "--db", url, "--schema", kSchema, "--kafka-brokers",
@@ -131,7 +144,8 @@ struct Campaign {
 
   long long applied() {
     auto connection = pg::Connection::open(url, "campaign-probe");
-    return pg::exec(connection.get(), "SELECT coalesce(max(applied_order), 0) FROM campaign.effects")
+    return pg::exec(connection.get(),
+                    "SELECT coalesce(max(applied_order), 0) FROM campaign.effects")
         .int64(0, 0);
   }
 
@@ -162,8 +176,9 @@ struct Campaign {
     auto relay_at = [&](const char* point) {
       const int other = 1 - target;
       relays[other].stop(0ms);
-      const bool fired = crash_at(relays[target], fmt::format("{}=kill@{}", point, nth),
-                                  [&](const std::string& spec) { return start_relay(target, spec); });
+      const bool fired =
+          crash_at(relays[target], fmt::format("{}=kill@{}", point, nth),
+                   [&](const std::string& spec) { return start_relay(target, spec); });
       relays[other] = start_relay(other, "");
       return fired;
     };
@@ -173,10 +188,18 @@ struct Campaign {
     };
     bool fired = true;
     switch (fault) {
-      case Fault::relay_kill_after_claim: fired = relay_at("relay.after_claim"); break;
-      case Fault::relay_kill_before_publish: fired = relay_at("relay.before_publish"); break;
-      case Fault::relay_kill_after_ack_before_mark: fired = relay_at("relay.after_ack_before_mark"); break;
-      case Fault::relay_kill_after_mark: fired = relay_at("relay.after_mark"); break;
+      case Fault::relay_kill_after_claim:
+        fired = relay_at("relay.after_claim");
+        break;
+      case Fault::relay_kill_before_publish:
+        fired = relay_at("relay.before_publish");
+        break;
+      case Fault::relay_kill_after_ack_before_mark:
+        fired = relay_at("relay.after_ack_before_mark");
+        break;
+      case Fault::relay_kill_after_mark:
+        fired = relay_at("relay.after_mark");
+        break;
       case Fault::relay_sigkill_anytime:
         std::this_thread::sleep_for(std::chrono::milliseconds(random() % 300));
         relays[target].stop(0ms);
@@ -191,11 +214,16 @@ struct Campaign {
         fired = crash_at(consumer, fmt::format("consumer.after_commit_before_offset=kill@{}", nth),
                          [&](const std::string& spec) { return start_consumer(spec); });
         break;
-      case Fault::producer_kill_before_commit: fired = producer_at("producer.before_commit"); break;
-      case Fault::producer_kill_after_commit: fired = producer_at("producer.after_commit"); break;
+      case Fault::producer_kill_before_commit:
+        fired = producer_at("producer.before_commit");
+        break;
+      case Fault::producer_kill_after_commit:
+        fired = producer_at("producer.after_commit");
+        break;
       case Fault::broker_request_errors: {
         static constexpr int kRetriable[] = {7 /*REQUEST_TIMED_OUT*/, 6 /*NOT_LEADER*/,
-                                             19 /*NOT_ENOUGH_REPLICAS*/, 14 /*COORDINATOR_LOADING*/};
+                                             19 /*NOT_ENOUGH_REPLICAS*/,
+                                             14 /*COORDINATOR_LOADING*/};
         kafka.fail_next_produce_requests(1 + static_cast<int>(random() % 20),
                                          kRetriable[random() % 4]);
         std::this_thread::sleep_for(300ms);
@@ -247,8 +275,18 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   migrate(url, SchemaName(kSchema));
   create_campaign_tables(url);
 
-  Campaign c{outbox_binary, std::filesystem::canonical("/proc/self/exe").string(), dir,
-             std::mt19937(seed), postgres, kafka, url, {}, {}, {}, 0, 0};
+  Campaign c{outbox_binary,
+             std::filesystem::canonical("/proc/self/exe").string(),
+             dir,
+             std::mt19937(seed),
+             postgres,
+             kafka,
+             url,
+             {},
+             {},
+             {},
+             0,
+             0};
   for (int i = 0; i < 2; ++i) c.relays[i] = c.start_relay(i, "");
   for (int i = 0; i < 2; ++i) c.producers[i] = c.start_producer(i, "");
   c.consumer = c.start_consumer("");
@@ -269,11 +307,13 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
     const auto trial_started = Clock::now();
     c.trial(schedule[static_cast<std::size_t>(i)], recoveries, not_fired);
     if (verbose) {
-      std::cout << fmt::format("    {:<42} {:>6.0f} ms, recovery {:>6.0f} ms",
-                               name(schedule[static_cast<std::size_t>(i)]),
-                               std::chrono::duration<double, std::milli>(Clock::now() - trial_started).count(),
-                               recoveries.back())
-                << std::endl;
+      std::cout
+          << fmt::format(
+                 "    {:<42} {:>6.0f} ms, recovery {:>6.0f} ms",
+                 name(schedule[static_cast<std::size_t>(i)]),
+                 std::chrono::duration<double, std::milli>(Clock::now() - trial_started).count(),
+                 recoveries.back())
+          << std::endl;
     }
     if ((i + 1) % 12 == 0 || i + 1 == trials) {
       std::cout << fmt::format("  {}/{} trials, {:.0f} s, last: {}", i + 1, trials,
@@ -290,7 +330,8 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   input.database_url = url;
   input.brokers = kafka.bootstrap_servers();
   input.topic = kTopic;
-  for (int i = 0; i < 2; ++i) input.transaction_logs.push_back(c.log(fmt::format("producer{}.transactions", i + 1)));
+  for (int i = 0; i < 2; ++i)
+    input.transaction_logs.push_back(c.log(fmt::format("producer{}.transactions", i + 1)));
   for (int i = 0; i < 2; ++i) input.relay_logs.push_back(c.log(fmt::format("relay{}", i + 1)));
   const HistoryReport report = check_history(input, 120s);
   if (verbose) {
@@ -310,7 +351,9 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
                    seed, trials, trials / kFaultKinds, not_fired, report.ok, report.failed,
                    report.unknown, report.intents, report.lost, report.phantom,
                    report.rolled_back_intents, report.duplicate_publishes,
-                   report.intents == 0 ? 0.0 : 100.0 * static_cast<double>(report.duplicate_publishes) / static_cast<double>(report.intents),
+                   report.intents == 0 ? 0.0
+                                       : 100.0 * static_cast<double>(report.duplicate_publishes) /
+                                             static_cast<double>(report.intents),
                    report.duplicate_effects, report.inversions, report.fenced, report.stuck,
                    percentile(recoveries, 0.5), percentile(recoveries, 0.99))
             << std::endl;
@@ -318,7 +361,9 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   const bool ok = report.violations() == 0;
   if (!keep && ok) std::filesystem::remove_all(dir);
   std::cout << (ok ? "campaign: 1 passed, 0 failed" : "campaign: 0 passed, 1 failed") << std::endl;
-  if (!ok) std::cout << "replay with: outbox_campaign run --seed " << seed << " --trials " << trials << " --keep\n";
+  if (!ok)
+    std::cout << "replay with: outbox_campaign run --seed " << seed << " --trials " << trials
+              << " --keep\n";
   return ok ? 0 : 1;
 }
 
@@ -334,7 +379,8 @@ int main(int argc, char** argv) {
   int trials = 20 * kFaultKinds;
   bool keep = false;
   auto* run_cmd = app.add_subcommand("run", "run the campaign");
-  run_cmd->add_option("--outbox", outbox_binary, "the outbox CLI binary (runs the relays)")->required();
+  run_cmd->add_option("--outbox", outbox_binary, "the outbox CLI binary (runs the relays)")
+      ->required();
   run_cmd->add_option("--seed", seed, "schedule seed (printed; replays a run)");
   run_cmd->add_option("--trials", trials, "faults to inject (spread evenly over the kinds)")
       ->check(CLI::Range(1, 1000000));
@@ -357,7 +403,8 @@ int main(int argc, char** argv) {
   stalled->add_option("--events", scenario.events, "backlog size")->check(CLI::Range(1, 10000000));
   stalled->add_option("--aggregates", scenario.aggregates)->check(CLI::Range(1, 10000000));
   stalled->add_flag("--keep", scenario.keep);
-  auto* hot = app.add_subcommand("hot-aggregates", "many writers, few aggregates, held transactions");
+  auto* hot =
+      app.add_subcommand("hot-aggregates", "many writers, few aggregates, held transactions");
   hot->add_option("--outbox", scenario.outbox_binary)->required();
   hot->add_option("--seconds", scenario.seconds)->check(CLI::Range(1, 3600));
   hot->add_option("--writers", scenario.writers)->check(CLI::Range(1, 64));
@@ -371,7 +418,8 @@ int main(int argc, char** argv) {
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
-    return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose, only);
+    return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,
+               only);
   } catch (const std::exception& e) {
     std::cerr << "outbox_campaign: " << e.what() << "\n";
     return 2;

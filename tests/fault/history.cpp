@@ -35,7 +35,8 @@ std::string uuid_array(const std::vector<std::string>& ids) {
   return literal + "}";
 }
 
-std::uint64_t scalar(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {}) {
+std::uint64_t scalar(PGconn* conn, const std::string& sql,
+                     const std::vector<const char*>& params = {}) {
   return static_cast<std::uint64_t>(pg::exec(conn, sql, params).int64(0, 0));
 }
 
@@ -79,11 +80,13 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
       // uncommitted transaction's id may be reused), so the events decide, all or none.
       ++report.unknown;
       const std::string ids = uuid_array(tx.event_ids);
-      for (int i = 0; i < 200 && transaction_status(conn, txid) == TransactionStatus::in_progress; ++i) {
+      for (int i = 0; i < 200 && transaction_status(conn, txid) == TransactionStatus::in_progress;
+           ++i) {
         std::this_thread::sleep_for(50ms);
       }
-      const auto present = scalar(conn, "SELECT count(*) FROM campaign.outbox_events WHERE event_id = ANY ($1::uuid[])",
-                                  {ids.c_str()});
+      const auto present = scalar(
+          conn, "SELECT count(*) FROM campaign.outbox_events WHERE event_id = ANY ($1::uuid[])",
+          {ids.c_str()});
       if (present != 0 && present != tx.event_ids.size()) {
         ++report.lost;
         report.examples.push_back(fmt::format("transaction {} left {} of its {} events", txid,
@@ -100,7 +103,8 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
   pg::exec(conn, "CREATE TEMP TABLE aborted (id uuid PRIMARY KEY)");
   const std::string committed_array = uuid_array(committed);
   const std::string aborted_array = uuid_array(aborted);
-  pg::exec(conn, "INSERT INTO committed SELECT DISTINCT unnest($1::uuid[])", {committed_array.c_str()});
+  pg::exec(conn, "INSERT INTO committed SELECT DISTINCT unnest($1::uuid[])",
+           {committed_array.c_str()});
   pg::exec(conn, "INSERT INTO aborted SELECT DISTINCT unnest($1::uuid[])", {aborted_array.c_str()});
 
   // Drain: every committed event applied, or the time is up.
@@ -119,32 +123,41 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
     }
   }
 
-  report.drain_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                       (deadline - drain)).count();
+  report.drain_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - (deadline - drain)).count();
   report.lost = scalar(conn, missing_sql);
-  const std::uint64_t no_intent = scalar(
-      conn, "SELECT count(*) FROM committed c WHERE NOT EXISTS "
-            "(SELECT 1 FROM campaign.outbox_events o WHERE o.event_id = c.id)");
-  report.phantom = scalar(conn, "SELECT count(DISTINCT event_id) FROM campaign.effects e WHERE "
-                                "NOT EXISTS (SELECT 1 FROM committed c WHERE c.id = e.event_id)");
+  const std::uint64_t no_intent =
+      scalar(conn,
+             "SELECT count(*) FROM committed c WHERE NOT EXISTS "
+             "(SELECT 1 FROM campaign.outbox_events o WHERE o.event_id = c.id)");
+  report.phantom = scalar(conn,
+                          "SELECT count(DISTINCT event_id) FROM campaign.effects e WHERE "
+                          "NOT EXISTS (SELECT 1 FROM committed c WHERE c.id = e.event_id)");
   report.rolled_back_intents = scalar(
       conn, "SELECT count(*) FROM aborted a JOIN campaign.outbox_events o ON o.event_id = a.id");
   report.duplicate_effects =
       scalar(conn, "SELECT count(*) - count(DISTINCT event_id) FROM campaign.effects");
   report.inversions = scalar(
-      conn, "SELECT count(*) FROM campaign.effects WHERE aggregate_sequence <> previous_sequence + 1");
-  report.stuck = scalar(conn, "SELECT count(*) FROM campaign.outbox_events "
-                              "WHERE published_at IS NULL AND skipped_at IS NULL");
-  if (no_intent > 0) report.examples.push_back(fmt::format("{} committed events have no outbox row", no_intent));
+      conn,
+      "SELECT count(*) FROM campaign.effects WHERE aggregate_sequence <> previous_sequence + 1");
+  report.stuck = scalar(conn,
+                        "SELECT count(*) FROM campaign.outbox_events "
+                        "WHERE published_at IS NULL AND skipped_at IS NULL");
+  if (no_intent > 0)
+    report.examples.push_back(fmt::format("{} committed events have no outbox row", no_intent));
   if (report.lost > 0) {
-    const auto rows = pg::exec(conn, "SELECT c.id::text FROM committed c WHERE NOT EXISTS "
-                                     "(SELECT 1 FROM campaign.effects e WHERE e.event_id = c.id) LIMIT 5");
-    for (int r = 0; r < rows.rows(); ++r) report.examples.push_back("lost " + std::string(rows.text(r, 0)));
+    const auto rows =
+        pg::exec(conn,
+                 "SELECT c.id::text FROM committed c WHERE NOT EXISTS "
+                 "(SELECT 1 FROM campaign.effects e WHERE e.event_id = c.id) LIMIT 5");
+    for (int r = 0; r < rows.rows(); ++r)
+      report.examples.push_back("lost " + std::string(rows.text(r, 0)));
   }
   if (report.inversions > 0) {
-    const auto rows = pg::exec(conn, "SELECT aggregate_id, aggregate_sequence, previous_sequence "
-                                     "FROM campaign.effects WHERE aggregate_sequence <> "
-                                     "previous_sequence + 1 ORDER BY applied_order LIMIT 5");
+    const auto rows = pg::exec(conn,
+                               "SELECT aggregate_id, aggregate_sequence, previous_sequence "
+                               "FROM campaign.effects WHERE aggregate_sequence <> "
+                               "previous_sequence + 1 ORDER BY applied_order LIMIT 5");
     for (int r = 0; r < rows.rows(); ++r) {
       report.examples.push_back(fmt::format("applied {} #{} after #{}", rows.text(r, 0),
                                             rows.text(r, 1), rows.text(r, 2)));

@@ -19,11 +19,11 @@ struct HistoryInput {
 
 struct HistoryReport {
   std::uint64_t ok = 0, failed = 0, unknown = 0;  // producer transactions by what they saw
-  std::uint64_t intents = 0;              // events of committed transactions
-  std::uint64_t lost = 0;                 // committed, but no intent or never applied
-  std::uint64_t phantom = 0;              // published or applied, never committed
-  std::uint64_t rolled_back_intents = 0;  // aborted, yet an outbox row exists
-  std::uint64_t duplicate_publishes = 0;  // allowed: at-least-once
+  std::uint64_t intents = 0;                      // events of committed transactions
+  std::uint64_t lost = 0;                         // committed, but no intent or never applied
+  std::uint64_t phantom = 0;                      // published or applied, never committed
+  std::uint64_t rolled_back_intents = 0;          // aborted, yet an outbox row exists
+  std::uint64_t duplicate_publishes = 0;          // allowed: at-least-once
   std::uint64_t duplicate_effects = 0;
   std::uint64_t inversions = 0;  // per aggregate: applied or first published out of sequence
   std::uint64_t fenced = 0;      // relay completions refused by fencing (expected, counted)

@@ -16,8 +16,8 @@ class Process {
   Process() = default;
   // Starts `argv` with `environment` added to ours; stdout and stderr go to `log_path`
   // (appended). Throws std::runtime_error when fork/exec fails.
-  Process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment,
-          const std::string& log_path);
+  Process(const std::vector<std::string>& argv,
+          const std::map<std::string, std::string>& environment, const std::string& log_path);
   Process(Process&& other) noexcept;
   Process& operator=(Process&& other) noexcept;
   Process(const Process&) = delete;

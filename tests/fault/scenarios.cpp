@@ -1,14 +1,11 @@
 #include "fault/scenarios.hpp"
 
 #include <fcntl.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
-#include <functional>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -22,7 +19,7 @@
 #include "outbox/producer.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
-#include "relay/relay_sql.hpp"
+#include "support/claim_plan.hpp"
 
 namespace outbox::campaign {
 namespace {
@@ -40,9 +37,9 @@ struct Stage {
     url = postgres.connection_string();
     migrate(url, SchemaName(kSchema));
     create_campaign_tables(url);
-    consumer = Process({options.self_binary, "consumer", "--db", url, "--brokers",
-                        kafka.bootstrap_servers()},
-                       {}, log("consumer"));
+    consumer = Process(
+        {options.self_binary, "consumer", "--db", url, "--brokers", kafka.bootstrap_servers()}, {},
+        log("consumer"));
   }
   ~Stage() {
     for (auto& r : relays) r.stop(10s);
@@ -52,15 +49,18 @@ struct Stage {
   std::string log(const std::string& name) const { return (dir / (name + ".log")).string(); }
   void start_relays() {
     for (int i = 0; i < 2; ++i) {
-      relays.emplace_back(std::vector<std::string>{options.outbox_binary, "relay", "--db", url,
-                                                   "--schema", kSchema, "--kafka-brokers",
-                                                   kafka.bootstrap_servers(), "--relay-id",
-                                                   fmt::format("r{}", i + 1)},
-                          std::map<std::string, std::string>{}, log(fmt::format("relay{}", i + 1)));
+      relays.emplace_back(
+          std::vector<std::string>{options.outbox_binary, "relay", "--db", url, "--schema", kSchema,
+                                   "--kafka-brokers", kafka.bootstrap_servers(), "--relay-id",
+                                   fmt::format("r{}", i + 1)},
+          std::map<std::string, std::string>{}, log(fmt::format("relay{}", i + 1)));
     }
   }
   HistoryReport check() {
-    HistoryInput input{url, kafka.bootstrap_servers(), kTopic, {log("writers.transactions")},
+    HistoryInput input{url,
+                       kafka.bootstrap_servers(),
+                       kTopic,
+                       {log("writers.transactions")},
                        {log("relay1"), log("relay2")}};
     return check_history(input, 180s);
   }
@@ -109,23 +109,6 @@ void write_transaction(PGconn* conn, const Producer& producer, const std::vector
   }
 }
 
-// Rows x loops over every node of the claim's plan at the current backlog.
-long long claim_rows_touched(PGconn* conn) {
-  pg::exec(conn, "BEGIN");
-  const auto plan = pg::exec(conn, "EXPLAIN (ANALYZE, FORMAT JSON) " + relay_sql::claim(SchemaName(kSchema)),
-                             {"probe:1", "500", "30000", "", ""});
-  pg::exec(conn, "ROLLBACK");
-  long long touched = 0;
-  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& node) {
-    // Rows a node returned plus rows it read and threw away, for every time it ran.
-    touched += (node.value("Actual Rows", 0LL) + node.value("Rows Removed by Filter", 0LL)) *
-               node.value("Actual Loops", 1LL);
-    for (const auto& child : node.value("Plans", nlohmann::json::array())) walk(child);
-  };
-  walk(nlohmann::json::parse(plan.text(0, 0))[0]["Plan"]);
-  return touched;
-}
-
 std::string verdict_line(const std::string& name, const HistoryReport& r) {
   return fmt::format(
       "{}: intents={} lost={} phantom={} rolled_back_intents={} duplicate_publishes={} "
@@ -161,9 +144,13 @@ int run_stalled_relay(const ScenarioOptions& options) {
       for (int start = next.fetch_add(10); start < options.events; start = next.fetch_add(10)) {
         std::vector<NewEvent> events;
         for (int i = 0; i < 10 && start + i < options.events; ++i) {
-          events.push_back(NewEvent{"account", "acct-" + std::to_string(random() % options.aggregates),
-                                    "Deposited", R"({"cents":)" + std::to_string(start + i) + "}",
-                                    "{}", 1, {}});
+          events.push_back(NewEvent{"account",
+                                    "acct-" + std::to_string(random() % options.aggregates),
+                                    "Deposited",
+                                    R"({"cents":)" + std::to_string(start + i) + "}",
+                                    "{}",
+                                    1,
+                                    {}});
         }
         write_transaction(c.get(), producer, events, 0ms, false, log);
       }
@@ -171,7 +158,8 @@ int run_stalled_relay(const ScenarioOptions& options) {
   }
   for (auto& t : writers) t.join();
   const double write_seconds = std::chrono::duration<double>(Clock::now() - write_started).count();
-  const long long touched_full = claim_rows_touched(connection.get());
+  const long long touched_full =
+      testing::claim_plan_rows(connection.get(), SchemaName(kSchema), 500);
 
   // Two relays drain it; meanwhile the slowest relay statement in flight is sampled.
   const auto drain_started = Clock::now();
@@ -179,11 +167,12 @@ int run_stalled_relay(const ScenarioOptions& options) {
   double slowest_ms = 0;
   double published_seconds = 0;
   for (;;) {
-    const auto sample = pg::exec(
-        connection.get(),
-        "SELECT (SELECT count(*) FROM campaign.outbox_events WHERE published_at IS NULL),"
-        " coalesce((SELECT max(extract(epoch FROM clock_timestamp() - query_start)) * 1000"
-        "  FROM pg_stat_activity WHERE application_name = 'outbox-relay' AND state = 'active'), 0)");
+    const auto sample =
+        pg::exec(connection.get(),
+                 "SELECT (SELECT count(*) FROM campaign.outbox_events WHERE published_at IS NULL),"
+                 " coalesce((SELECT max(extract(epoch FROM clock_timestamp() - query_start)) * 1000"
+                 "  FROM pg_stat_activity WHERE application_name = 'outbox-relay' AND state = "
+                 "'active'), 0)");
     slowest_ms = std::max(slowest_ms, std::stod(std::string(sample.text(0, 1))));
     if (sample.int64(0, 0) == 0) {
       published_seconds = std::chrono::duration<double>(Clock::now() - drain_started).count();
@@ -193,16 +182,18 @@ int run_stalled_relay(const ScenarioOptions& options) {
     std::this_thread::sleep_for(20ms);
   }
   const HistoryReport report = stage.check();
-  const double applied_seconds = std::chrono::duration<double>(Clock::now() - drain_started).count();
-  std::cout << fmt::format(
-                   "stalled-relay: backlog {} events over {} aggregates written in {:.1f} s; two "
-                   "relays published it in {:.1f} s ({:.0f} events/s), applied by {:.1f} s; a claim "
-                   "of 500 at full backlog touched {} plan rows; slowest relay statement seen "
-                   "{:.0f} ms",
-                   options.events, options.aggregates, write_seconds, published_seconds,
-                   published_seconds > 0 ? options.events / published_seconds : 0.0,
-                   applied_seconds, touched_full, slowest_ms)
-            << "\n";
+  const double applied_seconds =
+      std::chrono::duration<double>(Clock::now() - drain_started).count();
+  std::cout
+      << fmt::format(
+             "stalled-relay: backlog {} events over {} aggregates written in {:.1f} s; two "
+             "relays published it in {:.1f} s ({:.0f} events/s), applied by {:.1f} s; a claim "
+             "of 500 at full backlog touched {} plan rows; slowest relay statement seen "
+             "{:.0f} ms",
+             options.events, options.aggregates, write_seconds, published_seconds,
+             published_seconds > 0 ? options.events / published_seconds : 0.0, applied_seconds,
+             touched_full, slowest_ms)
+      << "\n";
   // Bounded: a few dozen plan rows per head visited (the backlog-reading plan touched 11 million).
   return finish("stalled-relay", report, published_seconds > 0 && touched_full < 50 * 500);
 }
@@ -223,11 +214,11 @@ int run_hot_aggregates(const ScenarioOptions& options) {
         // Three hot aggregates; a transaction sometimes touches two, in a fixed order (as
         // applications do to avoid deadlocks); held open 0-30 ms, now and then 300 ms.
         const int first = static_cast<int>(random() % 3);
-        std::vector<NewEvent> events{NewEvent{"account", "hot-" + std::to_string(first),
-                                              "Deposited", "{}", "{}", 1, {}}};
+        std::vector<NewEvent> events{
+            NewEvent{"account", "hot-" + std::to_string(first), "Deposited", "{}", "{}", 1, {}}};
         if (random() % 4 == 0 && first < 2) {
-          events.push_back(NewEvent{"account", "hot-" + std::to_string(first + 1), "Deposited",
-                                    "{}", "{}", 1, {}});
+          events.push_back(NewEvent{
+              "account", "hot-" + std::to_string(first + 1), "Deposited", "{}", "{}", 1, {}});
         }
         const auto hold = random() % 20 == 0 ? 300ms : std::chrono::milliseconds(random() % 30);
         write_transaction(c.get(), producer, events, hold, random() % 10 == 0, log);

@@ -75,7 +75,8 @@ int run_producer(const WorkerOptions& options) {
   const Log log(options.log_path);
   const Producer producer(ProducerOptions{SchemaName(kSchema), 4096});
   std::mt19937 random(options.seed);
-  const auto pause = std::chrono::microseconds(1000000 / std::max(1, options.transactions_per_second));
+  const auto pause =
+      std::chrono::microseconds(1000000 / std::max(1, options.transactions_per_second));
   pg::Connection connection = connect_with_retry(options.database_url);
   while (!g_stop) {
     std::this_thread::sleep_for(pause);
@@ -84,8 +85,10 @@ int run_producer(const WorkerOptions& options) {
     const std::string aggregate = "acct-" + std::to_string(random() % options.aggregates);
     std::vector<NewEvent> events(1 + random() % 3);
     for (auto& e : events) {
-      e = NewEvent{"account", aggregate, "Deposited",
-                   R"({"cents":)" + std::to_string(random() % 10000) + "}", "{}", 1, {}};
+      e = NewEvent{"account",   aggregate,
+                   "Deposited", R"({"cents":)" + std::to_string(random() % 10000) + "}",
+                   "{}",        1,
+                   {}};
     }
     const bool roll_back = random() % 10 == 0;
     std::uint64_t txid = 0;

@@ -85,9 +85,9 @@ TEST_F(FaultPointTest, ACommitThatNeverReturnedIsFoundInTheDatabase) {
 }
 
 TEST(FaultSpec, MalformedSpecsAreRefusedWithTheEntry) {
-  for (const char* bad : {"relay.after_claim", "=kill", "relay.after_claim=explode",
-                          "relay.after_claim=kill@0", "relay.after_claim=delay:soon",
-                          "relay.after_claim=kill@x"}) {
+  for (const char* bad :
+       {"relay.after_claim", "=kill", "relay.after_claim=explode", "relay.after_claim=kill@0",
+        "relay.after_claim=delay:soon", "relay.after_claim=kill@x"}) {
     try {
       fault::arm(bad);
       ADD_FAILURE() << bad << " was accepted";

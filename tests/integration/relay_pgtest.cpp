@@ -1,8 +1,6 @@
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -10,8 +8,8 @@
 #include "outbox/kafka.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
+#include "support/claim_plan.hpp"
 #include "support/kafka_reader.hpp"
-#include "relay/relay_sql.hpp"
 #include "support/relay_fixture.hpp"
 #include "support/test_env.hpp"
 
@@ -296,20 +294,8 @@ TEST_F(RelayTest, AClaimReadsTheHeadsNotTheBacklog) {
                        " WHERE aggregate_sequence = 1 AND aggregate_id < 'hot-2'");
   // No ANALYZE: a backlog that built up moments ago has no statistics yet, and that is where
   // the planner once chose to read the whole table per head.
-  pg::exec(conn(), "BEGIN");
-  const auto plan = pg::exec(conn(), "EXPLAIN (ANALYZE, FORMAT JSON) " + relay_sql::claim(schema_),
-                             {"probe:1", "500", "30000", "", ""});
-  pg::exec(conn(), "ROLLBACK");
-  // Sum over every plan node of (rows returned + rows filtered away) x loops.
-  long long touched = 0;
-  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& node) {
-    // Rows a node returned plus rows it read and threw away, for every time it ran.
-    touched += (node.value("Actual Rows", 0LL) + node.value("Rows Removed by Filter", 0LL)) *
-               node.value("Actual Loops", 1LL);
-    for (const auto& child : node.value("Plans", nlohmann::json::array())) walk(child);
-  };
-  walk(nlohmann::json::parse(plan.text(0, 0))[0]["Plan"]);
-  EXPECT_LT(touched, 20000) << "the claim read the backlog: " << plan.text(0, 0).substr(0, 2000);
+  const long long touched = claim_plan_rows(conn(), schema_, 500);
+  EXPECT_LT(touched, 20000) << "the claim read the backlog";
 }
 
 }  // namespace

@@ -14,7 +14,9 @@ class TransactionTest : public ::testing::Test {
     return Producer(ProducerOptions{schema_, 4096})
         .enqueue(conn, NewEvent{"order", "o1", "OrderPlaced", "{}", "{}", 1, {}});
   }
-  long long events() { return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events")); }
+  long long events() {
+    return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events"));
+  }
   PGconn* conn() { return connection_.get(); }
   pg::Connection connection_ = connect();
   SchemaName schema_;

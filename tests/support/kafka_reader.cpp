@@ -94,7 +94,8 @@ std::vector<ReadMessage> read_topic_until(
 std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std::string& topic,
                                           std::chrono::milliseconds timeout) {
   // The end of each partition, as the leader sees it now.
-  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, brokers, {{"group.id", "outbox-test-watermarks"}});
+  rd_kafka_t* rk =
+      make_client(RD_KAFKA_CONSUMER, brokers, {{"group.id", "outbox-test-watermarks"}});
   std::map<int, long long> ends;
   const rd_kafka_metadata_t* metadata = nullptr;
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
