@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "contains.hpp"
 #include "outbox/error.hpp"
 #include "outbox/producer.hpp"
 
@@ -20,11 +21,6 @@ NewEvent valid_event() {
   event.payload = R"({"order_id": 4711, "total_cents": 1999})";
   event.headers = R"({"traceparent": "00-4bf92f3577b34da6-00f067aa0ba902b7-01"})";
   return event;
-}
-
-testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
 }
 
 // The message of the InvalidArgument that validate(event) throws; fails the test otherwise.

@@ -5,6 +5,7 @@
 #include <string>
 #include <typeinfo>
 
+#include "contains.hpp"
 #include "outbox/error.hpp"
 #include "outbox/schema.hpp"
 
@@ -24,11 +25,6 @@ std::string rejection_of(const std::string& name) {
                   << " instead of InvalidArgument: " << error.what();
   }
   return {};
-}
-
-testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
 }
 
 // --- accepted names ---

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "contains.hpp"
 #include "outbox/error.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/sink.hpp"
@@ -21,11 +22,6 @@ Event order_placed() {
   event.aggregate_id = "4711";
   event.event_type = "OrderPlaced";
   return event;
-}
-
-testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return testing::AssertionSuccess();
-  return testing::AssertionFailure() << "\"" << text << "\" does not contain \"" << part << "\"";
 }
 
 KafkaSinkOptions valid_options() {
