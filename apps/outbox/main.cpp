@@ -101,8 +101,8 @@ int cmd_relay(const RelayFlags& flags) {
   sink.brokers = flags.brokers;
   sink.topic_template = flags.topic_template;
   sink.properties = parse_properties(flags.properties);
-  // Restarts the relay after a lost database connection, with capped exponential backoff. Rows
-  // it held stay leased until their lease runs out, then any relay (this one too) retakes them.
+  // Once running, the relay rides out PostgreSQL outages itself (Relay::run). This loop retries
+  // until PostgreSQL accepts the first connection, with capped exponential backoff.
   std::mutex mutex;
   std::condition_variable stopped;
   bool stopping = false;
@@ -147,8 +147,7 @@ int cmd_relay(const RelayFlags& flags) {
       break;  // run() returns only after a stop request
     } catch (const DatabaseError& e) {
       if (!e.retryable()) throw;
-      std::cerr << "outbox relay: " << e.what() << "; reconnecting in " << backoff.count()
-                << " ms\n";
+      std::cerr << "outbox relay: " << e.what() << "; retrying in " << backoff.count() << " ms\n";
     }
     std::unique_lock lock(mutex);
     if (stopped.wait_for(lock, backoff, [&] { return stopping; })) break;

@@ -43,6 +43,11 @@ class EmbeddedPostgres {
   // Stops the server with "immediate" mode (a crash: no checkpoint) and starts it again on the
   // same folder and port; for recovery tests. Blocks until it accepts connections.
   void restart_immediate();
+  // The two halves of restart_immediate, for outages that last a while: stop_immediate() crashes
+  // the server, start_again() starts it on the same folder and port and waits until it accepts
+  // connections.
+  void stop_immediate();
+  void start_again();
 
   class Impl;
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "outbox/event.hpp"
+#include "outbox/health.hpp"
 #include "outbox/inbox.hpp"
 #include "outbox/sink.hpp"
 
@@ -56,6 +57,10 @@ struct KafkaConsumerOptions {
   SchemaName schema;
   std::string consumer_name;                      // inbox scope; default: group_id
   std::map<std::string, std::string> properties;  // extra librdkafka properties
+  // run(): delay after a failed batch (effect threw, PostgreSQL down), doubled per consecutive
+  // failure up to the max.
+  std::chrono::milliseconds retry_backoff_base{100};
+  std::chrono::milliseconds retry_backoff_max{30000};
 };
 
 struct KafkaConsumerStats {
@@ -63,6 +68,10 @@ struct KafkaConsumerStats {
   std::uint64_t applied = 0;
   std::uint64_t duplicates = 0;
   std::uint64_t rejected = 0;  // messages without a valid outbox event_id header (skipped, logged)
+  std::uint64_t failed_batches = 0;  // batches rolled back and rewound (effect or database failed)
+  std::uint64_t reconnects = 0;      // new PostgreSQL connections or Kafka clients after a failure
+  Health health = Health::starting;
+  std::string last_error;  // latest failure (kept after recovery)
 };
 
 // Consumes outbox events and applies `effect` through an Inbox. What one poll() receives (up to
@@ -84,8 +93,16 @@ class KafkaInboxConsumer {
   // When an effect throws, nothing of the batch commits, every partition of the batch is rewound
   // to its first message in it, and the exception propagates: the batch comes again, whether the
   // caller polls on or restarts.
+  // Throws DatabaseError when PostgreSQL fails (the next poll() reconnects), BrokerError when
+  // the Kafka client is unusable.
   std::size_t poll(std::chrono::milliseconds max_wait);
-  // Polls until request_stop(), then commits stored offsets and leaves the group.
+  // Polls until request_stop(), then commits stored offsets and leaves the group. Survives
+  // failures: a PostgreSQL outage (Health::database_unavailable: reconnects), a broker outage
+  // (Health::broker_unavailable: librdkafka reconnects; an unusable client is replaced) and an
+  // effect that throws (Health::effect_failing: the batch is retried). Each waits with capped
+  // exponential backoff and nothing is skipped meanwhile. An effect that throws for a message
+  // forever blocks its partition: catch what you can never apply and record it yourself.
+  // Throws only for errors no retry can fix (e.g. a missing inbox table).
   void run();
   void request_stop() noexcept;
   [[nodiscard]] KafkaConsumerStats stats() const;

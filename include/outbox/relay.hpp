@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "outbox/health.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/sink.hpp"
 
@@ -29,6 +30,9 @@ struct RelayOptions {
   int max_attempts = 25;
   std::chrono::milliseconds idle_poll_max{1000};   // longest sleep when no NOTIFY arrives
   std::chrono::milliseconds drain_timeout{10000};  // on stop: how long to wait for reports
+  // After PostgreSQL fails: first reconnect delay, doubled per failed try up to the max.
+  std::chrono::milliseconds reconnect_backoff_base{100};
+  std::chrono::milliseconds reconnect_backoff_max{5000};
 };
 
 // Counters since the relay started. Read from any thread.
@@ -39,7 +43,10 @@ struct RelayStats {
   std::uint64_t fenced = 0;       // marks refused because the row no longer carried our claim
   std::uint64_t quarantined = 0;  // set aside: permanent failure or attempt limit reached
   std::uint64_t claim_queries = 0;
-  std::uint64_t in_flight = 0;  // right now
+  std::uint64_t in_flight = 0;   // right now
+  std::uint64_t reconnects = 0;  // times the relay got PostgreSQL back after losing it
+  Health health = Health::starting;
+  std::string last_error;  // latest database or broker error (kept after recovery)
 };
 
 // Thread safety: run() and run_until_idle() from one thread at a time; request_stop(), stats()
@@ -55,8 +62,10 @@ class Relay {
   // Publishes until request_stop(); then stops claiming, waits up to drain_timeout for the
   // reports of what is in flight, records them, and returns. Rows still unreported keep their
   // lease and are retaken by any relay once it expires (a re-publish, never a loss).
-  // Throws DatabaseError when PostgreSQL fails (after which the rows it held are retaken the same
-  // way once their lease expires).
+  // Survives PostgreSQL outages: on a retryable DatabaseError it reports
+  // Health::database_unavailable, keeps collecting broker acks, reconnects with capped
+  // exponential backoff, then writes the acks it kept and goes on. Throws DatabaseError only for
+  // errors no retry can fix (missing schema, permission denied).
   void run();
 
   // Publishes until nothing is claimable and nothing is in flight, or until `limit` passes.

@@ -25,10 +25,15 @@ DatabaseError make_error(PGconn* conn, const PGresult* result, std::string_view 
   if (message.empty() && conn != nullptr) message = PQerrorMessage(conn);
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
   const bool connection_lost = conn != nullptr && PQstatus(conn) == CONNECTION_BAD;
+  // The server sends a SQLSTATE with every error; an error without one was raised by libpq
+  // itself, nearly always about the connection (a failed send is reported before PQstatus turns
+  // bad). Such an error is worth a retry.
+  const bool client_side = sqlstate.empty();
   if (sqlstate.empty() && connection_lost) sqlstate = "08006";
   std::string text = std::string(what) + ": " + message;
   if (!sqlstate.empty()) text += " (SQLSTATE " + sqlstate + ")";
-  return DatabaseError(text, sqlstate, connection_lost || is_retryable_sqlstate(sqlstate));
+  return DatabaseError(text, sqlstate,
+                       connection_lost || client_side || is_retryable_sqlstate(sqlstate));
 }
 
 std::int64_t Result::int64(int row, int column) const {
@@ -69,7 +74,12 @@ void commit(PGconn* conn) {
     throw DatabaseError("COMMIT rolled back instead: a statement in the transaction had failed",
                         "25P02", false);
   }
-  if (PQstatus(conn) == CONNECTION_BAD) {
+  // A server that refused the COMMIT says why with a SQLSTATE. Without one the failure was the
+  // client's (the connection broke, possibly before PQstatus shows it): whether the server
+  // committed is unknown.
+  const bool server_answered =
+      raw != nullptr && PQresultErrorField(raw, PG_DIAG_SQLSTATE) != nullptr;
+  if (PQstatus(conn) == CONNECTION_BAD || !server_answered) {
     throw OutcomeUnknown(
         "the connection broke during COMMIT: the transaction may or may not have committed; "
         "ask outbox::transaction_status() on a new connection with the id that enqueue returned "

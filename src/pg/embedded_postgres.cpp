@@ -342,6 +342,8 @@ class EmbeddedPostgres::Impl {
   // The fallible part of construction; ~Impl undoes whatever of it succeeded.
   void start();
   void restart_immediate();
+  void stop_immediate() { stop_server("immediate"); }
+  void start_again() { start_server(/*may_change_port=*/false); }
   [[nodiscard]] std::string connection_string(const std::string& database) const {
     return fmt::format("host={} port={} user={} dbname={}", conninfo_value(socket_dir_.string()),
                        port_, kSuperuser, conninfo_value(database));
@@ -671,5 +673,7 @@ const std::filesystem::path& EmbeddedPostgres::socket_dir() const noexcept {
   return impl_->socket_dir();
 }
 void EmbeddedPostgres::restart_immediate() { impl_->restart_immediate(); }
+void EmbeddedPostgres::stop_immediate() { impl_->stop_immediate(); }
+void EmbeddedPostgres::start_again() { impl_->start_again(); }
 
 }  // namespace outbox

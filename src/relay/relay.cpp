@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/fault.hpp"
+#include "common/health_board.hpp"
 #include "common/json_text.hpp"
 #include "common/log.hpp"
 #include "pg/connection.hpp"
@@ -26,6 +27,11 @@ std::string default_relay_id() {
   return fmt::format("{}-{}-{:06x}", host, ::getpid(), random() & 0xFFFFFF);
 }
 
+RelayOptions with_relay_id(RelayOptions options) {
+  if (options.relay_id.empty()) options.relay_id = default_relay_id();
+  return options;
+}
+
 // A finished send whose outcome still has to be written to PostgreSQL.
 struct Outcome {
   EventId event_id;
@@ -39,13 +45,14 @@ struct Outcome {
 class Relay::Impl {
  public:
   Impl(RelayOptions options, std::unique_ptr<Sink> sink)
-      : options_(std::move(options)),
+      : options_(with_relay_id(std::move(options))),
         sink_(std::move(sink)),
         connection_(pg::Connection::open(options_.database_url, "outbox-relay")),
         claim_sql_(relay_sql::claim(options_.schema)),
         mark_published_sql_(relay_sql::mark_published(options_.schema)),
         mark_failed_sql_(relay_sql::mark_failed(options_.schema)),
-        renew_sql_(relay_sql::renew(options_.schema)) {
+        renew_sql_(relay_sql::renew(options_.schema)),
+        health_("relay " + options_.relay_id) {
     if (!sink_) throw InvalidArgument("relay: the sink is null");
     if (options_.batch_size == 0 || options_.max_in_flight == 0) {
       throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
@@ -57,7 +64,12 @@ class Relay::Impl {
           "relay: lease must be at least 100 ms (it bounds how long a crashed "
           "relay's rows wait before another relay takes them)");
     }
-    if (options_.relay_id.empty()) options_.relay_id = default_relay_id();
+    if (options_.reconnect_backoff_base.count() <= 0 ||
+        options_.reconnect_backoff_max < options_.reconnect_backoff_base) {
+      throw InvalidArgument(
+          "relay: reconnect_backoff_base must be positive and reconnect_backoff_max at least as "
+          "large");
+    }
     // Tokens must never repeat, also when a relay id is reused (a restarted process, a
     // reconnect): a random instance part keeps a stale instance's marks fenced.
     std::random_device random;
@@ -70,60 +82,72 @@ class Relay::Impl {
     milliseconds idle_wait{10};
     auto last_renewal = Clock::now();
     std::vector<DeliveryReport> reports;
+    health_.set(Health::running);
     while (!stop_.load(std::memory_order_relaxed)) {
       if (until_idle && Clock::now() >= deadline) break;
-      // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
-      if (connection_.wait_for_notifications(milliseconds(0)) > 0) claim_wanted = true;
+      try {
+        // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
+        if (connection_.wait_for_notifications(milliseconds(0)) > 0) claim_wanted = true;
 
-      // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
-      // and a claim must not re-take rows this relay still has in flight under an older token.
-      if (Clock::now() - last_renewal > options_.lease / 3) {
-        renew_leases();
-        last_renewal = Clock::now();
-      }
-
-      std::size_t claimed = 0;
-      const std::size_t room = options_.max_in_flight - in_flight_.size();
-      if (claim_wanted && room > 0) {
-        const std::size_t limit = std::min(room, options_.batch_size);
-        const bool from_start = cursor_type_.empty() && cursor_id_.empty();
-        ClaimResult result = claim(limit);
-        if (result.reached_end && !from_start && result.claimed < limit) {
-          // Wrap around: the aggregates before the cursor get their turn in this same pass.
-          const ClaimResult wrapped = claim(limit - result.claimed);
-          result.claimed += wrapped.claimed;
-          result.reached_end = wrapped.reached_end;
+        // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
+        // and a claim must not re-take rows this relay still has in flight under an older token.
+        if (Clock::now() - last_renewal > options_.lease / 3) {
+          renew_leases();
+          last_renewal = Clock::now();
         }
-        claimed = result.claimed;
-        // More aggregates after the cursor, or a full batch: ask again at once. Otherwise wait
-        // for a reason (NOTIFY, a report, the idle timer).
-        claim_wanted = !result.reached_end || claimed == std::min(room, options_.batch_size);
-      }
 
-      reports.clear();
-      const bool busy = claimed > 0 || claim_wanted;
-      if (!in_flight_.empty()) sink_->poll(busy ? milliseconds(0) : milliseconds(5), reports);
-      if (!reports.empty()) {
-        record(reports);
-        // A published event may unblock the next sequence of its aggregate, and a failed one
-        // frees room in the window.
-        claim_wanted = true;
-      }
-      if (in_flight_.empty() && !claim_wanted) {
-        if (until_idle) return true;
-        // Nothing to do: sleep until NOTIFY or until the adaptive poll interval passes (rows
-        // whose backoff or foreign lease ends announce nothing).
-        if (connection_.wait_for_notifications(idle_wait) > 0) {
+        std::size_t claimed = 0;
+        const std::size_t room = options_.max_in_flight - in_flight_.size();
+        if (claim_wanted && room > 0) {
+          const std::size_t limit = std::min(room, options_.batch_size);
+          const bool from_start = cursor_type_.empty() && cursor_id_.empty();
+          ClaimResult result = claim(limit);
+          if (result.reached_end && !from_start && result.claimed < limit) {
+            // Wrap around: the aggregates before the cursor get their turn in this same pass.
+            const ClaimResult wrapped = claim(limit - result.claimed);
+            result.claimed += wrapped.claimed;
+            result.reached_end = wrapped.reached_end;
+          }
+          claimed = result.claimed;
+          // More aggregates after the cursor, or a full batch: ask again at once. Otherwise wait
+          // for a reason (NOTIFY, a report, the idle timer).
+          claim_wanted = !result.reached_end || claimed == std::min(room, options_.batch_size);
+        }
+
+        reports.clear();
+        const bool busy = claimed > 0 || claim_wanted;
+        if (!in_flight_.empty()) sink_->poll(busy ? milliseconds(0) : milliseconds(5), reports);
+        if (!reports.empty()) {
+          record(reports);
+          // A published event may unblock the next sequence of its aggregate, and a failed one
+          // frees room in the window.
+          claim_wanted = true;
+        }
+        if (in_flight_.empty() && !claim_wanted) {
+          if (until_idle) return true;
+          // Nothing to do: sleep until NOTIFY or until the adaptive poll interval passes (rows
+          // whose backoff or foreign lease ends announce nothing).
+          if (connection_.wait_for_notifications(idle_wait) > 0) {
+            idle_wait = milliseconds(10);
+          } else {
+            idle_wait = std::min(idle_wait * 2, options_.idle_poll_max);
+          }
+          claim_wanted = true;
+        } else if (claimed > 0 || !reports.empty()) {
           idle_wait = milliseconds(10);
-        } else {
-          idle_wait = std::min(idle_wait * 2, options_.idle_poll_max);
         }
+      } catch (const DatabaseError& error) {
+        if (!error.retryable()) {
+          health_.set(Health::stopped, error.what());
+          throw;
+        }
+        reconnect(error);
         claim_wanted = true;
-      } else if (claimed > 0 || !reports.empty()) {
-        idle_wait = milliseconds(10);
+        last_renewal = Clock::now();
       }
     }
     drain();
+    health_.set(Health::stopped);
     return false;
   }
 
@@ -138,6 +162,9 @@ class Relay::Impl {
     s.quarantined = quarantined_.load(std::memory_order_relaxed);
     s.claim_queries = claim_queries_.load(std::memory_order_relaxed);
     s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
+    s.reconnects = reconnects_.load(std::memory_order_relaxed);
+    s.health = health_.health();
+    s.last_error = health_.last_error();
     return s;
   }
 
@@ -203,9 +230,17 @@ class Relay::Impl {
     return outcome;
   }
 
+  // Writes the outcomes of `reports` to PostgreSQL. Should that fail, they stay in unrecorded_
+  // and the next flush() writes them.
   void record(const std::vector<DeliveryReport>& reports) {
-    std::vector<Outcome> published;
-    std::vector<Outcome> failed;
+    take(reports);
+    flush();
+  }
+
+  // Moves finished sends from in_flight_ to the outcomes still to be written.
+  void take(const std::vector<DeliveryReport>& reports) {
+    bool any_published = false;
+    const DeliveryReport* broker_trouble = nullptr;
     for (const DeliveryReport& report : reports) {
       auto it = in_flight_.find(report.ticket);
       if (it == in_flight_.end()) {
@@ -219,7 +254,8 @@ class Relay::Impl {
                             outcome.event_id.to_string(), it->second.event.aggregate_type,
                             it->second.event.aggregate_id, it->second.event.aggregate_sequence,
                             report.partition, report.offset);
-        published.push_back(std::move(outcome));
+        unrecorded_published_.push_back(std::move(outcome));
+        any_published = true;
       } else {
         // Unknown outcomes count as failures: the row is retried with the same event id.
         outcome.error = fmt::format("{}: {}", to_string(report.outcome), report.error);
@@ -228,19 +264,37 @@ class Relay::Impl {
                            outcome.event_id.to_string(), it->second.event.aggregate_type,
                            it->second.event.aggregate_id, it->second.event.aggregate_sequence,
                            outcome.error);
-        failed.push_back(std::move(outcome));
+        if (!outcome.permanent) broker_trouble = &report;
+        unrecorded_failed_.push_back(std::move(outcome));
       }
       in_flight_.erase(it);
     }
-    if (!published.empty()) {
+    in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+    // Health follows the latest reports: any ack means the broker works; only transient failures
+    // mean it does not (a permanent failure is the event's fault, not the broker's).
+    if (any_published && health_.health() == Health::broker_unavailable) {
+      health_.set(Health::running);
+    } else if (!any_published && broker_trouble != nullptr && health_.health() == Health::running) {
+      health_.set(Health::broker_unavailable,
+                  fmt::format("{}: {}", sink_->describe(), broker_trouble->error));
+    }
+  }
+
+  // Writes the outcomes taken so far; each batch leaves unrecorded_ only once its statement
+  // succeeded. Marking is idempotent for our own token, so a batch whose statement's fate was
+  // unknown (connection lost mid-statement) is simply written again.
+  void flush() {
+    if (!unrecorded_published_.empty()) {
       OUTBOX_FAULT(fault::kRelayAfterAckBeforeMark);
-      const auto result = complete(mark_published_sql_, published, false);
+      const auto result = complete(mark_published_sql_, unrecorded_published_, false);
+      unrecorded_published_.clear();
       OUTBOX_FAULT(fault::kRelayAfterMark);
       published_.fetch_add(static_cast<std::uint64_t>(result.rows()), std::memory_order_relaxed);
     }
-    if (!failed.empty()) {
-      const auto result = complete(mark_failed_sql_, failed, true);
-      failed_.fetch_add(failed.size(), std::memory_order_relaxed);
+    if (!unrecorded_failed_.empty()) {
+      const auto result = complete(mark_failed_sql_, unrecorded_failed_, true);
+      failed_.fetch_add(unrecorded_failed_.size(), std::memory_order_relaxed);
+      unrecorded_failed_.clear();
       for (int row = 0; row < result.rows(); ++row) {
         if (result.text(row, 1) != "t") continue;
         quarantined_.fetch_add(1, std::memory_order_relaxed);
@@ -250,7 +304,46 @@ class Relay::Impl {
             relay_id(), result.text(row, 0));
       }
     }
-    in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+  }
+
+  // After a retryable DatabaseError: keeps taking broker reports (their outcomes wait in
+  // unrecorded_), reconnects when the connection is gone, writes what waited, renews the leases
+  // of what is still in flight. Returns when all that worked or a stop was requested.
+  void reconnect(const DatabaseError& first) {
+    health_.set(Health::database_unavailable, first.what());
+    milliseconds backoff = options_.reconnect_backoff_base;
+    std::mt19937 random(std::random_device{}());
+    std::vector<DeliveryReport> reports;
+    while (!stop_.load(std::memory_order_relaxed)) {
+      // Equal jitter, so relays cut off together do not come back in lockstep.
+      const auto wait = backoff / 2 + milliseconds(random() % (backoff.count() / 2 + 1));
+      const auto until = Clock::now() + wait;
+      while (Clock::now() < until && !stop_.load(std::memory_order_relaxed)) {
+        reports.clear();
+        sink_->poll(std::min(milliseconds(50), std::chrono::duration_cast<milliseconds>(
+                                                   until - Clock::now() + milliseconds(1))),
+                    reports);
+        take(reports);
+      }
+      try {
+        if (!connection_.healthy()) {
+          connection_ = pg::Connection::open(options_.database_url, "outbox-relay");
+          connection_.listen('"' + options_.schema.notify_channel() + '"');
+        }
+        flush();
+        renew_leases();
+        reconnects_.fetch_add(1, std::memory_order_relaxed);
+        health_.set(Health::running);
+        return;
+      } catch (const DatabaseError& error) {
+        if (!error.retryable()) {
+          health_.set(Health::stopped, error.what());
+          throw;
+        }
+        health_.set(Health::database_unavailable, error.what());
+      }
+      backoff = std::min(backoff * 2, options_.reconnect_backoff_max);
+    }
   }
 
   // Runs one batched completion; counts and logs rows whose claim was no longer ours.
@@ -318,7 +411,15 @@ class Relay::Impl {
     while (!in_flight_.empty() && Clock::now() < deadline) {
       reports.clear();
       sink_->poll(milliseconds(50), reports);
-      if (!reports.empty()) record(reports);
+      take(reports);
+    }
+    try {
+      flush();
+    } catch (const DatabaseError& error) {
+      detail::log().warn(
+          "relay {}: stopped with {} outcome(s) unwritten ({}); their rows are retaken after the "
+          "lease",
+          relay_id(), unrecorded_published_.size() + unrecorded_failed_.size(), error.what());
     }
     if (!in_flight_.empty()) {
       detail::log().warn(
@@ -336,6 +437,8 @@ class Relay::Impl {
   const std::string renew_sql_;
 
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
+  std::vector<Outcome> unrecorded_published_;  // reported by the broker, not yet written
+  std::vector<Outcome> unrecorded_failed_;
   std::uint64_t next_ticket_ = 1;
   std::uint64_t claim_epoch_ = 0;
   std::string instance_;     // random per Relay object; part of every claim token
@@ -350,6 +453,8 @@ class Relay::Impl {
   std::atomic<std::uint64_t> quarantined_{0};
   std::atomic<std::uint64_t> claim_queries_{0};
   std::atomic<std::uint64_t> in_flight_count_{0};
+  std::atomic<std::uint64_t> reconnects_{0};
+  detail::HealthBoard health_;
 };
 
 Relay::Relay(RelayOptions options, std::unique_ptr<Sink> sink)

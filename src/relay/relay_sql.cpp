@@ -79,11 +79,12 @@ FROM (SELECT aggregate_type, aggregate_id FROM aggregates ORDER BY n DESC LIMIT 
 }
 
 std::string mark_published(const SchemaName& schema) {
+  // Idempotent for the claim that sent the row: writing the same batch again (its first try's
+  // fate was lost with the connection) matches again and changes nothing.
   return fmt::format(R"SQL(UPDATE {events} e
-SET published_at = now(), claim_until = NULL, last_error = NULL
+SET published_at = coalesce(e.published_at, now()), claim_until = NULL, last_error = NULL
 FROM unnest($1::uuid[], $2::text[]) AS d(event_id, token)
-WHERE e.event_id = d.event_id AND e.claimed_by = d.token
-  AND e.published_at IS NULL AND e.skipped_at IS NULL
+WHERE e.event_id = d.event_id AND e.claimed_by = d.token AND e.skipped_at IS NULL
 RETURNING e.event_id)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
 }

@@ -145,15 +145,31 @@ int run_consumer(const WorkerOptions& options) {
              "DO UPDATE SET last_sequence = EXCLUDED.last_sequence",
              {event.aggregate_id.c_str(), sequence.c_str()});
   };
-  while (!g_stop) {
+  consumer_options.retry_backoff_max = 2000ms;
+  // run() rides out PostgreSQL and broker outages itself; only the first connection is retried
+  // here.
+  std::unique_ptr<KafkaInboxConsumer> consumer;
+  while (!consumer && !g_stop) {
     try {
-      KafkaInboxConsumer consumer(consumer_options, effect);
-      while (!g_stop) consumer.poll(100ms);
-    } catch (const std::exception& e) {
-      std::cerr << "campaign consumer: " << e.what() << "; starting over\n";
+      consumer = std::make_unique<KafkaInboxConsumer>(consumer_options, effect);
+    } catch (const Error& e) {
+      if (!e.retryable()) throw;
       std::this_thread::sleep_for(200ms);
     }
   }
+  if (!consumer) return 0;
+  std::thread stopper([&] {
+    while (!g_stop) std::this_thread::sleep_for(50ms);
+    consumer->request_stop();
+  });
+  try {
+    consumer->run();
+  } catch (...) {
+    g_stop = true;
+    stopper.join();
+    throw;
+  }
+  stopper.join();
   return 0;
 }
 

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "outbox/kafka.hpp"
 #include "support/kafka_reader.hpp"
 #include "support/test_env.hpp"
@@ -54,6 +57,17 @@ class KafkaConsumerTest : public ::testing::Test {
   void poll_until(KafkaInboxConsumer& consumer, Done done) {
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (!done() && std::chrono::steady_clock::now() < deadline) consumer.poll(100ms);
+  }
+
+  // Waits up to 30 s for `condition`.
+  template <typename Condition>
+  static bool wait_until(Condition condition) {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (!condition()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
   }
 
   long long applied() { return count(conn(), "SELECT count(*) FROM " + schema_.table("applied")); }
@@ -124,6 +138,84 @@ TEST_F(KafkaConsumerTest, AFailedEffectIsRedeliveredAndNothingAfterItIsSkipped) 
   poll_until(successor, [&] { return applied() >= 3; });
   EXPECT_EQ(applied(), 3) << "successor received " << successor.stats().received;
   EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 3);
+}
+
+// run() retries a batch whose effect throws, with backoff, reports it, and applies each message
+// once when the effect starts to work.
+TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
+  std::vector<EventId> ids;
+  for (int i = 1; i <= 5; ++i) {
+    ids.push_back(EventId::generate());
+    produce_raw(kafka().bootstrap_servers(), topic_, "o1", "{}", headers(ids.back(), i));
+  }
+  auto o = options("retrying");
+  o.retry_backoff_base = 20ms;
+  o.retry_backoff_max = 100ms;
+  std::atomic<int> failures_left{3};
+  std::atomic<bool> saw_effect_failing{false};
+  const auto inner = record();
+  KafkaInboxConsumer consumer(o, [&](PGconn* c, const ConsumedEvent& e) {
+    if (e.event_id == ids[2] && failures_left.fetch_sub(1) > 0) {
+      throw std::runtime_error("effect failed on purpose");
+    }
+    inner(c, e);
+  });
+  std::thread runner([&] { consumer.run(); });
+  const bool done = wait_until([&] {
+    if (consumer.stats().health == Health::effect_failing) saw_effect_failing = true;
+    return applied() == 5;
+  });
+  consumer.request_stop();
+  runner.join();
+  EXPECT_TRUE(done) << applied();
+  const KafkaConsumerStats stats = consumer.stats();
+  EXPECT_EQ(stats.failed_batches, 3U);
+  EXPECT_EQ(stats.applied, 5U);
+  EXPECT_TRUE(saw_effect_failing);
+  EXPECT_NE(stats.last_error.find("effect failed on purpose"), std::string::npos)
+      << stats.last_error;
+  EXPECT_EQ(stats.health, Health::stopped);
+  EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 5);
+}
+
+// PostgreSQL crashes in the middle of a batch. run() reports the outage, reconnects when the
+// server is back, and applies every message exactly once.
+TEST_F(KafkaConsumerTest, RunSurvivesAPostgresCrashMidBatch) {
+  std::vector<EventId> ids;
+  for (int i = 1; i <= 40; ++i) {
+    ids.push_back(EventId::generate());
+    produce_raw(kafka().bootstrap_servers(), topic_, "o" + std::to_string(i % 4), "{}",
+                headers(ids.back(), i));
+  }
+  auto o = options("crash");
+  o.retry_backoff_base = 50ms;
+  o.retry_backoff_max = 200ms;
+  std::atomic<bool> in_effect{false};
+  std::atomic<bool> go_on{false};
+  const auto inner = record();
+  KafkaInboxConsumer consumer(o, [&](PGconn* c, const ConsumedEvent& e) {
+    in_effect = true;
+    while (!go_on) std::this_thread::sleep_for(5ms);
+    inner(c, e);
+  });
+  std::thread runner([&] { consumer.run(); });
+  ASSERT_TRUE(wait_until([&] { return in_effect.load(); }));
+  postgres().stop_immediate();
+  go_on = true;  // the effect's INSERT now meets a dead connection
+  const bool noticed =
+      wait_until([&] { return consumer.stats().health == Health::database_unavailable; });
+  std::this_thread::sleep_for(300ms);
+  postgres().start_again();
+  connection_ = connect();
+  const bool done = wait_until([&] { return applied() == 40; });
+  consumer.request_stop();
+  runner.join();
+  EXPECT_TRUE(noticed);
+  EXPECT_TRUE(done) << applied();
+  const KafkaConsumerStats stats = consumer.stats();
+  EXPECT_GE(stats.failed_batches, 1U);
+  EXPECT_GE(stats.reconnects, 1U);
+  EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 40);
 }
 
 }  // namespace

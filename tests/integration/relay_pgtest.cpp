@@ -83,6 +83,40 @@ class TrackingSink final : public Sink {
   std::map<std::uint64_t, Event> sent_;
 };
 
+// Holds the broker's reports back while hold() is on, to place them inside a database outage.
+class HoldingSink final : public Sink {
+ public:
+  explicit HoldingSink(std::unique_ptr<Sink> inner) : inner_(std::move(inner)) {}
+  void send(const Event& event, std::uint64_t ticket) override { inner_->send(event, ticket); }
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    inner_->poll(max_wait, held_);
+    held_count_.store(held_.size());
+    if (holding_.load()) return;
+    reports.insert(reports.end(), held_.begin(), held_.end());
+    held_.clear();
+  }
+  [[nodiscard]] std::size_t in_flight() const override { return inner_->in_flight(); }
+  [[nodiscard]] std::string describe() const override { return "holding " + inner_->describe(); }
+  void release() { holding_.store(false); }
+  [[nodiscard]] std::size_t held() const { return held_count_.load(); }
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  std::vector<DeliveryReport> held_;
+  std::atomic<bool> holding_{true};
+  std::atomic<std::size_t> held_count_{0};
+};
+
+template <typename Condition>
+bool wait_until(Condition condition, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
 using RelayTest = RelayFixture;
 
 TEST_F(RelayTest, PublishesEveryCommittedEventInAggregateOrderAndMarksIt) {
@@ -222,6 +256,9 @@ TEST_F(RelayTest, ABrokerOutageBacksOffThenDelivers) {
   EXPECT_GT(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
                               " WHERE attempt_count > 0 AND last_error IS NOT NULL"),
             0);
+  EXPECT_EQ(relay.stats().health, Health::broker_unavailable);
+  EXPECT_NE(relay.stats().last_error.find("timed out"), std::string::npos)
+      << relay.stats().last_error;
   for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, false);
   while (unpublished() > 0 && std::chrono::steady_clock::now() < deadline + 20s) {
     std::this_thread::sleep_for(100ms);
@@ -230,7 +267,46 @@ TEST_F(RelayTest, ABrokerOutageBacksOffThenDelivers) {
   runner.join();
   EXPECT_EQ(unpublished(), 0);
   EXPECT_GE(relay.stats().failed, 3U);
+  EXPECT_EQ(relay.stats().health, Health::stopped);
   expect_on_broker_in_order(ids);
+}
+
+// PostgreSQL crashes while sends are in flight and stays down while their acks arrive. The relay
+// reports the outage, keeps the acks, reconnects, writes them, and publishes the rest: every event
+// reaches the broker exactly once (no lease had to expire, so nothing was sent twice).
+TEST_F(RelayTest, SurvivesAPostgresCrashAndKeepsTheAcksItCollectedMeanwhile) {
+  const auto ids = enqueue(20, 5);
+  auto o = options("survivor");
+  o.reconnect_backoff_base = 50ms;
+  o.reconnect_backoff_max = 200ms;
+  auto holding = std::make_unique<HoldingSink>(sink());
+  HoldingSink& held = *holding;
+  Relay relay(o, std::move(holding));
+  std::thread runner([&] { relay.run(); });
+  // The first claim takes the 20 heads; their acks are held back.
+  ASSERT_TRUE(wait_until([&] { return held.held() == 20; }, 20s)) << held.held();
+  postgres().stop_immediate();
+  const bool noticed =
+      wait_until([&] { return relay.stats().health == Health::database_unavailable; }, 10s);
+  held.release();  // the acks arrive while PostgreSQL is down
+  std::this_thread::sleep_for(500ms);
+  postgres().start_again();
+  EXPECT_TRUE(noticed) << to_string(relay.stats().health);
+  connection_ = connect();
+  EXPECT_TRUE(wait_until([&] { return unpublished() == 0; }, 30s)) << unpublished();
+  relay.request_stop();
+  runner.join();
+  const RelayStats stats = relay.stats();
+  EXPECT_GE(stats.reconnects, 1U);
+  EXPECT_EQ(stats.fenced, 0U);
+  EXPECT_EQ(stats.published, ids.size());
+  EXPECT_FALSE(stats.last_error.empty());
+  expect_on_broker_in_order(ids);
+  std::map<std::string, int> copies;
+  for (const auto& m : read_whole_topic(kafka().bootstrap_servers(), topic_, 20s)) {
+    ++copies[m.headers.at("event_id")];
+  }
+  for (const auto& [id, n] : copies) EXPECT_EQ(n, 1) << id << " published " << n << " times";
 }
 
 TEST_F(RelayTest, AFailedSendIsRescheduledWithBackoffAndItsSuccessorWaits) {

@@ -2,8 +2,11 @@
 
 #include <charconv>
 #include <cstring>
+#include <random>
+#include <thread>
 
 #include "common/fault.hpp"
+#include "common/health_board.hpp"
 #include "common/log.hpp"
 #include "outbox/kafka.hpp"
 #include "pg/connection.hpp"
@@ -41,10 +44,78 @@ class KafkaInboxConsumer::Impl {
         effect_(std::move(effect)),
         inbox_(options_.schema,
                options_.consumer_name.empty() ? options_.group_id : options_.consumer_name),
-        connection_(pg::Connection::open(options_.database_url, "outbox-consumer")) {
+        connection_(pg::Connection::open(options_.database_url, "outbox-consumer")),
+        health_("kafka consumer " + options_.group_id) {
     if (options_.group_id.empty()) throw ConfigError("Kafka consumer: group_id is empty");
     if (options_.topics.empty()) throw ConfigError("Kafka consumer: no topics to subscribe to");
     if (!effect_) throw InvalidArgument("Kafka consumer: the effect is empty");
+    if (options_.retry_backoff_base.count() <= 0 ||
+        options_.retry_backoff_max < options_.retry_backoff_base) {
+      throw ConfigError(
+          "Kafka consumer: retry_backoff_base must be positive and retry_backoff_max at least as "
+          "large");
+    }
+    handle_ = connect_kafka();
+  }
+
+  ~Impl() { close_kafka(); }
+
+  // Polls until stopped; every failure is reported through health_ and retried with backoff.
+  void run() {
+    auto backoff = options_.retry_backoff_base;
+    std::mt19937 random(std::random_device{}());
+    health_.set(Health::running);
+    while (!stopped()) {
+      effect_threw_ = false;
+      try {
+        if (!connection_.healthy()) {
+          connection_ = pg::Connection::open(options_.database_url, "outbox-consumer");
+          ++reconnects_;
+          detail::log().info("kafka consumer {}: reconnected to PostgreSQL", options_.group_id);
+          health_.set(Health::running);
+        }
+        if (poll(std::chrono::milliseconds(100)) > 0) {
+          backoff = options_.retry_backoff_base;
+          if (health_.health() != Health::broker_unavailable) health_.set(Health::running);
+        }
+        continue;
+      } catch (const DatabaseError& error) {
+        if (effect_threw_) {
+          health_.set(Health::effect_failing, error.what());
+        } else if (error.retryable()) {
+          health_.set(Health::database_unavailable, error.what());
+        } else {
+          health_.set(Health::stopped, error.what());
+          throw;
+        }
+      } catch (const BrokerError& error) {
+        // The client is unusable (a rewind failed): a new one resumes at the committed offsets.
+        health_.set(Health::broker_unavailable, error.what());
+        try {
+          close_kafka();
+          handle_ = connect_kafka();
+          broken_.clear();
+          ++reconnects_;
+        } catch (const Error& again) {
+          health_.set(Health::broker_unavailable, again.what());
+        }
+      } catch (const std::exception& error) {
+        health_.set(Health::effect_failing, error.what());
+      }
+      // Equal jitter; sliced so that request_stop() is seen quickly.
+      const auto wait =
+          backoff / 2 + std::chrono::milliseconds(random() % (backoff.count() / 2 + 1));
+      const auto until = std::chrono::steady_clock::now() + wait;
+      while (!stopped() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      backoff = std::min(backoff * 2, options_.retry_backoff_max);
+    }
+    health_.set(Health::stopped);
+  }
+
+ private:
+  kafka::KafkaHandle connect_kafka() {
     kafka::ConfHandle conf(rd_kafka_conf_new());
     kafka::set(conf.get(), "bootstrap.servers", options_.brokers);
     kafka::set(conf.get(), "group.id", options_.group_id);
@@ -54,23 +125,27 @@ class KafkaInboxConsumer::Impl {
     // ever sends stored offsets.
     kafka::set(conf.get(), "enable.auto.offset.store", "false");
     kafka::set(conf.get(), "enable.auto.commit", "true");
-    handle_ = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
-    rd_kafka_poll_set_consumer(handle_.get());
+    kafka::KafkaHandle handle = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
+    rd_kafka_poll_set_consumer(handle.get());
     kafka::PartitionListHandle topics(
         rd_kafka_topic_partition_list_new(static_cast<int>(options_.topics.size())));
     for (const std::string& topic : options_.topics) {
       rd_kafka_topic_partition_list_add(topics.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
     }
-    if (const auto err = rd_kafka_subscribe(handle_.get(), topics.get())) {
+    if (const auto err = rd_kafka_subscribe(handle.get(), topics.get())) {
       throw BrokerError(fmt::format("subscribe failed: {}", rd_kafka_err2str(err)), err, false);
     }
+    return handle;
   }
 
-  ~Impl() {
+  void close_kafka() noexcept {
+    if (!handle_) return;
     rd_kafka_commit(handle_.get(), nullptr, 0);  // stored offsets only: all committed effects
     rd_kafka_consumer_close(handle_.get());
+    handle_.reset();
   }
 
+ public:
   // Takes what is ready (up to kMaxBatch messages, waiting up to `max_wait` for the first) and
   // applies it through the inbox in one transaction.
   std::size_t poll(std::chrono::milliseconds max_wait) {
@@ -85,11 +160,14 @@ class KafkaInboxConsumer::Impl {
       if (!message) break;
       wait = 0;
       if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+        if (message->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+          health_.set(Health::broker_unavailable, rd_kafka_message_errstr(message.get()));
+        } else if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
           detail::log().warn("kafka consumer: {}", rd_kafka_message_errstr(message.get()));
         }
         continue;
       }
+      if (health_.health() == Health::broker_unavailable) health_.set(Health::running);
       batch.push_back(std::move(message));
     }
     if (!batch.empty()) handle(batch);
@@ -100,7 +178,8 @@ class KafkaInboxConsumer::Impl {
   bool stopped() const noexcept { return stop_.load(std::memory_order_relaxed); }
 
   KafkaConsumerStats stats() const {
-    return {received_.load(), applied_.load(), duplicates_.load(), rejected_.load()};
+    return {received_.load(),       applied_.load(),    duplicates_.load(), rejected_.load(),
+            failed_batches_.load(), reconnects_.load(), health_.health(),   health_.last_error()};
   }
 
  private:
@@ -144,9 +223,22 @@ class KafkaInboxConsumer::Impl {
     std::vector<EventId> ids;
     ids.reserve(events.size());
     for (const auto& event : events) ids.push_back(event.event_id);
+    effect_threw_ = false;
     try {
-      const auto results = inbox_.process_batch(
-          connection_.get(), ids, [&](PGconn* conn, std::size_t i) { effect_(conn, events[i]); });
+      const auto results =
+          inbox_.process_batch(connection_.get(), ids, [&](PGconn* conn, std::size_t i) {
+            try {
+              effect_(conn, events[i]);
+            } catch (const DatabaseError& error) {
+              // A lost connection or a deadlock is the database's trouble, anything else the
+              // effect's own; run() retries both.
+              effect_threw_ = !error.retryable() && PQstatus(conn) == CONNECTION_OK;
+              throw;
+            } catch (...) {
+              effect_threw_ = PQstatus(conn) == CONNECTION_OK;
+              throw;
+            }
+          });
       for (const InboxResult result : results) {
         if (result == InboxResult::applied) {
           ++applied_;
@@ -155,6 +247,7 @@ class KafkaInboxConsumer::Impl {
         }
       }
     } catch (...) {
+      ++failed_batches_;
       rewind(batch);
       throw;
     }
@@ -227,6 +320,10 @@ class KafkaInboxConsumer::Impl {
   std::atomic<std::uint64_t> applied_{0};
   std::atomic<std::uint64_t> duplicates_{0};
   std::atomic<std::uint64_t> rejected_{0};
+  std::atomic<std::uint64_t> failed_batches_{0};
+  std::atomic<std::uint64_t> reconnects_{0};
+  bool effect_threw_ = false;  // the last batch failed in the effect, not in the inbox
+  detail::HealthBoard health_;
 };
 
 KafkaInboxConsumer::KafkaInboxConsumer(KafkaConsumerOptions options, Effect effect)
@@ -237,9 +334,7 @@ std::size_t KafkaInboxConsumer::poll(std::chrono::milliseconds max_wait) {
   return impl_->poll(max_wait);
 }
 
-void KafkaInboxConsumer::run() {
-  while (!impl_->stopped()) impl_->poll(std::chrono::milliseconds(100));
-}
+void KafkaInboxConsumer::run() { impl_->run(); }
 
 void KafkaInboxConsumer::request_stop() noexcept { impl_->request_stop(); }
 KafkaConsumerStats KafkaInboxConsumer::stats() const { return impl_->stats(); }

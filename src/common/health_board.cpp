@@ -1,0 +1,56 @@
+#include "common/health_board.hpp"
+
+#include "common/log.hpp"
+
+namespace outbox {
+
+std::string_view to_string(Health health) noexcept {
+  switch (health) {
+    case Health::starting:
+      return "starting";
+    case Health::running:
+      return "running";
+    case Health::database_unavailable:
+      return "database_unavailable";
+    case Health::broker_unavailable:
+      return "broker_unavailable";
+    case Health::effect_failing:
+      return "effect_failing";
+    case Health::stopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+void HealthBoard::set(Health health, const std::string& error) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  if (!error.empty()) last_error_ = error;
+  if (health == health_) return;
+  const auto lasted = std::chrono::duration_cast<std::chrono::milliseconds>(now - since_);
+  const bool healthy =
+      health == Health::running || health == Health::starting || health == Health::stopped;
+  if (healthy) {
+    log().info("{}: {} (was {} for {} ms)", component_, to_string(health), to_string(health_),
+               lasted.count());
+  } else {
+    log().warn("{}: {}: {}", component_, to_string(health), error);
+  }
+  health_ = health;
+  since_ = now;
+}
+
+Health HealthBoard::health() const {
+  std::lock_guard lock(mutex_);
+  return health_;
+}
+
+std::string HealthBoard::last_error() const {
+  std::lock_guard lock(mutex_);
+  return last_error_;
+}
+
+}  // namespace detail
+}  // namespace outbox

@@ -1,0 +1,31 @@
+#pragma once
+// The current Health of one component plus the error that caused it; written by the component's
+// thread, read from any thread. Logs every change once, so a log shows each outage and recovery.
+
+#include <chrono>
+#include <mutex>
+#include <string>
+
+#include "outbox/health.hpp"
+
+namespace outbox::detail {
+
+class HealthBoard {
+ public:
+  explicit HealthBoard(std::string component) : component_(std::move(component)) {}
+
+  // Sets the state; `error` says why when the state is not running/starting/stopped.
+  void set(Health health, const std::string& error = {});
+
+  [[nodiscard]] Health health() const;
+  [[nodiscard]] std::string last_error() const;  // the latest error, kept after recovery
+
+ private:
+  const std::string component_;
+  mutable std::mutex mutex_;
+  Health health_ = Health::starting;
+  std::string last_error_;
+  std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace outbox::detail
