@@ -44,6 +44,21 @@ struct QuarantineFlags {
 // `outbox quarantine list|retry|skip`; returns the exit code.
 int run_quarantine(const QuarantineFlags& flags);
 
+struct CleanupFlags {
+  std::string db;
+  std::string schema = "outbox";
+  std::string retention = "7d";
+  std::string inbox_retention;  // empty: keep inbox ids
+  std::size_t batch_size = 5000;
+  std::string pause = "0";
+  std::string every;  // empty: once
+  bool dry_run = false;
+  bool json = false;
+};
+
+// `outbox cleanup`; returns the exit code.
+int run_cleanup(const CleanupFlags& flags);
+
 // Runs the end-to-end demo and returns the process exit code (0 when every invariant held).
 int run_demo(const DemoOptions& options);
 

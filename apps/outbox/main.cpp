@@ -264,6 +264,25 @@ int main(int argc, char** argv) {
   q_skip->add_option("--reason", quarantine_flags.reason, "why it is skipped")->required();
   q_skip->add_option("--actor", quarantine_flags.actor, "who does this (default: $USER)");
 
+  CleanupFlags cleanup_flags;
+  auto* cleanup = app.add_subcommand(
+      "cleanup", "delete events finished before the retention, and old inbox ids, in batches");
+  cleanup->add_option("--db", cleanup_flags.db, "libpq connection string or URI");
+  cleanup->add_option("--schema", cleanup_flags.schema, "schema holding outbox_events");
+  cleanup
+      ->add_option("--retention", cleanup_flags.retention,
+                   "keep published and skipped events this long (the replay horizon)")
+      ->capture_default_str();
+  cleanup->add_option("--inbox-retention", cleanup_flags.inbox_retention,
+                      "delete inbox ids older than this (at least --retention; default: keep)");
+  cleanup->add_option("--batch-size", cleanup_flags.batch_size, "rows examined per transaction")
+      ->check(CLI::Range(1, 1000000));
+  cleanup->add_option("--pause", cleanup_flags.pause, "pause between batches, e.g. 50ms");
+  cleanup->add_option("--every", cleanup_flags.every,
+                      "repeat at this interval until stopped (default: once)");
+  cleanup->add_flag("--dry-run", cleanup_flags.dry_run, "count what would be deleted");
+  cleanup->add_flag("--json", cleanup_flags.json, "print the report as JSON");
+
   auto* mock =
       app.add_subcommand("kafka-mock", "run librdkafka's mock Kafka cluster until stopped");
   mock->add_option("--brokers", mock_brokers, "number of brokers")->check(CLI::Range(1, 64));
@@ -297,6 +316,7 @@ int main(int argc, char** argv) {
       quarantine_flags.action = *q_list ? "list" : *q_retry ? "retry" : "skip";
       return run_quarantine(quarantine_flags);
     }
+    if (*cleanup) return run_cleanup(cleanup_flags);
     if (*mock) return cmd_kafka_mock(mock_brokers);
     if (*postgres) return cmd_postgres();
     if (*demo) return run_demo(demo_options);

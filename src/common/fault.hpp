@@ -27,6 +27,7 @@ inline constexpr const char* kRelayAfterAckBeforeMark = "relay.after_ack_before_
 inline constexpr const char* kRelayAfterMark = "relay.after_mark";
 inline constexpr const char* kConsumerAfterCommitBeforeOffset =
     "consumer.after_commit_before_offset";
+inline constexpr const char* kCleanupMidBatch = "cleanup.mid_batch";
 
 extern std::atomic<bool> g_armed;
 

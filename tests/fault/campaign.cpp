@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -50,8 +51,9 @@ enum class Fault {
   broker_request_errors,
   broker_down,
   postgres_immediate_stop,
+  cleanup_kill_mid_batch,
 };
-constexpr int kFaultKinds = 12;
+constexpr int kFaultKinds = 13;
 
 const char* name(Fault fault) {
   switch (fault) {
@@ -79,11 +81,15 @@ const char* name(Fault fault) {
       return "broker down";
     case Fault::postgres_immediate_stop:
       return "postgres immediate stop";
+    case Fault::cleanup_kill_mid_batch:
+      return "cleanup.mid_batch kill";
   }
   return "?";
 }
 
 constexpr auto kLease = 2000ms;
+// Short, so the cleanup deletes rows relays and the consumer have only just finished with.
+constexpr auto kCleanupRetention = 1000ms;
 
 struct Campaign {
   std::string outbox_binary;
@@ -128,6 +134,14 @@ struct Campaign {
     if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
     return Process({self_binary, "consumer", "--db", url, "--brokers", kafka.bootstrap_servers()},
                    env, log("consumer"));
+  }
+
+  Process start_cleanup(const std::string& faults) {
+    std::map<std::string, std::string> env;
+    if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
+    return Process({outbox_binary, "cleanup", "--db", url, "--schema", kSchema, "--retention",
+                    fmt::format("{}ms", kCleanupRetention.count()), "--batch-size", "20"},
+                   env, log("cleanup"));
   }
 
   // Replaces a running process by one armed with `spec`, waits for the fault to fire (the
@@ -246,6 +260,17 @@ struct Campaign {
         std::this_thread::sleep_for(std::chrono::milliseconds(random() % 300));
         postgres.restart_immediate();
         break;
+      case Fault::cleanup_kill_mid_batch: {
+        // Killed between a batch's DELETE and its COMMIT, while relays and the consumer run.
+        Process cleaner = start_cleanup(fmt::format("cleanup.mid_batch=kill@{}", nth));
+        fired = cleaner.wait_for_exit(20s) && WIFSIGNALED(cleaner.status()) &&
+                WTERMSIG(cleaner.status()) == SIGKILL;
+        cleaner.stop(0ms);
+        // Then a whole pass, which reaches the rows finished just before the retention.
+        Process full = start_cleanup("");
+        full.wait_for_exit(30s);
+        break;
+      }
     }
     if (!fired) ++not_fired;
     recoveries.push_back(recovery_ms(Clock::now(), before));
@@ -333,6 +358,7 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   for (int i = 0; i < 2; ++i)
     input.transaction_logs.push_back(c.log(fmt::format("producer{}.transactions", i + 1)));
   for (int i = 0; i < 2; ++i) input.relay_logs.push_back(c.log(fmt::format("relay{}", i + 1)));
+  input.cleanup_retention = kCleanupRetention;
   const HistoryReport report = check_history(input, 120s);
   if (verbose) {
     std::cout << fmt::format("  history checked in {:.1f} s (drain {:.1f} s)",
@@ -346,8 +372,8 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   std::cout << fmt::format(
                    "seed={} trials={} per_fault_point={} not_fired={} ok={} fail={} unknown={} "
                    "intents={} lost={} phantom={} rolled_back_intents={} duplicate_publishes={} "
-                   "({:.2f}%) duplicate_effects={} inversions={} fenced={} stuck={} "
-                   "recovery_p50={:.0f}ms recovery_p99={:.0f}ms",
+                   "({:.2f}%) duplicate_effects={} inversions={} fenced={} stuck={} cleaned={} "
+                   "cleaned_early={} recovery_p50={:.0f}ms recovery_p99={:.0f}ms",
                    seed, trials, trials / kFaultKinds, not_fired, report.ok, report.failed,
                    report.unknown, report.intents, report.lost, report.phantom,
                    report.rolled_back_intents, report.duplicate_publishes,
@@ -355,7 +381,8 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
                                        : 100.0 * static_cast<double>(report.duplicate_publishes) /
                                              static_cast<double>(report.intents),
                    report.duplicate_effects, report.inversions, report.fenced, report.stuck,
-                   percentile(recoveries, 0.5), percentile(recoveries, 0.99))
+                   report.cleaned, report.cleaned_early, percentile(recoveries, 0.5),
+                   percentile(recoveries, 0.99))
             << std::endl;
   for (const std::string& example : report.examples) std::cout << "  " << example << "\n";
   const bool ok = report.violations() == 0;

@@ -84,9 +84,9 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
            ++i) {
         std::this_thread::sleep_for(50ms);
       }
-      const auto present = scalar(
-          conn, "SELECT count(*) FROM campaign.outbox_events WHERE event_id = ANY ($1::uuid[])",
-          {ids.c_str()});
+      const auto present =
+          scalar(conn, "SELECT count(*) FROM campaign.all_events WHERE event_id = ANY ($1::uuid[])",
+                 {ids.c_str()});
       if (present != 0 && present != tx.event_ids.size()) {
         ++report.lost;
         report.examples.push_back(fmt::format("transaction {} left {} of its {} events", txid,
@@ -129,12 +129,12 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
   const std::uint64_t no_intent =
       scalar(conn,
              "SELECT count(*) FROM committed c WHERE NOT EXISTS "
-             "(SELECT 1 FROM campaign.outbox_events o WHERE o.event_id = c.id)");
+             "(SELECT 1 FROM campaign.all_events o WHERE o.event_id = c.id)");
   report.phantom = scalar(conn,
                           "SELECT count(DISTINCT event_id) FROM campaign.effects e WHERE "
                           "NOT EXISTS (SELECT 1 FROM committed c WHERE c.id = e.event_id)");
   report.rolled_back_intents = scalar(
-      conn, "SELECT count(*) FROM aborted a JOIN campaign.outbox_events o ON o.event_id = a.id");
+      conn, "SELECT count(*) FROM aborted a JOIN campaign.all_events o ON o.event_id = a.id");
   report.duplicate_effects =
       scalar(conn, "SELECT count(*) - count(DISTINCT event_id) FROM campaign.effects");
   report.inversions = scalar(
@@ -143,6 +143,23 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
   report.stuck = scalar(conn,
                         "SELECT count(*) FROM campaign.outbox_events "
                         "WHERE published_at IS NULL AND skipped_at IS NULL");
+  // Cleanup may delete only what was finished before the retention, judged at its own clock.
+  const std::string retention = std::to_string(input.cleanup_retention.count());
+  report.cleaned = scalar(conn, "SELECT count(*) FROM campaign.cleaned");
+  const std::string early_sql =
+      "FROM campaign.cleaned WHERE coalesce(published_at, skipped_at) IS NULL"
+      " OR coalesce(published_at, skipped_at) > deleted_at - $1::bigint * interval '1 ms'";
+  report.cleaned_early = scalar(conn, "SELECT count(*) " + early_sql, {retention.c_str()});
+  if (report.cleaned_early > 0) {
+    const auto rows = pg::exec(
+        conn,
+        "SELECT event_id::text, coalesce(published_at::text, 'pending') " + early_sql + " LIMIT 5",
+        {retention.c_str()});
+    for (int r = 0; r < rows.rows(); ++r) {
+      report.examples.push_back(
+          fmt::format("cleaned too early: {} (published {})", rows.text(r, 0), rows.text(r, 1)));
+    }
+  }
   if (no_intent > 0)
     report.examples.push_back(fmt::format("{} committed events have no outbox row", no_intent));
   if (report.lost > 0) {

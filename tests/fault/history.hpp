@@ -15,6 +15,8 @@ struct HistoryInput {
   std::string topic;
   std::vector<std::string> transaction_logs;  // the producers' logs (see workers.hpp)
   std::vector<std::string> relay_logs;        // searched for fenced completions
+  // The retention cleanup ran with (deleted rows are recorded in campaign.cleaned).
+  std::chrono::milliseconds cleanup_retention{0};
 };
 
 struct HistoryReport {
@@ -25,13 +27,16 @@ struct HistoryReport {
   std::uint64_t rolled_back_intents = 0;          // aborted, yet an outbox row exists
   std::uint64_t duplicate_publishes = 0;          // allowed: at-least-once
   std::uint64_t duplicate_effects = 0;
-  std::uint64_t inversions = 0;  // per aggregate: applied or first published out of sequence
-  std::uint64_t fenced = 0;      // relay completions refused by fencing (expected, counted)
-  std::uint64_t stuck = 0;       // still pending after the drain
-  double drain_seconds = 0;      // from the producers' stop until every committed event applied
+  std::uint64_t inversions = 0;     // per aggregate: applied or first published out of sequence
+  std::uint64_t fenced = 0;         // relay completions refused by fencing (expected, counted)
+  std::uint64_t stuck = 0;          // still pending after the drain
+  std::uint64_t cleaned = 0;        // rows deleted by the retention cleanup
+  std::uint64_t cleaned_early = 0;  // deleted while pending or inside the retention: must be 0
+  double drain_seconds = 0;         // from the producers' stop until every committed event applied
   std::vector<std::string> examples;  // the first violations, to start a post-mortem
   [[nodiscard]] std::uint64_t violations() const {
-    return lost + phantom + rolled_back_intents + duplicate_effects + inversions + stuck;
+    return lost + phantom + rolled_back_intents + duplicate_effects + inversions + stuck +
+           cleaned_early;
   }
 };
 

@@ -67,6 +67,22 @@ CREATE TABLE IF NOT EXISTS campaign.effects (
   aggregate_sequence bigint NOT NULL, previous_sequence bigint NOT NULL);
 CREATE TABLE IF NOT EXISTS campaign.projection (
   aggregate_id text PRIMARY KEY, last_sequence bigint NOT NULL);
+-- What the retention cleanup deleted, recorded in the deleting transaction (a batch rolled back
+-- by a crash leaves no record), so the checker sees every event ever written.
+CREATE TABLE IF NOT EXISTS campaign.cleaned (
+  event_id uuid NOT NULL, published_at timestamptz, skipped_at timestamptz,
+  deleted_at timestamptz NOT NULL DEFAULT now());
+CREATE OR REPLACE FUNCTION campaign.record_cleaned() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO campaign.cleaned (event_id, published_at, skipped_at)
+  VALUES (OLD.event_id, OLD.published_at, OLD.skipped_at);
+  RETURN OLD;
+END $$;
+DROP TRIGGER IF EXISTS record_cleaned ON campaign.outbox_events;
+CREATE TRIGGER record_cleaned BEFORE DELETE ON campaign.outbox_events
+  FOR EACH ROW EXECUTE FUNCTION campaign.record_cleaned();
+CREATE OR REPLACE VIEW campaign.all_events AS
+  SELECT event_id FROM campaign.outbox_events UNION ALL SELECT event_id FROM campaign.cleaned;
 )SQL");
 }
 

@@ -1,0 +1,45 @@
+#pragma once
+// Retention: deletes finished outbox events (published or skipped) once they are older than the
+// replay horizon, and inbox ids once they are older than the inbox's horizon, in bounded batches.
+// Nothing pending is ever deleted, also not when the cleanup dies mid-batch (each batch is one
+// transaction; a crash rolls that batch back).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "outbox/schema.hpp"
+
+struct pg_conn;
+typedef struct pg_conn PGconn;
+
+namespace outbox {
+
+struct CleanupOptions {
+  SchemaName schema;
+  // Published and skipped events stay this long after they were finished: the replay horizon.
+  std::chrono::milliseconds retention = std::chrono::hours(24 * 7);
+  // Inbox ids (processed_events) stay this long after they were processed; empty: forever. Must
+  // be at least `retention`, or replaying a kept event could apply it a second time.
+  std::optional<std::chrono::milliseconds> inbox_retention;
+  // Rows examined per batch (one short transaction each). Bounds lock time and WAL per commit.
+  std::size_t batch_size = 5000;
+  // Pause between batches, to leave the database room for the relay and producers.
+  std::chrono::milliseconds pause{0};
+  // Count what would be deleted instead of deleting it.
+  bool dry_run = false;
+};
+
+struct CleanupReport {
+  std::uint64_t events_deleted = 0;  // or, with dry_run, that would be deleted
+  std::uint64_t inbox_deleted = 0;
+  std::uint64_t batches = 0;
+};
+
+// Runs until nothing more is due. `conn` must be idle (no open transaction). Concurrent relays,
+// producers, consumers and other cleanups are safe. Throws InvalidArgument for bad options (before
+// anything is deleted) and DatabaseError; batches committed before an error stay deleted.
+CleanupReport cleanup(PGconn* conn, const CleanupOptions& options);
+
+}  // namespace outbox

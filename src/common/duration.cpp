@@ -1,0 +1,67 @@
+#include "outbox/duration.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+
+#include "outbox/error.hpp"
+
+namespace outbox {
+
+std::chrono::milliseconds parse_duration(std::string_view text) {
+  auto fail = [&](std::string_view why) {
+    return InvalidArgument(fmt::format(
+        "duration \"{}\": {}; write a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 7d, "
+        "1h30m",
+        text, why));
+  };
+  if (text.empty()) throw fail("empty");
+  if (text == "0") return std::chrono::milliseconds(0);
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max() / 4;
+  std::int64_t total = 0;
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    std::int64_t number = 0;
+    const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), number);
+    if (error == std::errc::result_out_of_range) throw fail("the number is too large");
+    if (error != std::errc() || end == rest.data()) {
+      throw fail(rest.front() == '-' ? "cannot be negative" : "expected a number");
+    }
+    if (number < 0) throw fail("cannot be negative");
+    rest.remove_prefix(static_cast<std::size_t>(end - rest.data()));
+    if (!rest.empty() && (rest.front() == '.' || rest.front() == ',')) {
+      throw fail("whole numbers only (1h30m, not 1.5h)");
+    }
+    std::size_t unit_length = 0;
+    while (unit_length < rest.size() &&
+           std::isalpha(static_cast<unsigned char>(rest[unit_length]))) {
+      ++unit_length;
+    }
+    const std::string_view unit = rest.substr(0, unit_length);
+    rest.remove_prefix(unit_length);
+    std::int64_t scale = 0;
+    if (unit == "ms") {
+      scale = 1;
+    } else if (unit == "s") {
+      scale = 1000;
+    } else if (unit == "m") {
+      scale = 60 * 1000;
+    } else if (unit == "h") {
+      scale = 3600 * 1000;
+    } else if (unit == "d") {
+      scale = 24 * 3600 * 1000;
+    } else if (unit.empty()) {
+      throw fail("a number needs a unit");
+    } else {
+      throw fail(fmt::format("unknown unit \"{}\"", unit));
+    }
+    if (number > (kMax - total) / scale) throw fail("too large");
+    total += number * scale;
+  }
+  return std::chrono::milliseconds(total);
+}
+
+}  // namespace outbox

@@ -1,0 +1,134 @@
+#include "outbox/cleanup.hpp"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "common/fault.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox {
+namespace {
+
+// One batch walks the next `batch_size` events in primary-key order from a cursor (UUIDv7 keys:
+// roughly oldest first) and deletes those finished before the cutoff. Walking the key instead of
+// searching for finished rows keeps every batch an index range scan that never revisits the dead
+// rows of earlier batches, without an index on published_at that every mark would have to update.
+constexpr const char* kEventsBatch = R"SQL(WITH page AS (
+  SELECT event_id FROM {events} WHERE event_id > $1::uuid ORDER BY event_id LIMIT $2::bigint
+), doomed AS (
+  {action} {events} e {using} page p
+  WHERE e.event_id = p.event_id
+    AND (e.published_at < now() - $3::bigint * interval '1 millisecond'
+         OR e.skipped_at < now() - $3::bigint * interval '1 millisecond')
+  {returning}
+)
+SELECT (SELECT event_id::text FROM page ORDER BY event_id DESC LIMIT 1),
+       (SELECT count(*) FROM doomed))SQL";
+
+// The inbox, the same way along its key (consumer_name, event_id).
+constexpr const char* kInboxBatch = R"SQL(WITH page AS (
+  SELECT consumer_name, event_id FROM {inbox}
+  WHERE (consumer_name, event_id) > ($1::text, $2::uuid)
+  ORDER BY consumer_name, event_id LIMIT $3::bigint
+), last AS (
+  SELECT consumer_name, event_id FROM page ORDER BY consumer_name DESC, event_id DESC LIMIT 1
+), doomed AS (
+  {action} {inbox} i {using} page p
+  WHERE i.consumer_name = p.consumer_name AND i.event_id = p.event_id
+    AND i.processed_at < now() - $4::bigint * interval '1 millisecond'
+  {returning}
+)
+SELECT (SELECT consumer_name FROM last), (SELECT event_id::text FROM last),
+       (SELECT count(*) FROM doomed))SQL";
+
+// A dry run selects what the batch would delete, from the same page and condition.
+std::string statement(const char* sql, const std::string& table, const char* table_key,
+                      bool dry_run) {
+  return fmt::format(fmt::runtime(sql), fmt::arg(table_key, table),
+                     fmt::arg("action", dry_run ? "SELECT 1 FROM" : "DELETE FROM"),
+                     fmt::arg("using", dry_run ? "," : "USING"),
+                     fmt::arg("returning", dry_run ? "" : "RETURNING 1"));
+}
+
+void check(PGconn* conn, const CleanupOptions& options) {
+  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    throw InvalidArgument(
+        "cleanup needs an idle connection: it commits every batch in its own transaction");
+  }
+  if (options.batch_size == 0 || options.batch_size > 1000000) {
+    throw InvalidArgument(
+        fmt::format("cleanup: batch_size must be 1 to 1000000, not {}", options.batch_size));
+  }
+  if (options.retention.count() < 0 || options.pause.count() < 0) {
+    throw InvalidArgument("cleanup: retention and pause cannot be negative");
+  }
+  if (options.inbox_retention && *options.inbox_retention < options.retention) {
+    throw InvalidArgument(fmt::format(
+        "cleanup: the inbox retention ({} ms) is shorter than the event retention ({} ms); a "
+        "replay of an event still kept would then be applied twice. Keep inbox ids at least as "
+        "long as events",
+        options.inbox_retention->count(), options.retention.count()));
+  }
+}
+
+// One batch in its own transaction; a crash at the fault point rolls the batch back.
+pg::Result run_batch(PGconn* conn, const std::string& sql, const std::vector<const char*>& params) {
+  pg::exec(conn, "BEGIN");
+  try {
+    auto result = pg::exec(conn, sql, params);
+    OUTBOX_FAULT(fault::kCleanupMidBatch);
+    pg::commit(conn);
+    return result;
+  } catch (...) {
+    pg::rollback_quietly(conn);
+    throw;
+  }
+}
+
+}  // namespace
+
+CleanupReport cleanup(PGconn* conn, const CleanupOptions& options) {
+  check(conn, options);
+  CleanupReport report;
+  const std::string batch = std::to_string(options.batch_size);
+  const std::string retention = std::to_string(options.retention.count());
+  auto pause = [&] {
+    if (options.pause.count() > 0) std::this_thread::sleep_for(options.pause);
+  };
+
+  const std::string events_sql =
+      statement(kEventsBatch, options.schema.table("outbox_events"), "events", options.dry_run);
+  std::string cursor = "00000000-0000-0000-0000-000000000000";
+  for (;;) {
+    const auto result =
+        run_batch(conn, events_sql, {cursor.c_str(), batch.c_str(), retention.c_str()});
+    ++report.batches;
+    report.events_deleted += static_cast<std::uint64_t>(result.int64(0, 1));
+    if (result.is_null(0, 0)) break;  // past the last event
+    cursor = result.text(0, 0);
+    pause();
+  }
+
+  if (options.inbox_retention) {
+    const std::string inbox_sql =
+        statement(kInboxBatch, options.schema.table("processed_events"), "inbox", options.dry_run);
+    const std::string inbox_retention = std::to_string(options.inbox_retention->count());
+    std::string consumer;  // '' sorts first
+    std::string event = "00000000-0000-0000-0000-000000000000";
+    for (;;) {
+      const auto result =
+          run_batch(conn, inbox_sql,
+                    {consumer.c_str(), event.c_str(), batch.c_str(), inbox_retention.c_str()});
+      ++report.batches;
+      report.inbox_deleted += static_cast<std::uint64_t>(result.int64(0, 2));
+      if (result.is_null(0, 0)) break;
+      consumer = result.text(0, 0);
+      event = result.text(0, 1);
+      pause();
+    }
+  }
+  return report;
+}
+
+}  // namespace outbox

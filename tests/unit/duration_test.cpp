@@ -1,0 +1,51 @@
+// parse_duration: the forms flags accept, and the errors for the ones they refuse.
+
+#include "outbox/duration.hpp"
+
+#include <gtest/gtest.h>
+
+#include "contains.hpp"
+#include "outbox/error.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Duration, ReadsEveryUnitAndSums) {
+  EXPECT_EQ(parse_duration("0"), 0ms);
+  EXPECT_EQ(parse_duration("0s"), 0ms);
+  EXPECT_EQ(parse_duration("250ms"), 250ms);
+  EXPECT_EQ(parse_duration("30s"), 30s);
+  EXPECT_EQ(parse_duration("15m"), 15min);
+  EXPECT_EQ(parse_duration("24h"), 24h);
+  EXPECT_EQ(parse_duration("7d"), 168h);
+  EXPECT_EQ(parse_duration("1h30m"), 90min);
+  EXPECT_EQ(parse_duration("1d2h3m4s5ms"), 26h + 3min + 4s + 5ms);
+}
+
+std::string error_of(std::string_view text) {
+  try {
+    parse_duration(text);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(Duration, RefusesWhatIsNotADurationAndSaysWhy) {
+  EXPECT_TRUE(contains(error_of(""), "empty"));
+  EXPECT_TRUE(contains(error_of("30"), "needs a unit"));
+  EXPECT_TRUE(contains(error_of("7w"), "unknown unit \"w\""));
+  EXPECT_TRUE(contains(error_of("-5s"), "negative"));
+  EXPECT_TRUE(contains(error_of("s"), "expected a number"));
+  EXPECT_TRUE(contains(error_of("5s "), "expected a number"));
+  EXPECT_TRUE(contains(error_of("99999999999999999999d"), "too large"));
+  EXPECT_TRUE(contains(error_of("9999999999999d"), "too large"));
+  EXPECT_TRUE(contains(error_of("1.5h"), "whole numbers only"));
+  EXPECT_TRUE(contains(error_of("7D"), "unknown unit \"D\""));
+  EXPECT_TRUE(contains(error_of("7x"), "e.g. 500ms"));
+}
+
+}  // namespace
+}  // namespace outbox
