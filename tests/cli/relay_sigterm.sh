@@ -223,4 +223,37 @@ else
   fail "quarantine skip of $poison_id should succeed and leave one audit row"
 fi
 
+# --- 8. cleanup ---------------------------------------------------------------------------------------
+# Everything is finished now (published, or the one skipped); nothing is older than an hour yet.
+cleanup_output="$("$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 1h 2>&1)" || true
+if [[ "$cleanup_output" == *"deleted 0 events"* ]]; then
+  pass
+else
+  fail "cleanup with nothing older than the retention should delete 0 events; output: $cleanup_output"
+fi
+sql -c "UPDATE ${schema}.outbox_events SET published_at = published_at - interval '2 hours',
+                                           skipped_at = skipped_at - interval '2 hours'" >/dev/null
+cleanup_output="$("$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 1h \
+  --batch-size 7 --dry-run 2>&1)" || true
+remaining="$(sql -c "SELECT count(*) FROM ${schema}.outbox_events")"
+if [[ "$cleanup_output" == *"would delete $expected_events events"* && "$remaining" == "$expected_events" ]]; then
+  pass
+else
+  fail "a dry run should count $expected_events and delete nothing; output: $cleanup_output;" \
+    "rows left: $remaining"
+fi
+cleanup_output="$("$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 1h \
+  --batch-size 7 --json 2>&1)" || true
+remaining="$(sql -c "SELECT count(*) FROM ${schema}.outbox_events")"
+if [[ "$cleanup_output" == *"\"events_deleted\":$expected_events"* && "$remaining" == "0" ]]; then
+  pass
+else
+  fail "cleanup should delete all $expected_events finished events; output: $cleanup_output;" \
+    "rows left: $remaining"
+fi
+expect_failure "cleanup with --retention 7x" "unknown unit \"x\"" \
+  "$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 7x
+expect_failure "cleanup with an inbox retention shorter than the event retention" "applied twice" \
+  "$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 7d --inbox-retention 1d
+
 summary_and_exit
