@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "cli_common.hpp"
+#include "common/json_text.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/kafka_mock.hpp"
@@ -171,12 +172,9 @@ std::uint64_t count(PGconn* conn, const std::string& sql,
 }
 
 std::string uuid_array(const std::vector<EventId>& ids) {
-  std::string literal = "{";
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0) literal += ',';
-    literal += ids[i].to_string();
-  }
-  return literal + "}";
+  detail::ArrayLiteral literal;
+  for (const auto& id : ids) literal.add_plain(id.to_string());
+  return literal.text();
 }
 
 // Plain set arithmetic over what the writers know and what the consumer's table holds.

@@ -122,13 +122,9 @@ void append_array_element(std::string& literal, std::string_view value) {
 }
 
 std::string to_array_literal(const std::vector<std::string>& values) {
-  std::string literal = "{";
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) literal.push_back(',');
-    append_array_element(literal, values[i]);
-  }
-  literal.push_back('}');
-  return literal;
+  ArrayLiteral literal;
+  for (const std::string& value : values) literal.add(value);
+  return literal.text();
 }
 
 }  // namespace outbox::detail

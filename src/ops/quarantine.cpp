@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/json_text.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -62,12 +63,9 @@ std::size_t retry_quarantined(PGconn* conn, const SchemaName& schema,
                               std::span<const EventId> event_ids, const std::string& actor) {
   check_actor(actor);
   check_idle(conn);
-  std::string ids = "{";
-  for (std::size_t i = 0; i < event_ids.size(); ++i) {
-    if (i > 0) ids += ',';
-    ids += event_ids[i].to_string();
-  }
-  ids += '}';
+  detail::ArrayLiteral id_list;
+  for (const EventId& id : event_ids) id_list.add_plain(id.to_string());
+  const std::string& ids = id_list.text();
   pg::exec(conn, "BEGIN");
   try {
     const auto released =

@@ -135,31 +135,23 @@ std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEv
   std::vector<EnqueuedEvent> enqueued(events.size());
   const std::string sql = insert_sql(options_.schema);
   for (const auto& [aggregate, indexes] : groups) {
-    std::string ids = "{", types = "{", versions = "{", payloads = "{", headers = "{";
-    for (std::size_t k = 0; k < indexes.size(); ++k) {
-      const NewEvent& event = events[indexes[k]];
-      enqueued[indexes[k]].event_id = event.event_id.value_or(EventId::generate());
-      if (k > 0) {
-        for (std::string* literal : {&ids, &types, &versions, &payloads, &headers}) {
-          literal->push_back(',');
-        }
-      }
-      ids += enqueued[indexes[k]].event_id.to_string();
-      detail::append_array_element(types, event.event_type);
-      versions += std::to_string(event.schema_version);
-      detail::append_array_element(payloads, event.payload);
-      detail::append_array_element(headers, event.headers);
-    }
-    for (std::string* literal : {&ids, &types, &versions, &payloads, &headers}) {
-      literal->push_back('}');
+    detail::ArrayLiteral ids, types, versions, payloads, headers;
+    for (const std::size_t index : indexes) {
+      const NewEvent& event = events[index];
+      enqueued[index].event_id = event.event_id.value_or(EventId::generate());
+      ids.add_plain(enqueued[index].event_id.to_string());
+      types.add(event.event_type);
+      versions.add_plain(std::to_string(event.schema_version));
+      payloads.add(event.payload);
+      headers.add(event.headers);
     }
     const std::string aggregate_type(aggregate.first);
     const std::string aggregate_id(aggregate.second);
     const std::string count = std::to_string(indexes.size());
-    const auto result =
-        pg::exec(conn, sql,
-                 {aggregate_type.c_str(), aggregate_id.c_str(), count.c_str(), ids.c_str(),
-                  types.c_str(), versions.c_str(), payloads.c_str(), headers.c_str()});
+    const auto result = pg::exec(conn, sql,
+                                 {aggregate_type.c_str(), aggregate_id.c_str(), count.c_str(),
+                                  ids.text().c_str(), types.text().c_str(), versions.text().c_str(),
+                                  payloads.text().c_str(), headers.text().c_str()});
     if (result.rows() != static_cast<int>(indexes.size())) {
       throw DatabaseError(
           fmt::format("enqueue: expected {} rows back, got {}", indexes.size(), result.rows()), "",

@@ -27,6 +27,14 @@ std::string default_relay_id() {
   return fmt::format("{}-{}-{:06x}", host, ::getpid(), random() & 0xFFFFFF);
 }
 
+// At most `limit` bytes of `text`, not ending inside a UTF-8 sequence (PostgreSQL refuses those).
+std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) return text;
+  std::size_t cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut);
+}
+
 RelayOptions with_relay_id(RelayOptions options) {
   if (options.relay_id.empty()) options.relay_id = default_relay_id();
   return options;
@@ -349,24 +357,20 @@ class Relay::Impl {
   // Runs one batched completion; counts and logs rows whose claim was no longer ours.
   pg::Result complete(const std::string& sql, const std::vector<Outcome>& outcomes,
                       bool with_failure_details) {
-    std::string ids = "{", tokens = "{", errors = "{", permanent = "{";
-    for (std::size_t i = 0; i < outcomes.size(); ++i) {
-      if (i > 0) {
-        for (std::string* literal : {&ids, &tokens, &errors, &permanent}) literal->push_back(',');
-      }
-      ids += outcomes[i].event_id.to_string();
-      detail::append_array_element(tokens, outcomes[i].token);
-      detail::append_array_element(errors, outcomes[i].error.substr(0, 2000));
-      permanent += outcomes[i].permanent ? 't' : 'f';
+    detail::ArrayLiteral ids, tokens, errors, permanent;
+    for (const Outcome& outcome : outcomes) {
+      ids.add_plain(outcome.event_id.to_string());
+      tokens.add(outcome.token);
+      errors.add(utf8_prefix(outcome.error, 2000));
+      permanent.add_plain(outcome.permanent ? "t" : "f");
     }
-    for (std::string* literal : {&ids, &tokens, &errors, &permanent}) literal->push_back('}');
-    std::vector<const char*> params{ids.c_str(), tokens.c_str()};
+    std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};
     const std::string base = std::to_string(options_.backoff_base.count());
     const std::string cap = std::to_string(options_.backoff_max.count());
     const std::string limit = std::to_string(options_.max_attempts);
     if (with_failure_details) {
-      params.insert(params.end(),
-                    {errors.c_str(), base.c_str(), cap.c_str(), limit.c_str(), permanent.c_str()});
+      params.insert(params.end(), {errors.text().c_str(), base.c_str(), cap.c_str(), limit.c_str(),
+                                   permanent.text().c_str()});
     }
     auto result = pg::exec(connection_.get(), sql, params);
     const auto matched = static_cast<std::size_t>(result.rows());
@@ -383,22 +387,14 @@ class Relay::Impl {
 
   void renew_leases() {
     if (in_flight_.empty()) return;
-    std::string ids = "{", tokens = "{";
-    bool first = true;
+    detail::ArrayLiteral ids, tokens;
     for (const auto& [ticket, item] : in_flight_) {
-      if (!first) {
-        ids += ',';
-        tokens += ',';
-      }
-      first = false;
-      ids += item.event.event_id.to_string();
-      detail::append_array_element(tokens, item.token);
+      ids.add_plain(item.event.event_id.to_string());
+      tokens.add(item.token);
     }
-    ids += '}';
-    tokens += '}';
     const std::string lease_text = std::to_string(options_.lease.count());
-    const auto result =
-        pg::exec(connection_.get(), renew_sql_, {ids.c_str(), tokens.c_str(), lease_text.c_str()});
+    const auto result = pg::exec(connection_.get(), renew_sql_,
+                                 {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str()});
     if (static_cast<std::size_t>(result.rows()) < in_flight_.size()) {
       detail::log().warn("relay {}: {} in-flight row(s) lost their lease to another relay",
                          relay_id(), in_flight_.size() - static_cast<std::size_t>(result.rows()));

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/json_text.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
 #include "support/kafka_reader.hpp"
@@ -27,12 +28,9 @@ struct Transaction {
 };
 
 std::string uuid_array(const std::vector<std::string>& ids) {
-  std::string literal = "{";
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0) literal += ',';
-    literal += ids[i];
-  }
-  return literal + "}";
+  detail::ArrayLiteral literal;
+  for (const auto& id : ids) literal.add_plain(id);
+  return literal.text();
 }
 
 std::uint64_t scalar(PGconn* conn, const std::string& sql,

@@ -244,6 +244,18 @@ TEST(ArrayLiteral, CarriesJsonDocumentsUnchanged) {
   EXPECT_EQ(parse_array_literal(to_array_literal(documents)), as_elements(documents));
 }
 
+TEST(ArrayLiteralBuilder, QuotesAddAndNotAddPlainAndClosesOnce) {
+  ArrayLiteral literal;
+  literal.add_plain("0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b");
+  literal.add(R"(a"b)");
+  literal.add_plain("t");
+  EXPECT_EQ(literal.text(), R"({0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b,"a\"b",t})");
+  EXPECT_EQ(literal.text(), R"({0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b,"a\"b",t})");
+  EXPECT_THROW(literal.add("late"), std::logic_error);
+  ArrayLiteral empty;
+  EXPECT_EQ(empty.text(), "{}");
+}
+
 TEST(AppendArrayElement, AppendsOneQuotedElement) {
   std::string literal = "{";
   append_array_element(literal, "x");
