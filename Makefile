@@ -11,7 +11,7 @@ FORMAT_FILES  = $(shell find $(SOURCE_DIRS) -type f \( -name '*.cpp' -o -name '*
 TIDY_FILES    = $(shell find src -type f -name '*.cpp' 2>/dev/null)
 RUN_CLANG_TIDY := $(shell command -v run-clang-tidy 2>/dev/null)
 
-.PHONY: all deps build demo test format format-check tidy clean
+.PHONY: all deps build demo bench test format format-check tidy clean
 
 all: build
 
@@ -24,6 +24,11 @@ build: deps
 
 demo: build
 	./$(BUILD_DIR)/outbox demo $(ARGS)
+
+# The benchmark on embedded defaults (about 10 minutes); ARGS="--events 100000 --seconds 3" for a
+# quick look. Results, plots and relay logs land in bench-results/.
+bench: build
+	./$(BUILD_DIR)/outbox bench $(ARGS)
 
 # The tests start their own embedded PostgreSQL and Kafka mock; nothing else needs to run.
 test: build

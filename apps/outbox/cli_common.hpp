@@ -1,6 +1,7 @@
 #pragma once
 // Shared by the CLI's subcommands: where the database is, how to stop on a signal.
 
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -58,6 +59,25 @@ struct CleanupFlags {
 
 // `outbox cleanup`; returns the exit code.
 int run_cleanup(const CleanupFlags& flags);
+
+struct BenchOptions {
+  std::string database_url;   // empty: embedded PostgreSQL
+  std::string kafka_brokers;  // empty: embedded Kafka mock cluster
+  std::int64_t events = 1000000;  // backlog size for ceiling and drain
+  int aggregates = 10000;
+  int payload_bytes = 200;
+  int clients = 4;                   // producer connections (producer and live)
+  double seconds = 10;               // per producer comparison and per live rate
+  std::vector<int> rates = {1000, 5000};  // live offered rates; "max" always follows
+  std::size_t batch_size = 500;      // relay
+  std::size_t max_in_flight = 10000;  // relay
+  int timeout_seconds = 900;         // per backlog
+  std::vector<std::string> only;     // scenarios to run; empty: all
+  std::string out_dir = "bench-results";
+};
+
+// `outbox bench`; returns the exit code.
+int run_bench(const BenchOptions& options);
 
 // Runs the end-to-end demo and returns the process exit code (0 when every invariant held).
 int run_demo(const DemoOptions& options);

@@ -1,6 +1,7 @@
 // outbox: the command-line tool. One subcommand per job; each validates its flags before touching
 // anything and exits non-zero with a message that says what to change.
 
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "cli_common.hpp"
+#include "outbox/duration.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/error.hpp"
 #include "outbox/kafka.hpp"
@@ -81,12 +83,29 @@ struct RelayFlags {
   long backoff_base_ms = 500;
   long backoff_max_ms = 300000;
   int max_attempts = 25;
+  std::string sink = "kafka";
+  std::string stats_every;  // empty: only at the end
 };
 
+// One line a log collector or a person can read; printed every --stats-every and at the end.
+std::string stats_line(const std::string& relay_id, const RelayStats& s) {
+  return fmt::format(
+      "relay {}: health {}, published {}, failed {}, fenced {}, quarantined {}, in flight {}, "
+      "reconnects {}{}",
+      relay_id, to_string(s.health), s.published, s.failed, s.fenced, s.quarantined, s.in_flight,
+      s.reconnects, s.last_error.empty() ? "" : ", last error: " + s.last_error);
+}
+
 int cmd_relay(const RelayFlags& flags) {
-  if (flags.brokers.empty()) {
+  const bool discard = flags.sink == "discard";
+  if (!discard && flags.sink != "kafka") {
+    throw ConfigError("relay: --sink must be kafka or discard, not \"" + flags.sink + "\"");
+  }
+  if (!discard && flags.brokers.empty()) {
     throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
   }
+  const auto stats_every =
+      flags.stats_every.empty() ? std::chrono::milliseconds(0) : parse_duration(flags.stats_every);
   RelayOptions options;
   options.database_url = database_url(flags.db);
   options.schema = SchemaName(flags.schema);
@@ -101,60 +120,65 @@ int cmd_relay(const RelayFlags& flags) {
   sink.brokers = flags.brokers;
   sink.topic_template = flags.topic_template;
   sink.properties = parse_properties(flags.properties);
-  // Once running, the relay rides out PostgreSQL outages itself (Relay::run). This loop retries
-  // until PostgreSQL accepts the first connection, with capped exponential backoff.
+  auto make_sink = [&] { return discard ? make_discard_sink() : make_kafka_sink(sink); };
+
   std::mutex mutex;
-  std::condition_variable stopped;
+  std::condition_variable wake;
   bool stopping = false;
   Relay* current = nullptr;
   on_termination_signal([&] {
     std::lock_guard lock(mutex);
     stopping = true;
     if (current != nullptr) current->request_stop();
-    stopped.notify_all();
+    wake.notify_all();
   });
-  RelayStats total;
-  auto add = [&total](const RelayStats& stats) {
-    total.published += stats.published;
-    total.failed += stats.failed;
-    total.fenced += stats.fenced;
-  };
-  auto backoff = std::chrono::milliseconds(500);
-  for (;;) {
+  // Once running, the relay rides out PostgreSQL outages itself (Relay::run). Until PostgreSQL
+  // accepts the first connection, retry with capped exponential backoff.
+  std::unique_ptr<Relay> relay;
+  for (auto backoff = std::chrono::milliseconds(500);;
+       backoff = std::min(backoff * 2, std::chrono::milliseconds(30000))) {
     try {
-      Relay relay(options, make_kafka_sink(sink));
-      options.relay_id = relay.relay_id();  // one name across reconnects
-      {
-        std::lock_guard lock(mutex);
-        if (stopping) break;
-        current = &relay;
-      }
-      struct Detach {  // the signal thread must never see a destroyed relay
-        std::mutex& mutex;
-        Relay*& current;
-        ~Detach() {
-          std::lock_guard lock(mutex);
-          current = nullptr;
-        }
-      } detach{mutex, current};
-      try {
-        relay.run();
-      } catch (...) {
-        add(relay.stats());
-        throw;
-      }
-      add(relay.stats());
-      break;  // run() returns only after a stop request
+      relay = std::make_unique<Relay>(options, make_sink());
+      break;
     } catch (const DatabaseError& e) {
       if (!e.retryable()) throw;
       std::cerr << "outbox relay: " << e.what() << "; retrying in " << backoff.count() << " ms\n";
     }
     std::unique_lock lock(mutex);
-    if (stopped.wait_for(lock, backoff, [&] { return stopping; })) break;
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(30000));
+    if (wake.wait_for(lock, backoff, [&] { return stopping; })) return 0;
   }
-  std::cout << "relay " << options.relay_id << ": published " << total.published << ", failed "
-            << total.failed << ", fenced " << total.fenced << "\n";
+  {
+    std::lock_guard lock(mutex);
+    if (stopping) return 0;
+    current = relay.get();
+  }
+  std::thread reporter;
+  bool finished = false;
+  if (stats_every.count() > 0) {
+    reporter = std::thread([&] {
+      std::unique_lock lock(mutex);
+      while (!wake.wait_for(lock, stats_every, [&] { return finished; })) {
+        std::cout << stats_line(relay->relay_id(), relay->stats()) << std::endl;
+      }
+    });
+  }
+  auto stop_reporter = [&] {
+    {
+      std::lock_guard lock(mutex);
+      finished = true;
+      current = nullptr;  // the signal thread must never see a destroyed relay
+    }
+    wake.notify_all();
+    if (reporter.joinable()) reporter.join();
+  };
+  try {
+    relay->run();
+  } catch (...) {
+    stop_reporter();
+    throw;
+  }
+  stop_reporter();
+  std::cout << stats_line(relay->relay_id(), relay->stats()) << std::endl;
   return 0;
 }
 
@@ -241,6 +265,14 @@ int main(int argc, char** argv) {
                    "failed sends before an event is quarantined (0: never)")
       ->check(CLI::Range(0, 1000000));
 
+  relay
+      ->add_option("--sink", relay_flags.sink,
+                   "kafka, or discard: acknowledge every event at once without sending it "
+                   "(measures the database side alone; nothing reaches a broker)")
+      ->capture_default_str();
+  relay->add_option("--stats-every", relay_flags.stats_every,
+                    "print a stats line (health, counts, last error) at this interval, e.g. 30s");
+
   auto* status = app.add_subcommand("status", "pending, in-flight and published counts");
   status->add_option("--db", db, "libpq connection string or URI");
   status->add_option("--schema", schema, "schema holding outbox_events");
@@ -307,6 +339,41 @@ int main(int argc, char** argv) {
   demo->add_flag("--json", demo_options.json, "print the report as one JSON object");
   demo->add_flag("--quiet", demo_options.quiet, "no progress lines");
 
+  BenchOptions bench_options;
+  auto* bench = app.add_subcommand(
+      "bench", "measure producer overhead, backlog drain and commit→ack latency (see "
+               "docs/PERFORMANCE.md)");
+  bench->add_option("--db", bench_options.database_url,
+                    "use this database instead of an embedded one (schemas bench_* are reset)");
+  bench->add_option("--kafka-brokers", bench_options.kafka_brokers,
+                    "use these brokers instead of the embedded mock cluster");
+  bench->add_option("--events", bench_options.events, "backlog size for ceiling and drain")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100000000}))
+      ->capture_default_str();
+  bench->add_option("--aggregates", bench_options.aggregates, "aggregates in the backlog")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  bench->add_option("--payload-bytes", bench_options.payload_bytes, "approximate payload size")
+      ->check(CLI::Range(80, 1000000))
+      ->capture_default_str();
+  bench->add_option("--clients", bench_options.clients, "producer connections")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  bench->add_option("--seconds", bench_options.seconds, "per producer comparison and live rate")
+      ->check(CLI::Range(0.5, 3600.0))
+      ->capture_default_str();
+  bench->add_option("--rates", bench_options.rates, "live offered rates (events/s); max follows")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 10000000));
+  bench->add_option("--batch-size", bench_options.batch_size, "relay rows per claim")
+      ->check(CLI::Range(1, 100000));
+  bench->add_option("--max-in-flight", bench_options.max_in_flight, "relay send window")
+      ->check(CLI::Range(1, 1000000));
+  bench->add_option("--only", bench_options.only, "producer, ceiling, drain, live (comma list)")
+      ->delimiter(',');
+  bench->add_option("--out", bench_options.out_dir, "folder for results.json, plots, relay logs")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (*migrate) return cmd_migrate(db, schema);
@@ -320,6 +387,7 @@ int main(int argc, char** argv) {
     if (*mock) return cmd_kafka_mock(mock_brokers);
     if (*postgres) return cmd_postgres();
     if (*demo) return run_demo(demo_options);
+    if (*bench) return run_bench(bench_options);
   } catch (const outbox::Error& e) {
     std::cerr << "outbox: " << e.what() << (e.retryable() ? " (retryable)" : "") << "\n";
     return 2;

@@ -93,8 +93,8 @@ class KafkaInboxConsumer {
   // When an effect throws, nothing of the batch commits, every partition of the batch is rewound
   // to its first message in it, and the exception propagates: the batch comes again, whether the
   // caller polls on or restarts.
-  // Throws DatabaseError when PostgreSQL fails (the next poll() reconnects), BrokerError when
-  // the Kafka client is unusable.
+  // Throws DatabaseError when PostgreSQL fails (the next poll() reconnects first, and throws
+  // while it cannot), BrokerError when the Kafka client is unusable.
   std::size_t poll(std::chrono::milliseconds max_wait);
   // Polls until request_stop(), then commits stored offsets and leaves the group. Survives
   // failures: a PostgreSQL outage (Health::database_unavailable: reconnects), a broker outage

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,5 +53,10 @@ class Sink {
   // A short description for logs, e.g. "kafka(127.0.0.1:39093)".
   [[nodiscard]] virtual std::string describe() const = 0;
 };
+
+// A sink that reports every send as published at once and sends nothing anywhere. For measuring
+// what the database side alone allows (`outbox relay --sink discard`, `outbox bench`) and for
+// tests. Never point it at events anyone needs: they are marked published.
+std::unique_ptr<Sink> make_discard_sink();
 
 }  // namespace outbox

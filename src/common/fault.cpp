@@ -15,7 +15,7 @@
 namespace outbox::fault {
 namespace {
 
-enum class Action { kill, stop, error, delay, exit };
+enum class Action { kill, stop, error, dberror, delay, exit };
 
 struct Armed {
   std::string point;
@@ -65,6 +65,8 @@ Armed parse_entry(const std::string& entry) {
     armed.action = Action::stop;
   } else if (action == "error") {
     armed.action = Action::error;
+  } else if (action == "dberror") {
+    armed.action = Action::dberror;
   } else if (action == "exit") {
     armed.action = Action::exit;
   } else if (action.starts_with("delay:")) {
@@ -72,7 +74,7 @@ Armed parse_entry(const std::string& entry) {
     armed.delay_ms = parse_number(std::string_view(action).substr(6), entry);
   } else {
     throw InvalidArgument("OUTBOX_FAULTS entry \"" + entry +
-                          "\": unknown action; use kill, stop, error, exit or delay:MS");
+                          "\": unknown action; use kill, stop, error, dberror, exit or delay:MS");
   }
   return armed;
 }
@@ -144,6 +146,8 @@ void hit(std::string_view point) {
       break;
     case Action::error:
       throw Error("injected fault at " + std::string(point), true);
+    case Action::dberror:
+      throw DatabaseError("injected database failure at " + std::string(point), "08006", true);
   }
 }
 

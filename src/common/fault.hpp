@@ -9,6 +9,7 @@
 //   kill     SIGKILL this process (a crash at exactly this point)
 //   stop     SIGSTOP this process (a pause; whoever armed it sends SIGCONT)
 //   error    throw outbox::Error("injected fault at <point>", retryable)
+//   dberror  throw outbox::DatabaseError (SQLSTATE 08006, retryable), as a lost connection would
 //   delay:MS sleep MS milliseconds
 //   exit     _exit(86) without cleanup
 

@@ -47,6 +47,11 @@ Health HealthBoard::health() const {
   return health_;
 }
 
+std::pair<Health, std::string> HealthBoard::snapshot() const {
+  std::lock_guard lock(mutex_);
+  return {health_, last_error_};
+}
+
 std::string HealthBoard::last_error() const {
   std::lock_guard lock(mutex_);
   return last_error_;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "outbox/health.hpp"
 
@@ -19,6 +20,8 @@ class HealthBoard {
 
   [[nodiscard]] Health health() const;
   [[nodiscard]] std::string last_error() const;  // the latest error, kept after recovery
+  // Both, read together.
+  [[nodiscard]] std::pair<Health, std::string> snapshot() const;
 
  private:
   const std::string component_;

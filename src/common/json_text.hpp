@@ -42,9 +42,10 @@ class ArrayLiteral {
  private:
   void separate() {
     if (closed_) throw std::logic_error("ArrayLiteral: add after text()");
-    if (text_.size() > 1) text_ += ',';
+    if (elements_++ > 0) text_ += ',';
   }
   std::string text_ = "{";
+  std::size_t elements_ = 0;
   bool closed_ = false;
 };
 

@@ -15,7 +15,8 @@ namespace {
 // searching for finished rows keeps every batch an index range scan that never revisits the dead
 // rows of earlier batches, without an index on published_at that every mark would have to update.
 constexpr const char* kEventsBatch = R"SQL(WITH page AS (
-  SELECT event_id FROM {events} WHERE event_id > $1::uuid ORDER BY event_id LIMIT $2::bigint
+  SELECT event_id FROM {events} WHERE event_id > $1::uuid AND event_id <= $4::uuid
+  ORDER BY event_id LIMIT $2::bigint
 ), doomed AS (
   {action} {events} e {using} page p
   WHERE e.event_id = p.event_id
@@ -99,10 +100,16 @@ CleanupReport cleanup(PGconn* conn, const CleanupOptions& options) {
 
   const std::string events_sql =
       statement(kEventsBatch, options.schema.table("outbox_events"), "events", options.dry_run);
+  // Events written while the cleanup runs are too young to be due: stop at today's newest key.
+  const auto newest =
+      pg::exec(conn, "SELECT event_id::text FROM " + options.schema.table("outbox_events") +
+                         " ORDER BY event_id DESC LIMIT 1");
+  const std::string last =
+      newest.rows() == 1 ? std::string(newest.text(0, 0)) : "00000000-0000-0000-0000-000000000000";
   std::string cursor = "00000000-0000-0000-0000-000000000000";
   for (;;) {
-    const auto result =
-        run_batch(conn, events_sql, {cursor.c_str(), batch.c_str(), retention.c_str()});
+    const auto result = run_batch(conn, events_sql,
+                                  {cursor.c_str(), batch.c_str(), retention.c_str(), last.c_str()});
     ++report.batches;
     report.events_deleted += static_cast<std::uint64_t>(result.int64(0, 1));
     if (result.is_null(0, 0)) break;  // past the last event

@@ -24,16 +24,17 @@ DatabaseError make_error(PGconn* conn, const PGresult* result, std::string_view 
   }
   if (message.empty() && conn != nullptr) message = PQerrorMessage(conn);
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  // The server sends a SQLSTATE with every error; one without was raised by libpq itself. A failed
+  // send is reported before PQstatus turns bad, so read from the socket once: a closed connection
+  // then shows as CONNECTION_BAD, while libpq's own misuse errors stay non-retryable.
+  if (sqlstate.empty() && conn != nullptr && PQstatus(conn) == CONNECTION_OK) {
+    PQconsumeInput(conn);
+  }
   const bool connection_lost = conn != nullptr && PQstatus(conn) == CONNECTION_BAD;
-  // The server sends a SQLSTATE with every error; an error without one was raised by libpq
-  // itself, nearly always about the connection (a failed send is reported before PQstatus turns
-  // bad). Such an error is worth a retry.
-  const bool client_side = sqlstate.empty();
   if (sqlstate.empty() && connection_lost) sqlstate = "08006";
   std::string text = std::string(what) + ": " + message;
   if (!sqlstate.empty()) text += " (SQLSTATE " + sqlstate + ")";
-  return DatabaseError(text, sqlstate,
-                       connection_lost || client_side || is_retryable_sqlstate(sqlstate));
+  return DatabaseError(text, sqlstate, connection_lost || is_retryable_sqlstate(sqlstate));
 }
 
 std::int64_t Result::int64(int row, int column) const {
@@ -81,9 +82,7 @@ void commit(PGconn* conn) {
       raw != nullptr && PQresultErrorField(raw, PG_DIAG_SQLSTATE) != nullptr;
   if (PQstatus(conn) == CONNECTION_BAD || !server_answered) {
     throw OutcomeUnknown(
-        "the connection broke during COMMIT: the transaction may or may not have committed; "
-        "ask outbox::transaction_status() on a new connection with the id that enqueue returned "
-        "(EnqueuedEvent::transaction_id) before running it again");
+        "the connection broke during COMMIT: the transaction may or may not have committed");
   }
   throw make_error(conn, raw, "COMMIT failed");
 }

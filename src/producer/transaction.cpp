@@ -23,7 +23,14 @@ const char* to_string(TransactionStatus status) noexcept {
 
 void commit(PGconn* conn) {
   OUTBOX_FAULT(fault::kProducerBeforeCommit);
-  pg::commit(conn);
+  try {
+    pg::commit(conn);
+  } catch (const OutcomeUnknown& e) {
+    throw OutcomeUnknown(
+        std::string(e.what()) +
+        "; ask outbox::resolve_commit() on a new connection with the id that "
+        "enqueue returned (EnqueuedEvent::transaction_id) before running it again");
+  }
   OUTBOX_FAULT(fault::kProducerAfterCommit);
 }
 

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <random>
+#include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "common/fault.hpp"
@@ -171,8 +173,7 @@ class Relay::Impl {
     s.claim_queries = claim_queries_.load(std::memory_order_relaxed);
     s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
     s.reconnects = reconnects_.load(std::memory_order_relaxed);
-    s.health = health_.health();
-    s.last_error = health_.last_error();
+    std::tie(s.health, s.last_error) = health_.snapshot();
     return s;
   }
 
@@ -327,16 +328,21 @@ class Relay::Impl {
       const auto wait = backoff / 2 + milliseconds(random() % (backoff.count() / 2 + 1));
       const auto until = Clock::now() + wait;
       while (Clock::now() < until && !stop_.load(std::memory_order_relaxed)) {
+        const auto slice = std::min(milliseconds(50), std::chrono::duration_cast<milliseconds>(
+                                                          until - Clock::now() + milliseconds(1)));
+        if (in_flight_.empty()) {
+          std::this_thread::sleep_for(slice);
+          continue;
+        }
         reports.clear();
-        sink_->poll(std::min(milliseconds(50), std::chrono::duration_cast<milliseconds>(
-                                                   until - Clock::now() + milliseconds(1))),
-                    reports);
+        sink_->poll(slice, reports);
         take(reports);
       }
       try {
         if (!connection_.healthy()) {
-          connection_ = pg::Connection::open(options_.database_url, "outbox-relay");
-          connection_.listen('"' + options_.schema.notify_channel() + '"');
+          auto fresh = pg::Connection::open(options_.database_url, "outbox-relay");
+          fresh.listen('"' + options_.schema.notify_channel() + '"');
+          connection_ = std::move(fresh);
         }
         flush();
         renew_leases();

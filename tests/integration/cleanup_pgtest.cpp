@@ -18,8 +18,8 @@ class CleanupTest : public RelayFixture {
 
   // Puts the events of aggregate agg-<a> (sequence `from` onwards) into a state.
   void set(int aggregate, const std::string& assignment, int from = 1) {
-    pg::exec(conn(), "UPDATE " + events() + " SET " + assignment +
-                         " WHERE aggregate_id = 'agg-" + std::to_string(aggregate) +
+    pg::exec(conn(), "UPDATE " + events() + " SET " + assignment + " WHERE aggregate_id = 'agg-" +
+                         std::to_string(aggregate) +
                          "' AND aggregate_sequence >= " + std::to_string(from));
   }
   long long remaining(int aggregate) {
@@ -38,9 +38,9 @@ class CleanupTest : public RelayFixture {
   // Six aggregates of four events, one state each.
   void six_kinds_of_event() {
     enqueue(6, 4);
-    set(0, "published_at = now() - interval '2 hours'");                  // due
-    set(1, "skipped_at = now() - interval '2 hours'");                    // due
-    set(2, "published_at = now() - interval '10 minutes'");               // inside the horizon
+    set(0, "published_at = now() - interval '2 hours'");                   // due
+    set(1, "skipped_at = now() - interval '2 hours'");                     // due
+    set(2, "published_at = now() - interval '10 minutes'");                // inside the horizon
     set(3, "claimed_by = 'r:x:1', claim_until = now() + interval '1 h'");  // in flight
     set(4,
         "quarantined_at = now() - interval '2 hours', attempt_count = 25,"
@@ -66,8 +66,8 @@ TEST_F(CleanupTest, DeletesOnlyEventsFinishedBeforeTheRetention) {
   // Sequences live in their own table: an aggregate whose events were all deleted goes on.
   const Producer producer(ProducerOptions{schema_, 4096});
   pg::exec(conn(), "BEGIN");
-  const auto next = producer.enqueue(conn(), NewEvent{"order", "agg-0", "Step", "{}", "{}", 1,
-                                                      std::nullopt});
+  const auto next =
+      producer.enqueue(conn(), NewEvent{"order", "agg-0", "Step", "{}", "{}", 1, std::nullopt});
   pg::commit(conn());
   EXPECT_EQ(next.aggregate_sequence, 5);
 }
@@ -110,14 +110,21 @@ TEST_F(CleanupTest, InboxIdsGoOnlyWhenOlderThanTheirOwnRetention) {
     inbox.process(conn(), ids.back(), [](PGconn*) {});
   }
   const std::string inbox_table = schema_.table("processed_events");
-  pg::exec(conn(), "UPDATE " + inbox_table +
-                       " SET processed_at = now() - interval '40 days' WHERE event_id = ANY ($1)",
+  pg::exec(conn(),
+           "UPDATE " + inbox_table +
+               " SET processed_at = now() - interval '40 days' WHERE event_id = ANY ($1)",
            {("{" + ids[0].to_string() + "," + ids[3].to_string() + "," + ids[6].to_string() + "}")
                 .c_str()});
+  // A second consumer's ids, all old: the walk crosses from one consumer name to the next.
+  const Inbox audit(schema_, "audit");
+  for (int i = 0; i < 4; ++i) audit.process(conn(), EventId::generate(), [](PGconn*) {});
+  pg::exec(conn(),
+           "UPDATE " + inbox_table +
+               " SET processed_at = now() - interval '40 days' WHERE consumer_name = 'audit'");
   auto o = options(std::chrono::hours(24 * 7));
   o.inbox_retention = std::chrono::hours(24 * 30);
   const CleanupReport report = cleanup(conn(), o);
-  EXPECT_EQ(report.inbox_deleted, 3U);
+  EXPECT_EQ(report.inbox_deleted, 3U + 4U);
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + inbox_table), 4);
   // A deleted id is forgotten: that is why the inbox must outlive the replay horizon.
   EXPECT_EQ(inbox.process(conn(), ids[1], [](PGconn*) {}), InboxResult::duplicate);

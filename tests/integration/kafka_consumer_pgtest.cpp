@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -153,8 +154,10 @@ TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
   o.retry_backoff_max = 100ms;
   std::atomic<int> failures_left{3};
   std::atomic<bool> saw_effect_failing{false};
+  std::vector<std::chrono::steady_clock::time_point> attempts;  // of ids[2]; the run thread only
   const auto inner = record();
   KafkaInboxConsumer consumer(o, [&](PGconn* c, const ConsumedEvent& e) {
+    if (e.event_id == ids[2]) attempts.push_back(std::chrono::steady_clock::now());
     if (e.event_id == ids[2] && failures_left.fetch_sub(1) > 0) {
       throw std::runtime_error("effect failed on purpose");
     }
@@ -176,6 +179,12 @@ TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
       << stats.last_error;
   EXPECT_EQ(stats.health, Health::stopped);
   EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 5);
+  // Backoff with equal jitter: the n-th retry waits at least half of base * 2^(n-1).
+  ASSERT_EQ(attempts.size(), 4U);
+  for (std::size_t n = 1; n < attempts.size(); ++n) {
+    const auto gap = attempts[n] - attempts[n - 1];
+    EXPECT_GE(gap, o.retry_backoff_base * (1 << (n - 1)) / 2) << "retry " << n << " came too soon";
+  }
 }
 
 // PostgreSQL crashes in the middle of a batch. run() reports the outage, reconnects when the
@@ -216,6 +225,49 @@ TEST_F(KafkaConsumerTest, RunSurvivesAPostgresCrashMidBatch) {
   EXPECT_GE(stats.failed_batches, 1U);
   EXPECT_GE(stats.reconnects, 1U);
   EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 40);
+}
+
+// The connection dies inside the inbox COMMIT (a deferred trigger makes the backend terminate
+// itself, once): the commit's outcome is unknown to the consumer. run() treats it as an outage,
+// reconnects and applies the batch again; nothing is lost or applied twice.
+TEST_F(KafkaConsumerTest, RunSurvivesAConnectionLostDuringItsCommit) {
+  pg::exec(conn(), fmt::format(R"SQL(
+CREATE SEQUENCE {s}.kill_once;
+CREATE FUNCTION {s}.die_in_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF nextval('{s}.kill_once') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+  RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER die_in_commit AFTER INSERT ON {s}.applied
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.die_in_commit();)SQL",
+                               fmt::arg("s", schema_.quoted())));
+  std::vector<EventId> ids;
+  for (int i = 1; i <= 10; ++i) {
+    ids.push_back(EventId::generate());
+    produce_raw(kafka().bootstrap_servers(), topic_, "o" + std::to_string(i % 3), "{}",
+                headers(ids.back(), i));
+  }
+  auto o = options("commit-lost");
+  o.retry_backoff_base = 20ms;
+  o.retry_backoff_max = 100ms;
+  KafkaInboxConsumer consumer(o, record());
+  std::atomic<bool> threw{false};
+  std::thread runner([&] {
+    try {
+      consumer.run();
+    } catch (const std::exception&) {
+      threw = true;
+    }
+  });
+  const bool done = wait_until([&] { return applied() == 10 || threw; });
+  consumer.request_stop();
+  runner.join();
+  EXPECT_FALSE(threw) << consumer.stats().last_error;
+  EXPECT_TRUE(done) << applied();
+  EXPECT_EQ(applied(), 10);
+  EXPECT_GE(consumer.stats().failed_batches, 1U);
+  EXPECT_GE(consumer.stats().reconnects, 1U);
+  EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 10);
 }
 
 }  // namespace

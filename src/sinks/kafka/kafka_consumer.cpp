@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
@@ -68,21 +69,18 @@ class KafkaInboxConsumer::Impl {
     while (!stopped()) {
       effect_threw_ = false;
       try {
-        if (!connection_.healthy()) {
-          connection_ = pg::Connection::open(options_.database_url, "outbox-consumer");
-          ++reconnects_;
-          detail::log().info("kafka consumer {}: reconnected to PostgreSQL", options_.group_id);
-          health_.set(Health::running);
-        }
         if (poll(std::chrono::milliseconds(100)) > 0) {
           backoff = options_.retry_backoff_base;
           if (health_.health() != Health::broker_unavailable) health_.set(Health::running);
         }
         continue;
       } catch (const DatabaseError& error) {
+        // OutcomeUnknown (the connection broke during the inbox COMMIT) is an outage too: the
+        // batch comes again, and whatever of it did commit is a duplicate the inbox drops.
+        const bool outcome_unknown = dynamic_cast<const OutcomeUnknown*>(&error) != nullptr;
         if (effect_threw_) {
           health_.set(Health::effect_failing, error.what());
-        } else if (error.retryable()) {
+        } else if (error.retryable() || outcome_unknown) {
           health_.set(Health::database_unavailable, error.what());
         } else {
           health_.set(Health::stopped, error.what());
@@ -153,6 +151,13 @@ class KafkaInboxConsumer::Impl {
       throw BrokerError("kafka consumer: " + broken_ + "; destroy it and create a new one", 0,
                         false);
     }
+    if (!connection_.healthy()) {
+      // Before taking messages: a batch taken now could not be applied.
+      connection_ = pg::Connection::open(options_.database_url, "outbox-consumer");
+      ++reconnects_;
+      detail::log().info("kafka consumer {}: reconnected to PostgreSQL", options_.group_id);
+      health_.set(Health::running);
+    }
     std::vector<kafka::MessageHandle> batch;
     int wait = static_cast<int>(max_wait.count());
     while (batch.size() < kMaxBatch) {
@@ -178,8 +183,11 @@ class KafkaInboxConsumer::Impl {
   bool stopped() const noexcept { return stop_.load(std::memory_order_relaxed); }
 
   KafkaConsumerStats stats() const {
-    return {received_.load(),       applied_.load(),    duplicates_.load(), rejected_.load(),
-            failed_batches_.load(), reconnects_.load(), health_.health(),   health_.last_error()};
+    KafkaConsumerStats s{
+        received_.load(),       applied_.load(),    duplicates_.load(), rejected_.load(),
+        failed_batches_.load(), reconnects_.load(), Health::starting,   {}};
+    std::tie(s.health, s.last_error) = health_.snapshot();
+    return s;
   }
 
  private:

@@ -1,0 +1,665 @@
+// `outbox bench`: what outbox costs a writer, how fast it drains a backlog, how soon an event
+// reaches the broker — each measured next to the machine's own ceiling in the same run.
+//
+// Scenarios (all on one PostgreSQL and one Kafka, embedded unless --db / --kafka-brokers):
+//   producer  the same business transaction with and without one enqueued event, alternating
+//             rounds from several clients; the ratio of their rates is the overhead.
+//   ceiling   a backlog drained by a relay whose sink acknowledges at once (`--sink discard`):
+//             the claim-and-complete SQL alone, what PostgreSQL allows here.
+//   drain     the same backlog drained through the Kafka sink; events/s, CPU, peak RSS.
+//   live      producers commit one event per transaction at fixed offered rates and flat out
+//             while a relay runs; latency from COMMIT to the row's published_at (set by the mark
+//             that follows the broker's ack, so an upper bound of commit→ack).
+// Relays run as child processes (`outbox relay`), so their CPU time and peak RSS are their own.
+
+#include <fmt/format.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <regex>
+#include <thread>
+#include <unordered_map>
+
+#include "cli_common.hpp"
+#include "common/json_text.hpp"
+#include "outbox/embedded_postgres.hpp"
+#include "outbox/kafka_mock.hpp"
+#include "outbox/producer.hpp"
+#include "pg/connection.hpp"
+#include "svg_plot.hpp"
+
+extern char** environ;
+
+namespace outbox::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Wall-clock seconds since the epoch: the clock PostgreSQL's now() reads too.
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void progress(const std::string& text) { std::cerr << "  " << text << std::endl; }
+
+struct Percentiles {
+  double p50 = 0, p95 = 0, p99 = 0, max = 0;
+};
+
+Percentiles percentiles(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  auto at = [&](double p) {
+    return values[static_cast<std::size_t>(p * static_cast<double>(values.size() - 1))];
+  };
+  return {at(0.50), at(0.95), at(0.99), values.back()};
+}
+
+// ---------------------------------------------------------------------------------------------
+// A relay child process.
+
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::string& log_path) : log_path_(log_path) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (error != 0) {
+      throw Error(fmt::format("bench: cannot start {}: {}", args[0], std::strerror(error)));
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  struct End {
+    int status = 0;
+    double cpu_seconds = 0;
+    double peak_rss_mib = 0;
+  };
+  // SIGTERM (the relay drains and exits), SIGKILL after 30 s; returns what the kernel measured.
+  End stop() {
+    ::kill(pid_, SIGTERM);
+    End end;
+    struct rusage usage {};
+    const auto deadline = Clock::now() + 30s;
+    for (;;) {
+      const pid_t done = ::wait4(pid_, &end.status, WNOHANG, &usage);
+      if (done == pid_) break;
+      if (Clock::now() > deadline) ::kill(pid_, SIGKILL);
+      std::this_thread::sleep_for(20ms);
+    }
+    pid_ = -1;
+    end.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                      static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    end.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+    return end;
+  }
+  [[nodiscard]] bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+  // The relay's latest "published N" from its stats lines (0 before the first).
+  [[nodiscard]] std::uint64_t published() const {
+    std::ifstream log(log_path_);
+    std::string line;
+    std::uint64_t latest = 0;
+    static const std::regex pattern(R"(health \w+, published (\d+))");
+    std::smatch match;
+    while (std::getline(log, line)) {
+      if (std::regex_search(line, match, pattern)) latest = std::stoull(match[1]);
+    }
+    return latest;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Setup.
+
+struct Setup {
+  const BenchOptions& options;
+  std::string url;
+  std::string brokers;
+  std::string self;
+  std::filesystem::path out;
+  std::optional<KafkaMockCluster>& kafka;
+
+  pg::Connection connect() const { return pg::Connection::open(url, "outbox-bench"); }
+
+  // A fresh schema with outbox's tables, a business table, and a time-ordered uuid function.
+  SchemaName fresh_schema(const std::string& name) const {
+    const SchemaName schema(name);
+    auto c = connect();
+    pg::exec(c.get(), "SET client_min_messages = warning");
+    pg::exec(c.get(), "DROP SCHEMA IF EXISTS " + schema.quoted() + " CASCADE");
+    migrate(c.get(), schema);
+    pg::exec(c.get(), fmt::format(R"SQL(
+CREATE TABLE {s}.orders (order_id bigint PRIMARY KEY, customer_id int NOT NULL,
+                         total_cents bigint NOT NULL, note text NOT NULL);
+CREATE TABLE {s}.customers (customer_id int PRIMARY KEY, orders bigint NOT NULL);
+INSERT INTO {s}.customers SELECT g, 0 FROM generate_series(0, 999) g;
+-- UUIDv7 as the producer makes them (time first), so the backlog has the producer's key order.
+CREATE FUNCTION {s}.uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS $$
+  SELECT encode(set_byte(overlay(uuid_send(gen_random_uuid())
+           PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+                             FROM 3) FROM 1 FOR 6), 6,
+           (get_byte(uuid_send(gen_random_uuid()), 6) & 15) | 112), 'hex')::uuid $$;
+)SQL",
+                                  fmt::arg("s", schema.quoted())));
+    if (kafka) kafka->create_topic(topic(schema), 6, 1);
+    return schema;
+  }
+
+  static std::string topic(const SchemaName& schema) { return schema.name() + ".order"; }
+
+  // `events` events over `aggregates` aggregates, sequence-major (every aggregate's #1, then every
+  // #2, ...), as interleaved traffic would leave them. Written by SQL in chunks: this is setup.
+  void load_backlog(const SchemaName& schema) const {
+    auto c = connect();
+    const std::int64_t events = options.events;
+    const std::int64_t aggregates = std::min<std::int64_t>(options.aggregates, events);
+    const int note = std::max(0, options.payload_bytes - 72);
+    const auto started = Clock::now();
+    constexpr std::int64_t kChunk = 100000;
+    for (std::int64_t from = 0; from < events; from += kChunk) {
+      const std::int64_t to = std::min(events, from + kChunk) - 1;
+      pg::exec(c.get(), fmt::format(R"SQL(
+INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
+                      payload)
+SELECT {s}.uuid_v7(), 'order', 'order-' || (i % {a}), i / {a} + 1, 'OrderPlaced',
+       jsonb_build_object('order_id', i, 'customer', 'c-' || (i % 997),
+                          'total_cents', (i * 7919) % 100000, 'note', repeat('x', {note}))
+FROM generate_series({from}::bigint, {to}::bigint) i ORDER BY i)SQL",
+                                    fmt::arg("events", schema.table("outbox_events")),
+                                    fmt::arg("s", schema.quoted()), fmt::arg("a", aggregates),
+                                    fmt::arg("note", note), fmt::arg("from", from),
+                                    fmt::arg("to", to)));
+      progress(fmt::format("loading backlog into {}: {}/{} events, {:.0f} s", schema.name(), to + 1,
+                           events, seconds_since(started)));
+    }
+    pg::exec(c.get(), fmt::format(R"SQL(
+INSERT INTO {seq} (aggregate_type, aggregate_id, last_sequence)
+SELECT aggregate_type, aggregate_id, max(aggregate_sequence) FROM {events}
+GROUP BY aggregate_type, aggregate_id)SQL",
+                                  fmt::arg("seq", schema.table("outbox_aggregate_sequences")),
+                                  fmt::arg("events", schema.table("outbox_events"))));
+    pg::exec(c.get(), "VACUUM ANALYZE " + schema.table("outbox_events"));
+    pg::exec(c.get(), "CHECKPOINT");
+  }
+
+  std::vector<std::string> relay_args(const SchemaName& schema, bool discard) const {
+    std::vector<std::string> args{self,
+                                  "relay",
+                                  "--db",
+                                  url,
+                                  "--schema",
+                                  schema.name(),
+                                  "--relay-id",
+                                  "bench-" + schema.name(),
+                                  "--stats-every",
+                                  "250ms",
+                                  "--batch-size",
+                                  std::to_string(options.batch_size),
+                                  "--max-in-flight",
+                                  std::to_string(options.max_in_flight)};
+    if (discard) {
+      args.insert(args.end(), {"--sink", "discard"});
+    } else {
+      args.insert(args.end(), {"--kafka-brokers", brokers, "--topic-template",
+                               schema.name() + ".{aggregate_type}"});
+    }
+    return args;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// producer: overhead of one enqueued event on a business transaction.
+
+struct TxResult {
+  std::uint64_t transactions = 0;
+  double seconds = 0;
+  std::vector<double> latencies_ms;
+  [[nodiscard]] double rate() const {
+    return seconds > 0 ? static_cast<double>(transactions) / seconds : 0;
+  }
+};
+
+// One business transaction (an order row and a customer counter), with one event when asked.
+// Returns the event's id (nil without an event).
+EventId business_transaction(PGconn* conn, const SchemaName& schema, const Producer* producer,
+                             std::int64_t order_id, std::mt19937& random, const std::string& note) {
+  const std::string id = std::to_string(order_id);
+  const std::string customer = std::to_string(random() % 1000);
+  const std::string total = std::to_string(random() % 100000);
+  pg::exec(conn, "BEGIN");
+  pg::exec(conn,
+           "INSERT INTO " + schema.table("orders") +
+               " (order_id, customer_id, total_cents, note) VALUES ($1, $2, $3, $4)",
+           {id.c_str(), customer.c_str(), total.c_str(), note.c_str()});
+  pg::exec(conn,
+           "UPDATE " + schema.table("customers") +
+               " SET orders = orders + 1 WHERE customer_id = $1",
+           {customer.c_str()});
+  EventId event_id;
+  if (producer != nullptr) {
+    event_id = producer
+                   ->enqueue(conn, NewEvent{"order", id, "OrderPlaced",
+                                            fmt::format(R"({{"order_id":{},"customer_id":{},)"
+                                                        R"("total_cents":{},"note":"{}"}})",
+                                                        id, customer, total, note),
+                                            "{}", 1, std::nullopt})
+                   .event_id;
+  }
+  pg::commit(conn);
+  return event_id;
+}
+
+// `clients` threads, each with its own connection, for `seconds`; closed loop unless `rate` > 0,
+// then each client keeps its share of an open-loop schedule (late transactions go at once).
+// `on_commit(event_id, wall time)` sees every committed event.
+TxResult run_clients(const Setup& setup, const SchemaName& schema, bool with_event, int clients,
+                     double seconds, double rate, std::atomic<std::int64_t>& next_order,
+                     const std::function<void(const EventId&, double)>& on_commit = {}) {
+  const Producer producer(ProducerOptions{schema, 4096});
+  const std::string note(static_cast<std::size_t>(std::max(0, setup.options.payload_bytes - 72)),
+                         'x');
+  std::mutex mutex;
+  TxResult total;
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  std::string failure;
+  const auto started = Clock::now();
+  const auto until = started + std::chrono::duration<double>(seconds);
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      try {
+        auto connection = setup.connect();
+        std::mt19937 random(static_cast<unsigned>(c) * 7919U + 1);
+        std::vector<double> latencies;
+        std::uint64_t k = 0;
+        const double interval = rate > 0 ? static_cast<double>(clients) / rate : 0;
+        for (;; ++k) {
+          if (rate > 0) {
+            const auto due =
+                started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                              interval * (static_cast<double>(k) +
+                                          static_cast<double>(c) / static_cast<double>(clients))));
+            if (due >= until) break;
+            std::this_thread::sleep_until(due);
+          } else if (Clock::now() >= until) {
+            break;
+          }
+          const auto begun = Clock::now();
+          const EventId id = business_transaction(connection.get(), schema,
+                                                  with_event ? &producer : nullptr,
+                                                  next_order.fetch_add(1), random, note);
+          const double committed_at = wall_now();
+          latencies.push_back(std::chrono::duration<double, std::milli>(Clock::now() - begun).count());
+          if (on_commit) on_commit(id, committed_at);
+        }
+        std::lock_guard lock(mutex);
+        total.transactions += latencies.size();
+        total.latencies_ms.insert(total.latencies_ms.end(), latencies.begin(), latencies.end());
+      } catch (const std::exception& e) {
+        std::lock_guard lock(mutex);
+        failed = true;
+        failure = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (failed) throw Error("bench: a client failed: " + failure);
+  total.seconds = seconds_since(started);
+  return total;
+}
+
+json bench_producer(const Setup& setup) {
+  const auto& o = setup.options;
+  const SchemaName schema = setup.fresh_schema("bench_producer");
+  std::atomic<std::int64_t> next_order{1};
+  // Warm up both paths (connections, plans, caches), then alternate rounds so drift and noise on
+  // a shared machine fall on both sides alike.
+  run_clients(setup, schema, false, o.clients, 1.0, 0, next_order);
+  run_clients(setup, schema, true, o.clients, 1.0, 0, next_order);
+  TxResult without, with;
+  constexpr int kRounds = 4;
+  for (int round = 0; round < kRounds; ++round) {
+    for (const bool event : {false, true}) {
+      TxResult r = run_clients(setup, schema, event, o.clients, o.seconds / kRounds, 0, next_order);
+      TxResult& into = event ? with : without;
+      into.transactions += r.transactions;
+      into.seconds += r.seconds;
+      into.latencies_ms.insert(into.latencies_ms.end(), r.latencies_ms.begin(),
+                               r.latencies_ms.end());
+    }
+    progress(fmt::format("producer: round {}/{}: {:.0f} tx/s without, {:.0f} tx/s with an event",
+                         round + 1, kRounds, without.rate(), with.rate()));
+  }
+  const Percentiles a = percentiles(without.latencies_ms);
+  const Percentiles b = percentiles(with.latencies_ms);
+  return {{"scenario", "producer"},
+          {"clients", o.clients},
+          {"without_event_tx_per_s", without.rate()},
+          {"with_event_tx_per_s", with.rate()},
+          {"overhead_ratio", with.rate() > 0 ? without.rate() / with.rate() : 0},
+          {"without_event_p50_ms", a.p50},
+          {"without_event_p99_ms", a.p99},
+          {"with_event_p50_ms", b.p50},
+          {"with_event_p99_ms", b.p99}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// ceiling and drain: a backlog through one relay process.
+
+json bench_backlog(const Setup& setup, bool discard, std::vector<std::pair<double, double>>& curve) {
+  const auto& o = setup.options;
+  const std::string name = discard ? "ceiling" : "drain";
+  const SchemaName schema = setup.fresh_schema("bench_" + name);
+  setup.load_backlog(schema);
+  const double start_wall = wall_now();
+  const auto started = Clock::now();
+  Child relay(setup.relay_args(schema, discard), (setup.out / ("relay-" + name + ".log")).string());
+  std::uint64_t last = 0;
+  double last_t = 0;
+  auto last_print = Clock::now();
+  const auto deadline = started + std::chrono::seconds(o.timeout_seconds);
+  while (Clock::now() < deadline) {
+    std::this_thread::sleep_for(250ms);
+    const std::uint64_t published = relay.published();
+    const double t = seconds_since(started);
+    if (published != last && t > last_t) {
+      curve.emplace_back(t, static_cast<double>(published - last) / (t - last_t));
+      last = published;
+      last_t = t;
+    }
+    if (Clock::now() - last_print > 2s) {
+      last_print = Clock::now();
+      progress(fmt::format("{}: {}/{} published, {:.0f} s", name, published, o.events, t));
+    }
+    if (published >= static_cast<std::uint64_t>(o.events) || !relay.running()) break;
+  }
+  const Child::End end = relay.stop();
+  auto c = setup.connect();
+  const auto result = pg::exec(
+      c.get(),
+      "SELECT count(*) FILTER (WHERE published_at IS NULL),"
+      " extract(epoch FROM max(published_at))::float8 FROM " + schema.table("outbox_events"));
+  const long long pending = result.int64(0, 0);
+  const double last_mark = std::stod(std::string(result.text(0, 1).empty() ? "0" : result.text(0, 1)));
+  if (pending != 0) {
+    throw Error(fmt::format("bench {}: {} events still pending after {} s; see {}", name, pending,
+                            o.timeout_seconds, (setup.out / ("relay-" + name + ".log")).string()));
+  }
+  const double seconds = last_mark - start_wall;
+  const double rate = seconds > 0 ? static_cast<double>(o.events) / seconds : 0;
+  // The backlog's own tables are large: drop them so later scenarios run on a quiet database.
+  pg::exec(c.get(), "DROP SCHEMA " + schema.quoted() + " CASCADE");
+  return {{"scenario", name},
+          {"events", o.events},
+          {"aggregates", o.aggregates},
+          {"payload_bytes", o.payload_bytes},
+          {"seconds", seconds},
+          {"events_per_s", rate},
+          {"relay_cpu_s_per_10k", end.cpu_seconds / static_cast<double>(o.events) * 10000.0},
+          {"relay_cpu_s", end.cpu_seconds},
+          {"relay_peak_rss_mib", end.peak_rss_mib}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// live: commit→ack latency at offered rates while a relay runs.
+
+json bench_live(const Setup& setup, double rate, const std::string& label, Child& relay,
+                const SchemaName& schema, std::atomic<std::int64_t>& next_order,
+                std::vector<std::pair<double, double>>& cdf) {
+  const auto& o = setup.options;
+  std::mutex mutex;
+  std::vector<std::pair<EventId, double>> committed;
+  committed.reserve(static_cast<std::size_t>(rate > 0 ? rate * o.seconds * 1.1 : 100000));
+  const TxResult tx =
+      run_clients(setup, schema, true, o.clients, o.seconds, rate, next_order,
+                  [&](const EventId& id, double at) {
+                    std::lock_guard lock(mutex);
+                    committed.emplace_back(id, at);
+                  });
+  const double producers_done = wall_now();
+  // Wait until the relay has published them all.
+  auto c = setup.connect();
+  const std::string pending_sql =
+      "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE published_at IS NULL";
+  const auto deadline = Clock::now() + 60s;
+  while (pg::exec(c.get(), pending_sql).int64(0, 0) > 0 && Clock::now() < deadline &&
+         relay.running()) {
+    std::this_thread::sleep_for(50ms);
+  }
+  std::unordered_map<std::string, double> commit_time;
+  detail::ArrayLiteral ids;
+  double first_commit = 1e300;
+  for (const auto& [id, at] : committed) {
+    commit_time.emplace(id.to_string(), at);
+    ids.add_plain(id.to_string());
+    first_commit = std::min(first_commit, at);
+  }
+  const auto rows = pg::exec(c.get(),
+                             "SELECT event_id::text, extract(epoch FROM published_at)::float8 FROM " +
+                                 schema.table("outbox_events") +
+                                 " WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL",
+                             {ids.text().c_str()});
+  std::vector<double> latencies;
+  double last_published = 0;
+  for (int r = 0; r < rows.rows(); ++r) {
+    const double published = std::stod(std::string(rows.text(r, 1)));
+    latencies.push_back((published - commit_time.at(std::string(rows.text(r, 0)))) * 1000.0);
+    last_published = std::max(last_published, published);
+  }
+  const std::size_t unpublished = committed.size() - latencies.size();
+  const Percentiles p = percentiles(latencies);
+  {
+    std::vector<double> sorted = latencies;
+    std::sort(sorted.begin(), sorted.end());
+    for (int i = 0; i <= 200; ++i) {
+      if (sorted.empty()) break;
+      const double q = static_cast<double>(i) / 200.0;
+      const double v = sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1))];
+      cdf.emplace_back(std::max(v, 0.01), q * 100.0);
+    }
+  }
+  const double producer_rate = tx.rate();
+  const double relay_rate = last_published > first_commit
+                                ? static_cast<double>(latencies.size()) /
+                                      (last_published - first_commit)
+                                : 0;
+  progress(fmt::format("live {}: {:.0f} tx/s committed, p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms",
+                       label, producer_rate, p.p50, p.p99, p.max));
+  return {{"scenario", "live"},
+          {"offered", label},
+          {"offered_per_s", rate},
+          {"committed_per_s", producer_rate},
+          {"relay_events_per_s", relay_rate},
+          {"events", committed.size()},
+          {"unpublished", unpublished},
+          {"latency_p50_ms", p.p50},
+          {"latency_p95_ms", p.p95},
+          {"latency_p99_ms", p.p99},
+          {"latency_max_ms", p.max},
+          {"drained_s_after_producers", last_published - producers_done},
+          {"kept_up", unpublished == 0 && relay_rate >= 0.95 * producer_rate}};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::string number(double value) {
+  if (value >= 100) return fmt::format("{:.0f}", value);
+  if (value >= 10) return fmt::format("{:.1f}", value);
+  return fmt::format("{:.2f}", value);
+}
+
+void print_table(const std::vector<json>& results) {
+  std::cout << "\n" << fmt::format("{:<22} {}", "scenario", "result") << "\n";
+  for (const json& r : results) {
+    const std::string scenario = r["scenario"];
+    std::string text;
+    if (scenario == "producer") {
+      text = fmt::format(
+          "{} clients: {} tx/s without an event (p99 {} ms), {} tx/s with one (p99 {} ms): "
+          "overhead {}x",
+          r["clients"].get<int>(), number(r["without_event_tx_per_s"]),
+          number(r["without_event_p99_ms"]), number(r["with_event_tx_per_s"]),
+          number(r["with_event_p99_ms"]), number(r["overhead_ratio"]));
+    } else if (scenario == "ceiling" || scenario == "drain") {
+      text = fmt::format("{} events in {} s: {} events/s; relay {} CPU s per 10k events, peak RSS "
+                         "{} MiB{}",
+                         r["events"].get<std::int64_t>(), number(r["seconds"]),
+                         number(r["events_per_s"]), number(r["relay_cpu_s_per_10k"]),
+                         number(r["relay_peak_rss_mib"]),
+                         r.contains("of_ceiling")
+                             ? fmt::format("; {:.0f}% of the ceiling",
+                                           r["of_ceiling"].get<double>() * 100)
+                             : "");
+      if (scenario == "ceiling") text += " (sink acknowledges at once: SQL only)";
+    } else if (scenario == "live") {
+      text = fmt::format(
+          "{} tx/s committed; commit→ack p50 {} ms, p95 {} ms, p99 {} ms, max {} ms; relay {} "
+          "events/s, {}",
+          number(r["committed_per_s"]), number(r["latency_p50_ms"]), number(r["latency_p95_ms"]),
+          number(r["latency_p99_ms"]), number(r["latency_max_ms"]),
+          number(r["relay_events_per_s"]), r["kept_up"].get<bool>() ? "kept up" : "FELL BEHIND");
+    }
+    const std::string name =
+        scenario == "live" ? "live " + r["offered"].get<std::string>() : scenario;
+    std::cout << fmt::format("{:<22} {}", name, text) << "\n";
+  }
+  std::cout << std::endl;
+}
+
+bool wanted(const BenchOptions& o, const std::string& scenario) {
+  return o.only.empty() || std::find(o.only.begin(), o.only.end(), scenario) != o.only.end();
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+  if (options.events < 1 || options.aggregates < 1 || options.clients < 1 || options.seconds <= 0) {
+    throw InvalidArgument("bench: --events, --aggregates, --clients and --seconds must be positive");
+  }
+  for (const std::string& s : options.only) {
+    if (s != "producer" && s != "ceiling" && s != "drain" && s != "live") {
+      throw InvalidArgument("bench: unknown scenario \"" + s +
+                            "\"; use producer, ceiling, drain or live");
+    }
+  }
+  spdlog::set_level(spdlog::level::warn);
+  std::filesystem::create_directories(options.out_dir);
+  std::optional<EmbeddedPostgres> postgres;
+  std::string url = options.database_url;
+  if (url.empty()) {
+    progress("starting a private PostgreSQL cluster (fsync on) ...");
+    postgres.emplace();
+    url = postgres->connection_string();
+  }
+  std::optional<KafkaMockCluster> kafka;
+  std::string brokers = options.kafka_brokers;
+  if (brokers.empty()) {
+    kafka.emplace(1);
+    brokers = kafka->bootstrap_servers();
+  }
+  const Setup setup{options, url, brokers, std::filesystem::canonical("/proc/self/exe").string(),
+                    options.out_dir, kafka};
+  std::vector<json> results;
+  auto report = [&](json r) {
+    std::cout << r.dump() << std::endl;
+    results.push_back(std::move(r));
+  };
+
+  std::optional<double> producers_alone;
+  if (wanted(options, "producer")) {
+    json r = bench_producer(setup);
+    producers_alone = r["with_event_tx_per_s"].get<double>();
+    report(r);
+  }
+  Chart throughput{"Backlog drain: events published per second", "seconds since the relay started",
+                   "events/s", false, {}};
+  std::optional<double> ceiling;
+  if (wanted(options, "ceiling")) {
+    Series s{"SQL only (sink acknowledges at once)", {}};
+    json r = bench_backlog(setup, true, s.points);
+    ceiling = r["events_per_s"].get<double>();
+    throughput.series.push_back(std::move(s));
+    report(r);
+  }
+  if (wanted(options, "drain")) {
+    Series s{"through Kafka", {}};
+    json r = bench_backlog(setup, false, s.points);
+    if (ceiling) r["of_ceiling"] = r["events_per_s"].get<double>() / *ceiling;
+    throughput.series.push_back(std::move(s));
+    report(r);
+  }
+  if (!throughput.series.empty()) {
+    write_svg((std::filesystem::path(options.out_dir) / "drain-throughput.svg").string(),
+              throughput);
+  }
+  if (wanted(options, "live")) {
+    const SchemaName schema = setup.fresh_schema("bench_live");
+    Child relay(setup.relay_args(schema, false),
+                (std::filesystem::path(options.out_dir) / "relay-live.log").string());
+    std::atomic<std::int64_t> next_order{1};
+    Chart latency{"Commit to broker ack (upper bound: published_at of the mark)",
+                  "latency, ms (log scale)", "percent of events at or below", true, {}};
+    std::vector<std::pair<double, std::string>> rates;
+    for (const int rate : options.rates) rates.emplace_back(rate, fmt::format("{}/s", rate));
+    rates.emplace_back(0, "max");
+    for (const auto& [rate, label] : rates) {
+      Series s{label, {}};
+      json r = bench_live(setup, rate, label, relay, schema, next_order, s.points);
+      if (rate == 0 && producers_alone) {
+        r["producers_alone_per_s"] = *producers_alone;
+        r["kept_up"] = r["unpublished"].get<std::size_t>() == 0 &&
+                       r["relay_events_per_s"].get<double>() >= 0.95 * *producers_alone;
+      }
+      latency.series.push_back(std::move(s));
+      report(r);
+    }
+    relay.stop();
+    write_svg((std::filesystem::path(options.out_dir) / "live-latency.svg").string(), latency);
+  }
+  print_table(results);
+  std::ofstream file(std::filesystem::path(options.out_dir) / "results.json");
+  file << json(results).dump(2) << "\n";
+  std::cout << "results, plots and relay logs: " << options.out_dir << "/" << std::endl;
+  return 0;
+}
+
+}  // namespace outbox::cli
