@@ -12,10 +12,10 @@
 //             that follows the broker's ack, so an upper bound of commit→ack).
 // Relays run as child processes (`outbox relay`), so their CPU time and peak RSS are their own.
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -197,17 +197,17 @@ CREATE FUNCTION {s}.uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS $$
     constexpr std::int64_t kChunk = 100000;
     for (std::int64_t from = 0; from < events; from += kChunk) {
       const std::int64_t to = std::min(events, from + kChunk) - 1;
-      pg::exec(c.get(), fmt::format(R"SQL(
+      pg::exec(c.get(),
+               fmt::format(R"SQL(
 INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
                       payload)
 SELECT {s}.uuid_v7(), 'order', 'order-' || (i % {a}), i / {a} + 1, 'OrderPlaced',
        jsonb_build_object('order_id', i, 'customer', 'c-' || (i % 997),
                           'total_cents', (i * 7919) % 100000, 'note', repeat('x', {note}))
 FROM generate_series({from}::bigint, {to}::bigint) i ORDER BY i)SQL",
-                                    fmt::arg("events", schema.table("outbox_events")),
-                                    fmt::arg("s", schema.quoted()), fmt::arg("a", aggregates),
-                                    fmt::arg("note", note), fmt::arg("from", from),
-                                    fmt::arg("to", to)));
+                           fmt::arg("events", schema.table("outbox_events")),
+                           fmt::arg("s", schema.quoted()), fmt::arg("a", aggregates),
+                           fmt::arg("note", note), fmt::arg("from", from), fmt::arg("to", to)));
       progress(fmt::format("loading backlog into {}: {}/{} events, {:.0f} s", schema.name(), to + 1,
                            events, seconds_since(started)));
     }
@@ -270,10 +270,10 @@ EventId business_transaction(PGconn* conn, const SchemaName& schema, const Produ
            "INSERT INTO " + schema.table("orders") +
                " (order_id, customer_id, total_cents, note) VALUES ($1, $2, $3, $4)",
            {id.c_str(), customer.c_str(), total.c_str(), note.c_str()});
-  pg::exec(conn,
-           "UPDATE " + schema.table("customers") +
-               " SET orders = orders + 1 WHERE customer_id = $1",
-           {customer.c_str()});
+  pg::exec(
+      conn,
+      "UPDATE " + schema.table("customers") + " SET orders = orders + 1 WHERE customer_id = $1",
+      {customer.c_str()});
   EventId event_id;
   if (producer != nullptr) {
     event_id = producer
@@ -324,11 +324,12 @@ TxResult run_clients(const Setup& setup, const SchemaName& schema, bool with_eve
             break;
           }
           const auto begun = Clock::now();
-          const EventId id = business_transaction(connection.get(), schema,
-                                                  with_event ? &producer : nullptr,
-                                                  next_order.fetch_add(1), random, note);
+          const EventId id =
+              business_transaction(connection.get(), schema, with_event ? &producer : nullptr,
+                                   next_order.fetch_add(1), random, note);
           const double committed_at = wall_now();
-          latencies.push_back(std::chrono::duration<double, std::milli>(Clock::now() - begun).count());
+          latencies.push_back(
+              std::chrono::duration<double, std::milli>(Clock::now() - begun).count());
           if (on_commit) on_commit(id, committed_at);
         }
         std::lock_guard lock(mutex);
@@ -385,7 +386,8 @@ json bench_producer(const Setup& setup) {
 // ---------------------------------------------------------------------------------------------
 // ceiling and drain: a backlog through one relay process.
 
-json bench_backlog(const Setup& setup, bool discard, std::vector<std::pair<double, double>>& curve) {
+json bench_backlog(const Setup& setup, bool discard,
+                   std::vector<std::pair<double, double>>& curve) {
   const auto& o = setup.options;
   const std::string name = discard ? "ceiling" : "drain";
   const SchemaName schema = setup.fresh_schema("bench_" + name);
@@ -414,12 +416,13 @@ json bench_backlog(const Setup& setup, bool discard, std::vector<std::pair<doubl
   }
   const Child::End end = relay.stop();
   auto c = setup.connect();
-  const auto result = pg::exec(
-      c.get(),
-      "SELECT count(*) FILTER (WHERE published_at IS NULL),"
-      " extract(epoch FROM max(published_at))::float8 FROM " + schema.table("outbox_events"));
+  const auto result = pg::exec(c.get(),
+                               "SELECT count(*) FILTER (WHERE published_at IS NULL),"
+                               " extract(epoch FROM max(published_at))::float8 FROM " +
+                                   schema.table("outbox_events"));
   const long long pending = result.int64(0, 0);
-  const double last_mark = std::stod(std::string(result.text(0, 1).empty() ? "0" : result.text(0, 1)));
+  const double last_mark =
+      std::stod(std::string(result.text(0, 1).empty() ? "0" : result.text(0, 1)));
   if (pending != 0) {
     throw Error(fmt::format("bench {}: {} events still pending after {} s; see {}", name, pending,
                             o.timeout_seconds, (setup.out / ("relay-" + name + ".log")).string()));
@@ -449,12 +452,11 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
   std::mutex mutex;
   std::vector<std::pair<EventId, double>> committed;
   committed.reserve(static_cast<std::size_t>(rate > 0 ? rate * o.seconds * 1.1 : 100000));
-  const TxResult tx =
-      run_clients(setup, schema, true, o.clients, o.seconds, rate, next_order,
-                  [&](const EventId& id, double at) {
-                    std::lock_guard lock(mutex);
-                    committed.emplace_back(id, at);
-                  });
+  const TxResult tx = run_clients(setup, schema, true, o.clients, o.seconds, rate, next_order,
+                                  [&](const EventId& id, double at) {
+                                    std::lock_guard lock(mutex);
+                                    committed.emplace_back(id, at);
+                                  });
   const double producers_done = wall_now();
   // Wait until the relay has published them all.
   auto c = setup.connect();
@@ -473,11 +475,12 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
     ids.add_plain(id.to_string());
     first_commit = std::min(first_commit, at);
   }
-  const auto rows = pg::exec(c.get(),
-                             "SELECT event_id::text, extract(epoch FROM published_at)::float8 FROM " +
-                                 schema.table("outbox_events") +
-                                 " WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL",
-                             {ids.text().c_str()});
+  const auto rows =
+      pg::exec(c.get(),
+               "SELECT event_id::text, extract(epoch FROM published_at)::float8 FROM " +
+                   schema.table("outbox_events") +
+                   " WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL",
+               {ids.text().c_str()});
   std::vector<double> latencies;
   double last_published = 0;
   for (int r = 0; r < rows.rows(); ++r) {
@@ -498,12 +501,12 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
     }
   }
   const double producer_rate = tx.rate();
-  const double relay_rate = last_published > first_commit
-                                ? static_cast<double>(latencies.size()) /
-                                      (last_published - first_commit)
-                                : 0;
-  progress(fmt::format("live {}: {:.0f} tx/s committed, p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms",
-                       label, producer_rate, p.p50, p.p99, p.max));
+  const double relay_rate = last_published > first_commit ? static_cast<double>(latencies.size()) /
+                                                                (last_published - first_commit)
+                                                          : 0;
+  progress(
+      fmt::format("live {}: {:.0f} tx/s committed, p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms",
+                  label, producer_rate, p.p50, p.p99, p.max));
   return {{"scenario", "live"},
           {"offered", label},
           {"offered_per_s", rate},
@@ -540,23 +543,22 @@ void print_table(const std::vector<json>& results) {
           number(r["without_event_p99_ms"]), number(r["with_event_tx_per_s"]),
           number(r["with_event_p99_ms"]), number(r["overhead_ratio"]));
     } else if (scenario == "ceiling" || scenario == "drain") {
-      text = fmt::format("{} events in {} s: {} events/s; relay {} CPU s per 10k events, peak RSS "
-                         "{} MiB{}",
-                         r["events"].get<std::int64_t>(), number(r["seconds"]),
-                         number(r["events_per_s"]), number(r["relay_cpu_s_per_10k"]),
-                         number(r["relay_peak_rss_mib"]),
-                         r.contains("of_ceiling")
-                             ? fmt::format("; {:.0f}% of the ceiling",
-                                           r["of_ceiling"].get<double>() * 100)
-                             : "");
+      text = fmt::format(
+          "{} events in {} s: {} events/s; relay {} CPU s per 10k events, peak RSS "
+          "{} MiB{}",
+          r["events"].get<std::int64_t>(), number(r["seconds"]), number(r["events_per_s"]),
+          number(r["relay_cpu_s_per_10k"]), number(r["relay_peak_rss_mib"]),
+          r.contains("of_ceiling")
+              ? fmt::format("; {:.0f}% of the ceiling", r["of_ceiling"].get<double>() * 100)
+              : "");
       if (scenario == "ceiling") text += " (sink acknowledges at once: SQL only)";
     } else if (scenario == "live") {
       text = fmt::format(
           "{} tx/s committed; commit→ack p50 {} ms, p95 {} ms, p99 {} ms, max {} ms; relay {} "
           "events/s, {}",
           number(r["committed_per_s"]), number(r["latency_p50_ms"]), number(r["latency_p95_ms"]),
-          number(r["latency_p99_ms"]), number(r["latency_max_ms"]),
-          number(r["relay_events_per_s"]), r["kept_up"].get<bool>() ? "kept up" : "FELL BEHIND");
+          number(r["latency_p99_ms"]), number(r["latency_max_ms"]), number(r["relay_events_per_s"]),
+          r["kept_up"].get<bool>() ? "kept up" : "FELL BEHIND");
     }
     const std::string name =
         scenario == "live" ? "live " + r["offered"].get<std::string>() : scenario;
@@ -573,7 +575,8 @@ bool wanted(const BenchOptions& o, const std::string& scenario) {
 
 int run_bench(const BenchOptions& options) {
   if (options.events < 1 || options.aggregates < 1 || options.clients < 1 || options.seconds <= 0) {
-    throw InvalidArgument("bench: --events, --aggregates, --clients and --seconds must be positive");
+    throw InvalidArgument(
+        "bench: --events, --aggregates, --clients and --seconds must be positive");
   }
   for (const std::string& s : options.only) {
     if (s != "producer" && s != "ceiling" && s != "drain" && s != "live") {
@@ -596,7 +599,8 @@ int run_bench(const BenchOptions& options) {
     kafka.emplace(1);
     brokers = kafka->bootstrap_servers();
   }
-  const Setup setup{options, url, brokers, std::filesystem::canonical("/proc/self/exe").string(),
+  const Setup setup{options,         url,
+                    brokers,         std::filesystem::canonical("/proc/self/exe").string(),
                     options.out_dir, kafka};
   std::vector<json> results;
   auto report = [&](json r) {
@@ -610,8 +614,11 @@ int run_bench(const BenchOptions& options) {
     producers_alone = r["with_event_tx_per_s"].get<double>();
     report(r);
   }
-  Chart throughput{"Backlog drain: events published per second", "seconds since the relay started",
-                   "events/s", false, {}};
+  Chart throughput{"Backlog drain: events published per second",
+                   "seconds since the relay started",
+                   "events/s",
+                   false,
+                   {}};
   std::optional<double> ceiling;
   if (wanted(options, "ceiling")) {
     Series s{"SQL only (sink acknowledges at once)", {}};
@@ -637,7 +644,10 @@ int run_bench(const BenchOptions& options) {
                 (std::filesystem::path(options.out_dir) / "relay-live.log").string());
     std::atomic<std::int64_t> next_order{1};
     Chart latency{"Commit to broker ack (upper bound: published_at of the mark)",
-                  "latency, ms (log scale)", "percent of events at or below", true, {}};
+                  "latency, ms (log scale)",
+                  "percent of events at or below",
+                  true,
+                  {}};
     std::vector<std::pair<double, std::string>> rates;
     for (const int rate : options.rates) rates.emplace_back(rate, fmt::format("{}/s", rate));
     rates.emplace_back(0, "max");
