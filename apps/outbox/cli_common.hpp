@@ -61,18 +61,18 @@ struct CleanupFlags {
 int run_cleanup(const CleanupFlags& flags);
 
 struct BenchOptions {
-  std::string database_url;   // empty: embedded PostgreSQL
-  std::string kafka_brokers;  // empty: embedded Kafka mock cluster
+  std::string database_url;       // empty: embedded PostgreSQL
+  std::string kafka_brokers;      // empty: embedded Kafka mock cluster
   std::int64_t events = 1000000;  // backlog size for ceiling and drain
   int aggregates = 10000;
   int payload_bytes = 200;
-  int clients = 4;                   // producer connections (producer and live)
-  double seconds = 10;               // per producer comparison and per live rate
+  int clients = 4;                        // producer connections (producer and live)
+  double seconds = 10;                    // per producer comparison and per live rate
   std::vector<int> rates = {1000, 5000};  // live offered rates; "max" always follows
-  std::size_t batch_size = 500;      // relay
-  std::size_t max_in_flight = 10000;  // relay
-  int timeout_seconds = 900;         // per backlog
-  std::vector<std::string> only;     // scenarios to run; empty: all
+  std::size_t batch_size = 500;           // relay
+  std::size_t max_in_flight = 10000;      // relay
+  int timeout_seconds = 900;              // per backlog
+  std::vector<std::string> only;          // scenarios to run; empty: all
   std::string out_dir = "bench-results";
 };
 

@@ -340,9 +340,10 @@ int main(int argc, char** argv) {
   demo->add_flag("--quiet", demo_options.quiet, "no progress lines");
 
   BenchOptions bench_options;
-  auto* bench = app.add_subcommand(
-      "bench", "measure producer overhead, backlog drain and commit→ack latency (see "
-               "docs/PERFORMANCE.md)");
+  auto* bench =
+      app.add_subcommand("bench",
+                         "measure producer overhead, backlog drain and commit→ack latency (see "
+                         "docs/PERFORMANCE.md)");
   bench->add_option("--db", bench_options.database_url,
                     "use this database instead of an embedded one (schemas bench_* are reset)");
   bench->add_option("--kafka-brokers", bench_options.kafka_brokers,
