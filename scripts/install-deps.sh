@@ -9,6 +9,7 @@ packages=(
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format clang-tidy
+  python3  # the bench smoke test reads results.json
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
