@@ -37,6 +37,16 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
   return text.substr(0, cut);
 }
 
+// The relay's own writes (claims, marks, failure records) commit asynchronously: no fsync wait per
+// statement. A PostgreSQL crash can undo the last few hundred milliseconds of them, and each undo
+// only ever repeats work: an undone claim or mark makes the row claimable again (a republish, same
+// event id), an undone failure record a retry. Nothing the producers committed depends on it.
+pg::Connection open_connection(const RelayOptions& options) {
+  auto connection = pg::Connection::open(options.database_url, "outbox-relay");
+  pg::exec(connection.get(), "SET synchronous_commit = off");
+  return connection;
+}
+
 RelayOptions with_relay_id(RelayOptions options) {
   if (options.relay_id.empty()) options.relay_id = default_relay_id();
   return options;
@@ -57,7 +67,7 @@ class Relay::Impl {
   Impl(RelayOptions options, std::unique_ptr<Sink> sink)
       : options_(with_relay_id(std::move(options))),
         sink_(std::move(sink)),
-        connection_(pg::Connection::open(options_.database_url, "outbox-relay")),
+        connection_(open_connection(options_)),
         claim_sql_(relay_sql::claim(options_.schema)),
         mark_published_sql_(relay_sql::mark_published(options_.schema)),
         mark_failed_sql_(relay_sql::mark_failed(options_.schema)),
@@ -340,7 +350,7 @@ class Relay::Impl {
       }
       try {
         if (!connection_.healthy()) {
-          auto fresh = pg::Connection::open(options_.database_url, "outbox-relay");
+          auto fresh = open_connection(options_);
           fresh.listen('"' + options_.schema.notify_channel() + '"');
           connection_ = std::move(fresh);
         }
