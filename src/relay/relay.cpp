@@ -47,6 +47,10 @@ pg::Connection open_connection(const RelayOptions& options) {
   return connection;
 }
 
+// An awake relay refreshes its outbox_relays row this often; producers ignore rows older than
+// 30 s (migration 3), so a relay that died awake stops suppressing NOTIFY soon.
+constexpr std::chrono::seconds kHeartbeat{10};
+
 RelayOptions with_relay_id(RelayOptions options) {
   if (options.relay_id.empty()) options.relay_id = default_relay_id();
   return options;
@@ -72,6 +76,7 @@ class Relay::Impl {
         mark_published_sql_(relay_sql::mark_published(options_.schema)),
         mark_failed_sql_(relay_sql::mark_failed(options_.schema)),
         renew_sql_(relay_sql::renew(options_.schema)),
+        set_listening_sql_(relay_sql::set_listening(options_.schema)),
         health_("relay " + options_.relay_id) {
     if (!sink_) throw InvalidArgument("relay: the sink is null");
     if (options_.batch_size == 0 || options_.max_in_flight == 0) {
@@ -101,13 +106,23 @@ class Relay::Impl {
     bool claim_wanted = true;
     milliseconds idle_wait{10};
     auto last_renewal = Clock::now();
+    auto last_claim = Clock::now();
     std::vector<DeliveryReport> reports;
     health_.set(Health::running);
+    bool registered = false;
     while (!stop_.load(std::memory_order_relaxed)) {
       if (until_idle && Clock::now() >= deadline) break;
       try {
+        if (!registered) {
+          set_listening(false);  // awake: producers need not notify while we look by ourselves
+          registered = true;
+        }
         // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
         if (connection_.wait_for_notifications(milliseconds(0)) > 0) claim_wanted = true;
+        // Producers do not notify an awake relay (migration 3), so look for new rows at least
+        // every 10 ms while sends are in flight.
+        if (Clock::now() - last_claim >= milliseconds(10)) claim_wanted = true;
+        if (!listening_ && Clock::now() - last_heartbeat_ > kHeartbeat) set_listening(false);
 
         // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
         // and a claim must not re-take rows this relay still has in flight under an older token.
@@ -121,6 +136,7 @@ class Relay::Impl {
         if (claim_wanted && room > 0) {
           const std::size_t limit = std::min(room, options_.batch_size);
           const bool from_start = cursor_type_.empty() && cursor_id_.empty();
+          last_claim = Clock::now();
           ClaimResult result = claim(limit);
           if (result.reached_end && !from_start && result.claimed < limit) {
             // Wrap around: the aggregates before the cursor get their turn in this same pass.
@@ -144,7 +160,17 @@ class Relay::Impl {
           claim_wanted = true;
         }
         if (in_flight_.empty() && !claim_wanted) {
-          if (until_idle) return true;
+          if (until_idle) {
+            forget();
+            return true;
+          }
+          if (!listening_) {
+            // From now on producers notify us. A row committed after our last claim but before
+            // this statement announced nothing: look once more before sleeping.
+            set_listening(true);
+            claim_wanted = true;
+            continue;
+          }
           // Nothing to do: sleep until NOTIFY or until the adaptive poll interval passes (rows
           // whose backoff or foreign lease ends announce nothing).
           if (connection_.wait_for_notifications(idle_wait) > 0) {
@@ -155,6 +181,7 @@ class Relay::Impl {
           claim_wanted = true;
         } else if (claimed > 0 || !reports.empty()) {
           idle_wait = milliseconds(10);
+          if (listening_) set_listening(false);  // busy again: no NOTIFY needed
         }
       } catch (const DatabaseError& error) {
         if (!error.retryable()) {
@@ -164,9 +191,11 @@ class Relay::Impl {
         reconnect(error);
         claim_wanted = true;
         last_renewal = Clock::now();
+        registered = false;  // say again that we are awake, on the new connection
       }
     }
     drain();
+    forget();
     health_.set(Health::stopped);
     return false;
   }
@@ -401,6 +430,27 @@ class Relay::Impl {
     return result;
   }
 
+  // Records in outbox_relays whether producers must wake us (true) or we look by ourselves.
+  void set_listening(bool listening) {
+    pg::exec(connection_.get(), set_listening_sql_,
+             {options_.relay_id.c_str(), listening ? "true" : "false"});
+    listening_ = listening;
+    last_heartbeat_ = Clock::now();
+  }
+
+  // A relay that stops no longer counts as awake, so producers notify the others again.
+  void forget() noexcept {
+    try {
+      pg::exec(connection_.get(), relay_sql::forget_relay(options_.schema),
+               {options_.relay_id.c_str()});
+    } catch (const std::exception& error) {
+      detail::log().info(
+          "relay {}: could not remove its outbox_relays row ({}); it stops "
+          "counting as awake within 30 s",
+          relay_id(), error.what());
+    }
+  }
+
   void renew_leases() {
     if (in_flight_.empty()) return;
     detail::ArrayLiteral ids, tokens;
@@ -447,6 +497,9 @@ class Relay::Impl {
   const std::string mark_published_sql_;
   const std::string mark_failed_sql_;
   const std::string renew_sql_;
+  const std::string set_listening_sql_;
+  bool listening_ = false;  // what outbox_relays says about us: waiting for a NOTIFY
+  Clock::time_point last_heartbeat_;
 
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
   std::vector<Outcome> unrecorded_published_;  // reported by the broker, not yet written

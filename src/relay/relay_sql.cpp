@@ -126,4 +126,15 @@ RETURNING e.event_id)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
 }
 
+std::string set_listening(const SchemaName& schema) {
+  return fmt::format(R"SQL(INSERT INTO {relays} AS r (relay_id, listening, seen_at)
+VALUES ($1, $2::bool, now())
+ON CONFLICT (relay_id) DO UPDATE SET listening = EXCLUDED.listening, seen_at = now())SQL",
+                     fmt::arg("relays", schema.table("outbox_relays")));
+}
+
+std::string forget_relay(const SchemaName& schema) {
+  return "DELETE FROM " + schema.table("outbox_relays") + " WHERE relay_id = $1";
+}
+
 }  // namespace outbox::relay_sql

@@ -20,5 +20,10 @@ std::string mark_published(const SchemaName& schema);
 std::string mark_failed(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.
 std::string renew(const SchemaName& schema);
+// $1 relay id, $2 listening bool: records whether this relay waits for a NOTIFY (true) or is
+// awake and finds new rows by itself (false); also the heartbeat (seen_at).
+std::string set_listening(const SchemaName& schema);
+// $1 relay id: a stopping relay no longer counts as awake.
+std::string forget_relay(const SchemaName& schema);
 
 }  // namespace outbox::relay_sql

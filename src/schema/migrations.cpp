@@ -96,6 +96,27 @@ CREATE TABLE {s}.outbox_operator_audit (
   at        timestamptz NOT NULL DEFAULT now()
 );
 )SQL"},
+    Migration{3, "wake relays only when none is awake", R"SQL(
+-- A transaction that NOTIFYs holds a database-wide lock from just before its commit until after
+-- it (PostgreSQL keeps the notification queue in commit order that way), so notifying on every
+-- commit makes all enqueuing transactions commit one at a time. Relays now say whether they are
+-- awake; producers notify only when none is, i.e. when a relay waits for a wake-up. An awake relay
+-- finds new rows by itself (it claims again after every broker report and at least every 10 ms).
+-- A relay that died awake stops counting once its seen_at is 30 s old.
+CREATE TABLE {s}.outbox_relays (
+  relay_id  text        PRIMARY KEY,
+  listening boolean     NOT NULL,
+  seen_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE OR REPLACE FUNCTION {s}.outbox_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM {s}.outbox_relays
+                 WHERE NOT listening AND seen_at > now() - interval '30 seconds') THEN
+    PERFORM pg_notify('{channel}', '');
+  END IF;
+  RETURN NULL;
+END $$;
+)SQL"},
 };
 
 }  // namespace

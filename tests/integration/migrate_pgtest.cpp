@@ -50,6 +50,9 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
   migrate(conn, schema);
   // Roll the schema back to what version 1 created, as an older build would have left it.
   pg::exec(conn, R"SQL(
+    DROP TABLE migrate_upgrade.outbox_relays;
+    CREATE OR REPLACE FUNCTION migrate_upgrade.outbox_events_notify() RETURNS trigger
+      LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('migrate_upgrade_outbox', ''); RETURN NULL; END $$;
     DROP TABLE migrate_upgrade.outbox_operator_audit;
     DROP INDEX migrate_upgrade.outbox_events_quarantined_idx;
     DROP INDEX migrate_upgrade.outbox_events_pending_aggregate_idx;
@@ -69,6 +72,14 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
   EXPECT_EQ(
       count(conn, "SELECT count(*) FROM migrate_upgrade.outbox_events WHERE skipped_at IS NULL"),
       1);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_upgrade.outbox_relays"), 0)
+      << "migration 3 creates the relays' state table";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_proc WHERE proname = 'outbox_events_notify'"
+                  " AND pronamespace = 'migrate_upgrade'::regnamespace"
+                  " AND prosrc LIKE '%outbox_relays%'"),
+            1)
+      << "migration 3 makes the trigger ask whether a relay is awake";
 }
 
 TEST(Migrate, ConcurrentCallersSerializeAndApplyOnce) {

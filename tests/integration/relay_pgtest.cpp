@@ -403,5 +403,51 @@ TEST_F(RelayTest, AFailedMarkIsWrittenAgainNotRepublished) {
   for (const auto& [id, n] : copies) EXPECT_EQ(n, 1) << id << " published " << n << " times";
 }
 
+// NOTIFY costs producers a database-wide lock through their commit, so they notify only when no
+// relay is awake (outbox_relays). What a listener receives per enqueue, by the relays' state:
+TEST_F(RelayTest, ProducersNotifyOnlyWhenNoRelayIsAwake) {
+  auto listener = connect();
+  listener.listen('"' + schema_.notify_channel() + '"');
+  const std::string relays = schema_.table("outbox_relays");
+  auto notified_after_enqueue = [&] {
+    listener.wait_for_notifications(0ms);  // drop anything earlier
+    enqueue(1, 1);
+    return listener.wait_for_notifications(300ms) > 0;
+  };
+  EXPECT_TRUE(notified_after_enqueue()) << "no relay registered: notify";
+  pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('awake', false, now())");
+  EXPECT_FALSE(notified_after_enqueue()) << "a relay is awake and looks by itself";
+  pg::exec(conn(), "UPDATE " + relays + " SET listening = true");
+  EXPECT_TRUE(notified_after_enqueue()) << "every relay waits for a NOTIFY";
+  pg::exec(conn(),
+           "UPDATE " + relays + " SET listening = false, seen_at = now() - interval '1 min'");
+  EXPECT_TRUE(notified_after_enqueue()) << "an awake relay that stopped beating no longer counts";
+}
+
+// A relay with nothing to do says so and sleeps; the next commit wakes it at once (the idle timer
+// here is far longer than the wait allowed). Stopping removes its row.
+TEST_F(RelayTest, AnIdleRelayListensAndIsWokenByTheNextCommit) {
+  auto o = options("sleeper");
+  o.idle_poll_max = 20s;
+  Relay relay(o, sink());
+  std::thread runner([&] { relay.run(); });
+  const std::string state_sql = "SELECT count(*) FROM " + schema_.table("outbox_relays") +
+                                " WHERE relay_id = 'sleeper' AND listening";
+  const bool listening = wait_until([&] { return count(conn(), state_sql) == 1; }, 10s);
+  std::this_thread::sleep_for(1500ms);  // past the idle timer's first steps
+  const auto ids = enqueue(1, 1);
+  const auto committed = std::chrono::steady_clock::now();
+  const bool published = wait_until([&] { return unpublished() == 0; }, 5s);
+  const auto took = std::chrono::steady_clock::now() - committed;
+  relay.request_stop();
+  runner.join();
+  EXPECT_TRUE(listening) << "an idle relay should record that it waits for a NOTIFY";
+  EXPECT_TRUE(published);
+  EXPECT_LT(took, 1500ms) << "the commit's NOTIFY should wake the sleeping relay";
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_relays")), 0)
+      << "a stopped relay removes its row";
+  expect_on_broker_in_order(ids);
+}
+
 }  // namespace
 }  // namespace outbox::testing
