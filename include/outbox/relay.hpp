@@ -43,6 +43,7 @@ struct RelayStats {
   std::uint64_t fenced = 0;       // marks refused because the row no longer carried our claim
   std::uint64_t quarantined = 0;  // set aside: permanent failure or attempt limit reached
   std::uint64_t claim_queries = 0;
+  std::uint64_t successors = 0;  // of the claimed: taken by the mark of their predecessor
   std::uint64_t in_flight = 0;   // right now
   std::uint64_t reconnects = 0;  // times the relay got PostgreSQL back after losing it
   Health health = Health::starting;

@@ -103,6 +103,7 @@ class Relay::Impl {
   }
 
   bool loop(bool until_idle, Clock::time_point deadline) {
+    draining_ = false;
     bool claim_wanted = true;
     milliseconds idle_wait{10};
     auto last_renewal = Clock::now();
@@ -210,6 +211,7 @@ class Relay::Impl {
     s.fenced = fenced_.load(std::memory_order_relaxed);
     s.quarantined = quarantined_.load(std::memory_order_relaxed);
     s.claim_queries = claim_queries_.load(std::memory_order_relaxed);
+    s.successors = successors_.load(std::memory_order_relaxed);
     s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
     s.reconnects = reconnects_.load(std::memory_order_relaxed);
     std::tie(s.health, s.last_error) = health_.snapshot();
@@ -230,9 +232,7 @@ class Relay::Impl {
   };
 
   ClaimResult claim(std::size_t limit) {
-    // A fresh token per claim: a mark must match the exact claim that sent the row, so even this
-    // relay cannot complete a row it re-claimed after its own lease ran out.
-    const std::string token = fmt::format("{}:{}:{}", options_.relay_id, instance_, ++claim_epoch_);
+    const std::string token = next_token();
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
     const auto result = pg::exec(connection_.get(), claim_sql_,
@@ -250,23 +250,7 @@ class Relay::Impl {
         cursor_id_ = outcome.reached_end ? std::string() : std::string(result.text(row, 2));
         continue;
       }
-      InFlight item;
-      item.token = token;
-      Event& e = item.event;
-      e.event_id = EventId::parse(result.text(row, 0)).value_or(EventId{});
-      e.aggregate_type = result.text(row, 1);
-      e.aggregate_id = result.text(row, 2);
-      e.aggregate_sequence = result.int64(row, 3);
-      e.event_type = result.text(row, 4);
-      e.schema_version = static_cast<std::int32_t>(result.int64(row, 5));
-      e.payload = result.text(row, 6);
-      e.headers = result.text(row, 7);
-      e.occurred_at = result.text(row, 8);
-      e.attempt_count = static_cast<std::int32_t>(result.int64(row, 9));
-      const std::uint64_t ticket = next_ticket_++;
-      auto [it, inserted] = in_flight_.emplace(ticket, std::move(item));
-      OUTBOX_FAULT(fault::kRelayBeforePublish);
-      sink_->send(it->second.event, ticket);
+      send_claimed(result, row, token);
       ++outcome.claimed;
     }
     if (rows == 0) {  // no pending aggregate after the cursor at all
@@ -276,6 +260,33 @@ class Relay::Impl {
     claimed_.fetch_add(outcome.claimed, std::memory_order_relaxed);
     in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
     return outcome;
+  }
+
+  // Takes one claimed row (the claim's ten columns) into the window and sends it.
+  void send_claimed(const pg::Result& result, int row, const std::string& token) {
+    InFlight item;
+    item.token = token;
+    Event& e = item.event;
+    e.event_id = EventId::parse(result.text(row, 0)).value_or(EventId{});
+    e.aggregate_type = result.text(row, 1);
+    e.aggregate_id = result.text(row, 2);
+    e.aggregate_sequence = result.int64(row, 3);
+    e.event_type = result.text(row, 4);
+    e.schema_version = static_cast<std::int32_t>(result.int64(row, 5));
+    e.payload = result.text(row, 6);
+    e.headers = result.text(row, 7);
+    e.occurred_at = result.text(row, 8);
+    e.attempt_count = static_cast<std::int32_t>(result.int64(row, 9));
+    const std::uint64_t ticket = next_ticket_++;
+    auto [it, inserted] = in_flight_.emplace(ticket, std::move(item));
+    OUTBOX_FAULT(fault::kRelayBeforePublish);
+    sink_->send(it->second.event, ticket);
+  }
+
+  // A fresh token per claim: a mark must match the exact claim that sent the row, so even this
+  // relay cannot complete a row it re-claimed after its own lease ran out.
+  std::string next_token() {
+    return fmt::format("{}:{}:{}", options_.relay_id, instance_, ++claim_epoch_);
   }
 
   // Writes the outcomes of `reports` to PostgreSQL. Should that fail, they stay in unrecorded_
@@ -334,13 +345,41 @@ class Relay::Impl {
   void flush() {
     if (!unrecorded_published_.empty()) {
       OUTBOX_FAULT(fault::kRelayAfterAckBeforeMark);
-      const auto result = complete(mark_published_sql_, unrecorded_published_, false);
+      const std::string token = next_token();
+      const std::string lease_text = std::to_string(options_.lease.count());
+      // A stopping relay takes nothing new.
+      const char* claim_successors = draining_ ? "false" : "true";
+      const auto result = complete(mark_published_sql_, unrecorded_published_,
+                                   {token.c_str(), lease_text.c_str(), claim_successors});
       unrecorded_published_.clear();
       OUTBOX_FAULT(fault::kRelayAfterMark);
-      published_.fetch_add(static_cast<std::uint64_t>(result.rows()), std::memory_order_relaxed);
+      std::size_t marked = 0;
+      std::size_t successors = 0;
+      for (int row = 0; row < result.rows(); ++row) {
+        if (result.text(row, 10) == "marked") {
+          ++marked;
+        } else {
+          send_claimed(result, row, token);
+          ++successors;
+        }
+      }
+      published_.fetch_add(marked, std::memory_order_relaxed);
+      claimed_.fetch_add(successors, std::memory_order_relaxed);
+      successors_.fetch_add(successors, std::memory_order_relaxed);
+      in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
     }
     if (!unrecorded_failed_.empty()) {
-      const auto result = complete(mark_failed_sql_, unrecorded_failed_, true);
+      detail::ArrayLiteral errors, permanent;
+      for (const Outcome& outcome : unrecorded_failed_) {
+        errors.add(utf8_prefix(outcome.error, 2000));
+        permanent.add_plain(outcome.permanent ? "t" : "f");
+      }
+      const std::string base = std::to_string(options_.backoff_base.count());
+      const std::string cap = std::to_string(options_.backoff_max.count());
+      const std::string limit = std::to_string(options_.max_attempts);
+      const auto result = complete(mark_failed_sql_, unrecorded_failed_,
+                                   {errors.text().c_str(), base.c_str(), cap.c_str(), limit.c_str(),
+                                    permanent.text().c_str()});
       failed_.fetch_add(unrecorded_failed_.size(), std::memory_order_relaxed);
       unrecorded_failed_.clear();
       for (int row = 0; row < result.rows(); ++row) {
@@ -400,25 +439,23 @@ class Relay::Impl {
   }
 
   // Runs one batched completion; counts and logs rows whose claim was no longer ours.
+  // Runs one batched completion ($1 ids, $2 tokens, then `extra`); counts and logs rows whose
+  // claim was no longer ours. Marked rows are those whose last column is not 'claimed'.
   pg::Result complete(const std::string& sql, const std::vector<Outcome>& outcomes,
-                      bool with_failure_details) {
-    detail::ArrayLiteral ids, tokens, errors, permanent;
+                      const std::vector<const char*>& extra) {
+    detail::ArrayLiteral ids, tokens;
     for (const Outcome& outcome : outcomes) {
       ids.add_plain(outcome.event_id.to_string());
       tokens.add(outcome.token);
-      errors.add(utf8_prefix(outcome.error, 2000));
-      permanent.add_plain(outcome.permanent ? "t" : "f");
     }
     std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};
-    const std::string base = std::to_string(options_.backoff_base.count());
-    const std::string cap = std::to_string(options_.backoff_max.count());
-    const std::string limit = std::to_string(options_.max_attempts);
-    if (with_failure_details) {
-      params.insert(params.end(), {errors.text().c_str(), base.c_str(), cap.c_str(), limit.c_str(),
-                                   permanent.text().c_str()});
-    }
+    params.insert(params.end(), extra.begin(), extra.end());
     auto result = pg::exec(connection_.get(), sql, params);
-    const auto matched = static_cast<std::size_t>(result.rows());
+    std::size_t matched = 0;
+    const int last_column = PQnfields(result.get()) - 1;
+    for (int row = 0; row < result.rows(); ++row) {
+      if (result.text(row, last_column) != "claimed") ++matched;
+    }
     if (matched < outcomes.size()) {
       const std::uint64_t fenced = outcomes.size() - matched;
       fenced_.fetch_add(fenced, std::memory_order_relaxed);
@@ -468,6 +505,7 @@ class Relay::Impl {
   }
 
   void drain() {
+    draining_ = true;
     const auto deadline = Clock::now() + options_.drain_timeout;
     std::vector<DeliveryReport> reports;
     while (!in_flight_.empty() && Clock::now() < deadline) {
@@ -498,6 +536,7 @@ class Relay::Impl {
   const std::string mark_failed_sql_;
   const std::string renew_sql_;
   const std::string set_listening_sql_;
+  bool draining_ = false;   // stopping: record outcomes, take nothing new
   bool listening_ = false;  // what outbox_relays says about us: waiting for a NOTIFY
   Clock::time_point last_heartbeat_;
 
@@ -517,6 +556,7 @@ class Relay::Impl {
   std::atomic<std::uint64_t> fenced_{0};
   std::atomic<std::uint64_t> quarantined_{0};
   std::atomic<std::uint64_t> claim_queries_{0};
+  std::atomic<std::uint64_t> successors_{0};
   std::atomic<std::uint64_t> in_flight_count_{0};
   std::atomic<std::uint64_t> reconnects_{0};
   detail::HealthBoard health_;

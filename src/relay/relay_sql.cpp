@@ -81,11 +81,49 @@ FROM (SELECT aggregate_type, aggregate_id FROM aggregates ORDER BY n DESC LIMIT 
 std::string mark_published(const SchemaName& schema) {
   // Idempotent for the claim that sent the row: writing the same batch again (its first try's
   // fate was lost with the connection) matches again and changes nothing.
-  return fmt::format(R"SQL(UPDATE {events} e
-SET published_at = coalesce(e.published_at, now()), claim_until = NULL, last_error = NULL
-FROM unnest($1::uuid[], $2::text[]) AS d(event_id, token)
-WHERE e.event_id = d.event_id AND e.claimed_by = d.token AND e.skipped_at IS NULL
-RETURNING e.event_id)SQL",
+  //
+  // In the same statement it claims each marked event's successor (sequence + 1), which has just
+  // become its aggregate's head (the marked row was the head: it was claimed as one, and a head
+  // stays a head). So under load an aggregate's next event goes out one round trip after the
+  // previous ack, without a scan for heads. The successor is locked and rechecked like a claimed
+  // head (pending, due, not leased); a skipped successor is left to the regular claim.
+  return fmt::format(R"SQL(WITH marked AS (
+  UPDATE {events} e
+  SET published_at = coalesce(e.published_at, now()), claim_until = NULL, last_error = NULL
+  FROM unnest($1::uuid[], $2::text[]) AS d(event_id, token)
+  WHERE e.event_id = d.event_id AND e.claimed_by = d.token AND e.skipped_at IS NULL
+  RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence
+), successors AS MATERIALIZED (
+  SELECT s.event_id
+  FROM marked m
+  JOIN {events} s ON s.aggregate_type = m.aggregate_type AND s.aggregate_id = m.aggregate_id
+                 AND s.aggregate_sequence = m.aggregate_sequence + 1
+  WHERE $5::bool
+), locked AS (
+  SELECT l.event_id
+  FROM successors
+  CROSS JOIN LATERAL (
+    SELECT e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
+    FROM {events} e
+    WHERE e.event_id = successors.event_id
+    OFFSET 0  -- a fence, as in the claim
+    FOR UPDATE SKIP LOCKED) l
+  WHERE l.published_at IS NULL AND l.skipped_at IS NULL
+    AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now())
+), claimed AS (
+  UPDATE {events} e
+  SET claimed_by = $3, claim_until = now() + $4::bigint * interval '1 millisecond'
+  WHERE e.event_id = ANY (ARRAY(SELECT event_id FROM locked))
+  RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
+            e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
+)
+SELECT event_id::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'marked'
+FROM marked
+UNION ALL
+SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,
+       schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text,
+       'claimed'
+FROM claimed)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
 }
 

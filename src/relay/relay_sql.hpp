@@ -13,7 +13,9 @@ namespace outbox::relay_sql {
 // expired). SKIP LOCKED lets concurrent relays take disjoint rows without waiting for each other.
 // Returns the claimed rows, then one cursor row (event_id NULL; see relay_sql.cpp).
 std::string claim(const SchemaName& schema);
-// $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them.
+// $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them,
+// and (when $5) claims their successors with token $3 and lease $4 ms. Rows: the claim's ten columns plus
+// a kind, 'marked' (only event_id set) or 'claimed'.
 std::string mark_published(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 error[], $4 backoff base ms, $5 backoff cap ms, $6 attempt limit
 // (0: none), $7 permanent bool[]. Returns (event_id, quarantined) of the rows it changed.

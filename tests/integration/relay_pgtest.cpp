@@ -449,5 +449,19 @@ TEST_F(RelayTest, AnIdleRelayListensAndIsWokenByTheNextCommit) {
   expect_on_broker_in_order(ids);
 }
 
+// Marking an event published claims its successor in the same statement, so an aggregate's events
+// follow each other one round trip apart, without waiting for a claim to find the new head.
+TEST_F(RelayTest, AMarkClaimsTheNextEventOfItsAggregate) {
+  const auto ids = enqueue(1, 8);
+  InFlightTracker tracker;
+  Relay relay(options("chain"), std::make_unique<TrackingSink>(sink(), tracker));
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  EXPECT_EQ(unpublished(), 0);
+  EXPECT_EQ(relay.stats().published, 8U);
+  EXPECT_EQ(relay.stats().successors, 7U) << "the first event is claimed, the marks claim the rest";
+  EXPECT_EQ(tracker.violations(), std::vector<std::string>{});
+  expect_on_broker_in_order(ids);
+}
+
 }  // namespace
 }  // namespace outbox::testing
