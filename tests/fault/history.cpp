@@ -106,23 +106,29 @@ HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drai
   pg::exec(conn, "INSERT INTO aborted SELECT DISTINCT unnest($1::uuid[])", {aborted_array.c_str()});
 
   // Drain: every committed event applied, or the time is up.
-  const auto deadline = std::chrono::steady_clock::now() + drain;
+  // Drain: until every committed event is applied, or nothing moved for `drain` (a consumer that
+  // is still catching up after a long run is slow, not losing events).
+  const auto drain_started = std::chrono::steady_clock::now();
   const std::string missing_sql =
       "SELECT count(*) FROM committed c WHERE NOT EXISTS "
       "(SELECT 1 FROM campaign.effects e WHERE e.event_id = c.id)";
-  for (int round = 1; scalar(conn, missing_sql) > 0 && std::chrono::steady_clock::now() < deadline;
+  std::uint64_t missing = scalar(conn, missing_sql);
+  auto last_progress = std::chrono::steady_clock::now();
+  for (int round = 1; missing > 0 && std::chrono::steady_clock::now() - last_progress < drain;
        ++round) {
     std::this_thread::sleep_for(200ms);
+    const std::uint64_t now_missing = scalar(conn, missing_sql);
+    if (now_missing < missing) last_progress = std::chrono::steady_clock::now();
+    missing = now_missing;
     if (round % 25 == 0) {
       std::cerr << fmt::format(
-          "  draining: {} committed events not applied yet, {} unpublished\n",
-          scalar(conn, missing_sql),
+          "  draining: {} committed events not applied yet, {} unpublished\n", missing,
           scalar(conn, "SELECT count(*) FROM campaign.outbox_events WHERE published_at IS NULL"));
     }
   }
 
   report.drain_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - (deadline - drain)).count();
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - drain_started).count();
   report.lost = scalar(conn, missing_sql);
   const std::uint64_t no_intent =
       scalar(conn,

@@ -40,8 +40,8 @@ struct HistoryReport {
   }
 };
 
-// Resolves unknown commits by transaction id, waits up to `drain` for every committed event to be
-// applied, then computes the report.
+// Resolves unknown commits by transaction id, waits for every committed event to be applied (as
+// long as the consumer makes progress at least once per `drain`), then computes the report.
 HistoryReport check_history(const HistoryInput& input, std::chrono::seconds drain);
 
 }  // namespace outbox::campaign
