@@ -644,8 +644,7 @@ int run_bench(const BenchOptions& options) {
     Child relay(setup.relay_args(schema, false),
                 (std::filesystem::path(options.out_dir) / "relay-live.log").string());
     std::atomic<std::int64_t> next_order{1};
-    // Warm up: the relay's first send to a topic waits for librdkafka's topic metadata (about a
-    // second), a one-off not part of the steady state measured here.
+    // Warm up (connections, the topic's metadata, plans): the steady state is what is measured.
     run_clients(setup, schema, true, 1, 1.0, 50, next_order);
     {
       auto c = setup.connect();

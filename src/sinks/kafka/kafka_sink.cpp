@@ -98,6 +98,7 @@ class KafkaSink final : public Sink {
              "topic \"" + topic + "\" rendered from the event is not a legal Kafka topic name");
       return;
     }
+    if (known_topics_.insert(topic).second) prefetch_metadata(topic);
     kafka::HeadersHandle headers(rd_kafka_headers_new(8));
     const std::string id = event.event_id.to_string();
     const std::string sequence = std::to_string(event.aggregate_sequence);
@@ -143,6 +144,21 @@ class KafkaSink final : public Sink {
              fmt::format("produce to {} refused: {}", topic, rd_kafka_err2str(err)));
       return;
     }
+  }
+
+  // librdkafka looks an unknown topic up about once a second, so the first event to each topic
+  // would wait up to a second (librdkafka issue #3202). Asking for the topic's metadata here costs
+  // one round trip, once per topic; when the broker does not answer within a second the send goes
+  // ahead and librdkafka's own lookup takes over.
+  void prefetch_metadata(const std::string& topic) {
+    rd_kafka_topic_t* handle = rd_kafka_topic_new(handle_.get(), topic.c_str(), nullptr);
+    if (handle == nullptr) return;
+    const rd_kafka_metadata_t* metadata = nullptr;
+    if (rd_kafka_metadata(handle_.get(), 0, handle, &metadata, 1000) ==
+        RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_metadata_destroy(metadata);
+    }
+    rd_kafka_topic_destroy(handle);
   }
 
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
@@ -207,6 +223,7 @@ class KafkaSink final : public Sink {
     rd_kafka_purge(handle_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(handle_.get(), 1000);  // serves the purged messages' delivery reports
     handle_ = std::move(replacement);
+    known_topics_.clear();  // the new client's metadata cache is empty
     // Whatever the old handle did not report is reported here: the relay must never wait on a
     // ticket forever (its row would keep its lease and block its aggregate).
     const std::vector<std::uint64_t> orphaned(pending_.begin(), pending_.end());
@@ -218,6 +235,7 @@ class KafkaSink final : public Sink {
   std::string topic_template_;
   std::string brokers_;
   kafka::KafkaHandle handle_;
+  std::unordered_set<std::string> known_topics_;  // metadata asked for once
   std::vector<DeliveryReport> ready_;
   std::unordered_set<std::uint64_t> pending_;  // tickets sent and not yet reported
 };
