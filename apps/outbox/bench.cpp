@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <librdkafka/rdkafka.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -568,6 +569,39 @@ void print_table(const std::vector<json>& results) {
   std::cout << std::endl;
 }
 
+// What the figures were measured on: they mean little without it.
+json machine(const Setup& setup) {
+  std::string cpu = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  long memory_kib = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.rfind("MemTotal:", 0) == 0) memory_kib = std::stol(line.substr(9));
+  }
+  auto c = setup.connect();
+  const auto settings =
+      pg::exec(c.get(),
+               "SELECT current_setting('server_version'), current_setting('fsync'),"
+               " current_setting('synchronous_commit'), current_setting('shared_buffers')");
+  return {{"scenario", "machine"},
+          {"cpus", std::thread::hardware_concurrency()},
+          {"cpu", cpu},
+          {"memory_gib", static_cast<double>(memory_kib) / 1048576.0},
+          {"postgresql", std::string(settings.text(0, 0))},
+          {"fsync", std::string(settings.text(0, 1))},
+          {"synchronous_commit", std::string(settings.text(0, 2))},
+          {"shared_buffers", std::string(settings.text(0, 3))},
+          {"librdkafka", rd_kafka_version_str()},
+          {"kafka", setup.kafka ? "librdkafka mock cluster, 1 broker, in the bench process"
+                                : setup.brokers}};
+}
+
 bool wanted(const BenchOptions& o, const std::string& scenario) {
   return o.only.empty() || std::find(o.only.begin(), o.only.end(), scenario) != o.only.end();
 }
@@ -608,6 +642,8 @@ int run_bench(const BenchOptions& options) {
     std::cout << r.dump() << std::endl;
     results.push_back(std::move(r));
   };
+  const json about = machine(setup);
+  std::cout << about.dump() << std::endl;
 
   std::optional<double> producers_alone;
   if (wanted(options, "producer")) {
@@ -679,8 +715,18 @@ int run_bench(const BenchOptions& options) {
     write_svg((std::filesystem::path(options.out_dir) / "live-latency.svg").string(), latency);
   }
   print_table(results);
+  std::cout << fmt::format(
+                   "machine: {} x {}, {:.0f} GiB; PostgreSQL {} (fsync {}, shared_buffers "
+                   "{}); librdkafka {}; Kafka: {}",
+                   about["cpus"].get<unsigned>(), about["cpu"].get<std::string>(),
+                   about["memory_gib"].get<double>(), about["postgresql"].get<std::string>(),
+                   about["fsync"].get<std::string>(), about["shared_buffers"].get<std::string>(),
+                   about["librdkafka"].get<std::string>(), about["kafka"].get<std::string>())
+            << std::endl;
   std::ofstream file(std::filesystem::path(options.out_dir) / "results.json");
-  file << json(results).dump(2) << "\n";
+  json everything = results;
+  everything.push_back(about);
+  file << everything.dump(2) << "\n";
   std::cout << "results, plots and relay logs: " << options.out_dir << "/" << std::endl;
   return 0;
 }

@@ -26,15 +26,16 @@ check() {
     fail "$description; results: $(cat "$results")"
   fi
 }
-check "one result per scenario (producer, ceiling, drain, live 100/s, live max)" \
-  "[x['scenario'] for x in r] == ['producer', 'ceiling', 'drain', 'live', 'live']"
+check "one result per scenario (producer, ceiling, drain, live 100/s, live max), then the machine" \
+  "[x['scenario'] for x in r] == ['producer', 'ceiling', 'drain', 'live', 'live', 'machine']"
+check "the machine is described" "r[5]['cpus'] >= 1 and r[5]['postgresql'].startswith('15') and r[5]['fsync'] == 'on'"
 check "both producer rates are positive" \
   "r[0]['without_event_tx_per_s'] > 0 and r[0]['with_event_tx_per_s'] > 0"
 check "ceiling and drain moved all 4000 events and measured the relay" \
   "all(x['events'] == 4000 and x['events_per_s'] > 0 and x['relay_peak_rss_mib'] > 1 for x in r[1:3])"
 check "drain is compared with the ceiling" "0 < r[2]['of_ceiling']"
 check "live runs published every event and report latency percentiles" \
-  "all(x['unpublished'] == 0 and 0 < x['latency_p50_ms'] <= x['latency_p99_ms'] <= x['latency_max_ms'] for x in r[3:])"
+  "all(x['unpublished'] == 0 and 0 < x['latency_p50_ms'] <= x['latency_p99_ms'] <= x['latency_max_ms'] for x in r[3:5])"
 for plot in drain-throughput live-latency; do
   if head -c 4 "$work_dir/out/$plot.svg" | grep -q '<svg'; then
     pass
