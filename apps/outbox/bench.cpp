@@ -222,7 +222,7 @@ GROUP BY aggregate_type, aggregate_id)SQL",
     pg::exec(c.get(), "CHECKPOINT");
   }
 
-  std::vector<std::string> relay_args(const SchemaName& schema, bool discard) const {
+  std::vector<std::string> relay_args(const SchemaName& schema, bool discard, int index = 0) const {
     std::vector<std::string> args{self,
                                   "relay",
                                   "--db",
@@ -230,7 +230,7 @@ GROUP BY aggregate_type, aggregate_id)SQL",
                                   "--schema",
                                   schema.name(),
                                   "--relay-id",
-                                  "bench-" + schema.name(),
+                                  fmt::format("bench-{}-{}", schema.name(), index + 1),
                                   "--stats-every",
                                   "250ms",
                                   "--batch-size",
@@ -395,14 +395,27 @@ json bench_backlog(const Setup& setup, bool discard,
   setup.load_backlog(schema);
   const double start_wall = wall_now();
   const auto started = Clock::now();
-  Child relay(setup.relay_args(schema, discard), (setup.out / ("relay-" + name + ".log")).string());
+  std::vector<std::unique_ptr<Child>> relays;
+  for (int i = 0; i < o.relays; ++i) {
+    relays.push_back(std::make_unique<Child>(
+        setup.relay_args(schema, discard, i),
+        (setup.out / fmt::format("relay-{}-{}.log", name, i + 1)).string()));
+  }
+  auto published_so_far = [&] {
+    std::uint64_t sum = 0;
+    for (const auto& r : relays) sum += r->published();
+    return sum;
+  };
+  auto all_running = [&] {
+    return std::all_of(relays.begin(), relays.end(), [](const auto& r) { return r->running(); });
+  };
   std::uint64_t last = 0;
   double last_t = 0;
   auto last_print = Clock::now();
   const auto deadline = started + std::chrono::seconds(o.timeout_seconds);
   while (Clock::now() < deadline) {
     std::this_thread::sleep_for(250ms);
-    const std::uint64_t published = relay.published();
+    const std::uint64_t published = published_so_far();
     const double t = seconds_since(started);
     if (published != last && t > last_t) {
       curve.emplace_back(t, static_cast<double>(published - last) / (t - last_t));
@@ -413,9 +426,14 @@ json bench_backlog(const Setup& setup, bool discard,
       last_print = Clock::now();
       progress(fmt::format("{}: {}/{} published, {:.0f} s", name, published, o.events, t));
     }
-    if (published >= static_cast<std::uint64_t>(o.events) || !relay.running()) break;
+    if (published >= static_cast<std::uint64_t>(o.events) || !all_running()) break;
   }
-  const Child::End end = relay.stop();
+  Child::End end;
+  for (auto& r : relays) {
+    const Child::End one = r->stop();
+    end.cpu_seconds += one.cpu_seconds;
+    end.peak_rss_mib = std::max(end.peak_rss_mib, one.peak_rss_mib);
+  }
   auto c = setup.connect();
   const auto result = pg::exec(c.get(),
                                "SELECT count(*) FILTER (WHERE published_at IS NULL),"
@@ -426,7 +444,7 @@ json bench_backlog(const Setup& setup, bool discard,
       std::stod(std::string(result.text(0, 1).empty() ? "0" : result.text(0, 1)));
   if (pending != 0) {
     throw Error(fmt::format("bench {}: {} events still pending after {} s; see {}", name, pending,
-                            o.timeout_seconds, (setup.out / ("relay-" + name + ".log")).string()));
+                            o.timeout_seconds, setup.out.string()));
   }
   const double seconds = last_mark - start_wall;
   const double rate = seconds > 0 ? static_cast<double>(o.events) / seconds : 0;
@@ -441,6 +459,7 @@ json bench_backlog(const Setup& setup, bool discard,
           {"events_per_s", rate},
           {"relay_cpu_s_per_10k", end.cpu_seconds / static_cast<double>(o.events) * 10000.0},
           {"relay_cpu_s", end.cpu_seconds},
+          {"relays", o.relays},
           {"relay_peak_rss_mib", end.peak_rss_mib}};
 }
 

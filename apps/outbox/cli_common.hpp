@@ -69,6 +69,7 @@ struct BenchOptions {
   int clients = 4;                        // producer connections (producer and live)
   double seconds = 10;                    // per producer comparison and per live rate
   std::vector<int> rates = {1000, 5000};  // live offered rates; "max" always follows
+  int relays = 2;                         // relay processes for ceiling and drain
   std::size_t batch_size = 500;           // relay
   std::size_t max_in_flight = 10000;      // relay
   int timeout_seconds = 900;              // per backlog

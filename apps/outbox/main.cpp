@@ -366,6 +366,9 @@ int main(int argc, char** argv) {
   bench->add_option("--rates", bench_options.rates, "live offered rates (events/s); max follows")
       ->delimiter(',')
       ->check(CLI::Range(1, 10000000));
+  bench->add_option("--relays", bench_options.relays, "relay processes for ceiling and drain")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   bench->add_option("--batch-size", bench_options.batch_size, "relay rows per claim")
       ->check(CLI::Range(1, 100000));
   bench->add_option("--max-in-flight", bench_options.max_in_flight, "relay send window")
