@@ -286,10 +286,10 @@ TEST_F(RelayTest, SurvivesAPostgresCrashAndKeepsTheAcksItCollectedMeanwhile) {
   std::thread runner([&] { relay.run(); });
   // The first claim takes the 20 heads; their acks are held back.
   ASSERT_TRUE(wait_until([&] { return held.held() == 20; }, 20s)) << held.held();
-  // The relay commits its claims asynchronously; a synchronous commit flushes the WAL up to here,
-  // so the crash below keeps the claim (losing it would be a fenced mark and a republish, also
-  // correct, but not what this test looks at).
-  pg::exec(conn(), "SELECT txid_current()");
+  // The relay commits its claims asynchronously; a checkpoint flushes the WAL up to here, so the
+  // crash below keeps the claim (losing it would be a fenced mark and a republish, also correct,
+  // but not what this test looks at). A transaction that writes no WAL of its own would not do.
+  pg::exec(conn(), "CHECKPOINT");
   postgres().stop_immediate();
   const bool noticed =
       wait_until([&] { return relay.stats().health == Health::database_unavailable; }, 10s);
