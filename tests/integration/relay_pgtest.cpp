@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -84,6 +85,28 @@ class TrackingSink final : public Sink {
   std::map<std::uint64_t, Event> sent_;
 };
 
+// Calls `at_limit` once, on the `limit`-th send.
+class CountingSink final : public Sink {
+ public:
+  CountingSink(std::unique_ptr<Sink> inner, int limit, std::function<void()> at_limit)
+      : inner_(std::move(inner)), limit_(limit), at_limit_(std::move(at_limit)) {}
+  void send(const Event& event, std::uint64_t ticket) override {
+    inner_->send(event, ticket);
+    if (++sent_ == limit_) at_limit_();
+  }
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    inner_->poll(max_wait, reports);
+  }
+  [[nodiscard]] std::size_t in_flight() const override { return inner_->in_flight(); }
+  [[nodiscard]] std::string describe() const override { return "counting " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  int limit_;
+  int sent_ = 0;
+  std::function<void()> at_limit_;
+};
+
 // Holds the broker's reports back while hold() is on, to place them inside a database outage.
 class HoldingSink final : public Sink {
  public:
@@ -150,8 +173,12 @@ TEST_F(RelayTest, EveryIntentIsPublishedAfterARelayRestart) {
     auto o = options("first");
     o.batch_size = 10;
     o.max_in_flight = 10;
-    Relay first(o, sink());
-    first.run_until_idle(150ms);  // stopped part-way, as by a restart
+    // Stopped part-way, as by a restart: after its 30th send (a timer raced the relay's speed).
+    Relay* to_stop = nullptr;
+    auto counting = std::make_unique<CountingSink>(sink(), 30, [&] { to_stop->request_stop(); });
+    Relay first(o, std::move(counting));
+    to_stop = &first;
+    first.run();
   }
   EXPECT_GT(unpublished(), 0) << "the first relay was meant to stop before the end";
   const auto more = enqueue(5, 5);
