@@ -244,7 +244,8 @@ TEST_F(RelayTest, TwoRelaysNeverShareARowNorInvertAnAggregate) {
   const auto ids = enqueue(20, 30);
   InFlightTracker tracker;
   auto o = options("a");
-  o.batch_size = 5;  // small claims, so both relays find heads to take
+  o.batch_size = 5;     // small claims and a small window, so one relay cannot hold every
+  o.max_in_flight = 5;  // aggregate (a mark passes an aggregate on to its own next claim)
   Relay a(o, std::make_unique<TrackingSink>(sink(), tracker));
   o.relay_id = "b";
   Relay b(o, std::make_unique<TrackingSink>(sink(), tracker));
