@@ -4,6 +4,41 @@
 
 namespace outbox::relay_sql {
 
+namespace {
+
+// The CTEs `locked` and `claimed` shared by the claim and the mark's successor claim: lock each
+// candidate of CTE `candidates` (column event_id) by one primary-key lookup, whatever the
+// planner's statistics say (on a table never analyzed it preferred scanning a partial index whose
+// predicate the conditions implied, so the lookup names only the key); FOR UPDATE returns the
+// newest row version and the conditions are checked on it afterwards; then claim what is pending,
+// due and not leased with token `token_param` for `lease_param` milliseconds.
+std::string lock_and_claim(const SchemaName& schema, const char* candidates,
+                           const char* token_param, const char* lease_param) {
+  return fmt::format(R"SQL(, locked AS (
+  SELECT l.event_id
+  FROM {candidates}
+  CROSS JOIN LATERAL (
+    SELECT e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
+    FROM {events} e
+    WHERE e.event_id = {candidates}.event_id
+    OFFSET 0  -- a fence: the conditions below must not be pushed into this lookup
+    FOR UPDATE SKIP LOCKED) l
+  WHERE l.published_at IS NULL AND l.skipped_at IS NULL
+    AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now())
+), claimed AS (
+  UPDATE {events} e
+  SET claimed_by = {token}, claim_until = now() + {lease}::bigint * interval '1 millisecond'
+  WHERE e.event_id = ANY (ARRAY(SELECT event_id FROM locked))
+  RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
+            e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
+))SQL",
+                     fmt::arg("candidates", candidates),
+                     fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("token", token_param), fmt::arg("lease", lease_param));
+}
+
+}  // namespace
+
 std::string claim(const SchemaName& schema) {
   // Finds heads without reading the backlog behind them: a skip scan over the pending-by-aggregate
   // index visits one entry per aggregate (at most $2 of them, starting after the cursor $4/$5),
@@ -46,28 +81,7 @@ std::string claim(const SchemaName& schema) {
     ORDER BY e.aggregate_sequence
     LIMIT 1) h
   WHERE h.available_at <= now() AND (h.claim_until IS NULL OR h.claim_until < now())
-), locked AS (
-  -- One primary-key lookup per head, whatever the planner's statistics say (on a table never
-  -- analyzed it preferred scanning a partial index whose predicate the conditions implied, so the
-  -- lookup names only the key). FOR UPDATE returns the newest row version; the conditions are
-  -- checked on it afterwards.
-  SELECT l.event_id
-  FROM heads
-  CROSS JOIN LATERAL (
-    SELECT e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
-    FROM {events} e
-    WHERE e.event_id = heads.event_id
-    OFFSET 0  -- a fence: the conditions below must not be pushed into this lookup
-    FOR UPDATE SKIP LOCKED) l
-  WHERE l.published_at IS NULL AND l.skipped_at IS NULL
-    AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now())
-), claimed AS (
-  UPDATE {events} e
-  SET claimed_by = $1, claim_until = now() + $3::bigint * interval '1 millisecond'
-  WHERE e.event_id = ANY (ARRAY(SELECT event_id FROM locked))
-  RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
-            e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
-)
+){lock_and_claim}
 SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,
        schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text
 FROM claimed
@@ -75,7 +89,8 @@ UNION ALL
 SELECT NULL, last.aggregate_type, last.aggregate_id, (SELECT count(*) FROM aggregates)::text,
        NULL, NULL, NULL, NULL, NULL, NULL
 FROM (SELECT aggregate_type, aggregate_id FROM aggregates ORDER BY n DESC LIMIT 1) last)SQL",
-                     fmt::arg("events", schema.table("outbox_events")));
+                     fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("lock_and_claim", lock_and_claim(schema, "heads", "$1", "$3")));
 }
 
 std::string mark_published(const SchemaName& schema) {
@@ -99,24 +114,7 @@ std::string mark_published(const SchemaName& schema) {
   JOIN {events} s ON s.aggregate_type = m.aggregate_type AND s.aggregate_id = m.aggregate_id
                  AND s.aggregate_sequence = m.aggregate_sequence + 1
   WHERE $5::bool
-), locked AS (
-  SELECT l.event_id
-  FROM successors
-  CROSS JOIN LATERAL (
-    SELECT e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
-    FROM {events} e
-    WHERE e.event_id = successors.event_id
-    OFFSET 0  -- a fence, as in the claim
-    FOR UPDATE SKIP LOCKED) l
-  WHERE l.published_at IS NULL AND l.skipped_at IS NULL
-    AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now())
-), claimed AS (
-  UPDATE {events} e
-  SET claimed_by = $3, claim_until = now() + $4::bigint * interval '1 millisecond'
-  WHERE e.event_id = ANY (ARRAY(SELECT event_id FROM locked))
-  RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
-            e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
-)
+){lock_and_claim}
 SELECT event_id::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'marked'
 FROM marked
 UNION ALL
@@ -124,7 +122,8 @@ SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, e
        schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text,
        'claimed'
 FROM claimed)SQL",
-                     fmt::arg("events", schema.table("outbox_events")));
+                     fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("lock_and_claim", lock_and_claim(schema, "successors", "$3", "$4")));
 }
 
 std::string mark_failed(const SchemaName& schema) {
