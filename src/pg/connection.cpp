@@ -1,9 +1,13 @@
 #include "pg/connection.hpp"
 
+#include <fmt/format.h>
+#include <libpq-events.h>
 #include <poll.h>
 
 #include <charconv>
 #include <cstring>
+#include <memory>
+#include <unordered_set>
 
 namespace outbox::pg {
 
@@ -64,6 +68,111 @@ Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>
                      "statement failed [" + sql.substr(0, std::min<std::size_t>(end, 60)) + "]");
   }
   return result;
+}
+
+namespace {
+
+// The names prepared on one connection, kept as libpq instance data so they live and die with
+// the PGconn (whoever owns it: the caller's connection for the producer).
+struct PreparedNames {
+  std::unordered_set<std::string> names;
+};
+
+int prepared_names_event(PGEventId event, void* info, void* /*pass_through*/) {
+  switch (event) {
+    case PGEVT_CONNRESET: {
+      auto* reset = static_cast<PGEventConnReset*>(info);
+      if (auto* data =
+              static_cast<PreparedNames*>(PQinstanceData(reset->conn, prepared_names_event))) {
+        data->names.clear();  // a reset connection is a new session
+      }
+      break;
+    }
+    case PGEVT_CONNDESTROY: {
+      auto* destroy = static_cast<PGEventConnDestroy*>(info);
+      delete static_cast<PreparedNames*>(PQinstanceData(destroy->conn, prepared_names_event));
+      break;
+    }
+    default:
+      break;
+  }
+  return 1;
+}
+
+PreparedNames& prepared_names(PGconn* conn) {
+  if (auto* data = static_cast<PreparedNames*>(PQinstanceData(conn, prepared_names_event))) {
+    return *data;
+  }
+  if (PQregisterEventProc(conn, prepared_names_event, "outbox prepared statements", nullptr) == 0) {
+    throw DatabaseError("could not register outbox's libpq event procedure on the connection", "",
+                        false);
+  }
+  auto data = std::make_unique<PreparedNames>();
+  if (PQsetInstanceData(conn, prepared_names_event, data.get()) == 0) {
+    throw DatabaseError("could not attach outbox's prepared-statement list to the connection", "",
+                        false);
+  }
+  return *data.release();
+}
+
+std::string statement_name(const std::string& sql) {
+  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a
+  for (const unsigned char c : sql) hash = (hash ^ c) * 1099511628211ULL;
+  return fmt::format("outbox_{:016x}", hash);
+}
+
+std::string first_line(const std::string& sql) {
+  return sql.substr(0, std::min<std::size_t>(sql.find('\n'), 60));
+}
+
+}  // namespace
+
+Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<const char*>& params) {
+  PreparedNames& prepared = prepared_names(conn);
+  const std::string name = statement_name(sql);
+  for (int attempt = 0;; ++attempt) {
+    if (!prepared.names.contains(name)) {
+      Result parsed(
+          PQprepare(conn, name.c_str(), sql.c_str(), static_cast<int>(params.size()), nullptr));
+      const ExecStatusType status =
+          parsed.get() != nullptr ? PQresultStatus(parsed.get()) : PGRES_FATAL_ERROR;
+      const char* state =
+          parsed.get() != nullptr ? PQresultErrorField(parsed.get(), PG_DIAG_SQLSTATE) : nullptr;
+      // 42P05: the server has it already (an earlier session state we did not see): use it.
+      if (status != PGRES_COMMAND_OK && (state == nullptr || std::string_view(state) != "42P05")) {
+        throw make_error(conn, parsed.get(),
+                         "preparing statement failed [" + first_line(sql) + "]");
+      }
+      prepared.names.insert(name);
+      if (status != PGRES_COMMAND_OK && PQtransactionStatus(conn) != PQTRANS_IDLE) {
+        throw DatabaseError("statement [" + first_line(sql) + "]: a prepared statement named " +
+                                name + " already existed on the connection; the transaction " +
+                                "was aborted by it. Retry the transaction: the next try uses it",
+                            "42P05", true);
+      }
+    }
+    Result result(PQexecPrepared(conn, name.c_str(), static_cast<int>(params.size()), params.data(),
+                                 nullptr, nullptr, 0));
+    const ExecStatusType status =
+        result.get() != nullptr ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return result;
+    const char* state =
+        result.get() != nullptr ? PQresultErrorField(result.get(), PG_DIAG_SQLSTATE) : nullptr;
+    if (state == nullptr || std::string_view(state) != "26000") {
+      throw make_error(conn, result.get(), "statement failed [" + first_line(sql) + "]");
+    }
+    // The server no longer knows it (DISCARD ALL, DEALLOCATE, another server behind a pooler).
+    prepared.names.erase(name);
+    if (attempt > 0 || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+      throw DatabaseError(
+          "statement [" + first_line(sql) + "]: its prepared statement " + name +
+              " vanished from the server (DISCARD ALL, DEALLOCATE, or a transaction pooler that "
+              "moved the session); the transaction was aborted. Retry it: the next try prepares "
+              "again. Behind a pooler in transaction mode without prepared-statement support, "
+              "turn prepared statements off (ProducerOptions::prepare_statements = false)",
+          "26000", true);
+    }
+  }
 }
 
 void commit(PGconn* conn) {

@@ -50,6 +50,17 @@ class Result {
 // server answered COMMAND_OK or TUPLES_OK.
 Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {});
 
+// Like exec, but as a named prepared statement, prepared on this connection the first time (the
+// plan is then reused: no parse, analysis or planning per call). The name is derived from the
+// text, so statements of different schemas never share one. Prepared statements outlive a
+// rolled-back transaction; PQreset and a new connection start afresh.
+//
+// A statement that vanished from the server (DISCARD ALL, DEALLOCATE, a transaction pooler that
+// switched server connections) is prepared again and run at once outside a transaction; inside
+// one the transaction is already aborted, so it throws a retryable DatabaseError saying so.
+Result exec_prepared(PGconn* conn, const std::string& sql,
+                     const std::vector<const char*>& params = {});
+
 // COMMIT that tells a refused commit (DatabaseError) from a broken connection during the commit
 // (OutcomeUnknown).
 void commit(PGconn* conn);

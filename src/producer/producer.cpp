@@ -88,7 +88,8 @@ void check_transaction(PGconn* conn) {
 
 }  // namespace
 
-Producer::Producer(ProducerOptions options) : options_(std::move(options)) {}
+Producer::Producer(ProducerOptions options)
+    : options_(std::move(options)), insert_sql_(insert_sql(options_.schema)) {}
 
 void Producer::validate(const NewEvent& event) const {
   check_name("aggregate_type", event.aggregate_type);
@@ -133,7 +134,6 @@ std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEv
   }
 
   std::vector<EnqueuedEvent> enqueued(events.size());
-  const std::string sql = insert_sql(options_.schema);
   for (const auto& [aggregate, indexes] : groups) {
     detail::ArrayLiteral ids, types, versions, payloads, headers;
     for (const std::size_t index : indexes) {
@@ -148,10 +148,12 @@ std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEv
     const std::string aggregate_type(aggregate.first);
     const std::string aggregate_id(aggregate.second);
     const std::string count = std::to_string(indexes.size());
-    const auto result = pg::exec(conn, sql,
-                                 {aggregate_type.c_str(), aggregate_id.c_str(), count.c_str(),
-                                  ids.text().c_str(), types.text().c_str(), versions.text().c_str(),
-                                  payloads.text().c_str(), headers.text().c_str()});
+    const std::vector<const char*> params{aggregate_type.c_str(),  aggregate_id.c_str(),
+                                          count.c_str(),           ids.text().c_str(),
+                                          types.text().c_str(),    versions.text().c_str(),
+                                          payloads.text().c_str(), headers.text().c_str()};
+    const auto result = options_.prepare_statements ? pg::exec_prepared(conn, insert_sql_, params)
+                                                    : pg::exec(conn, insert_sql_, params);
     if (result.rows() != static_cast<int>(indexes.size())) {
       throw DatabaseError(
           fmt::format("enqueue: expected {} rows back, got {}", indexes.size(), result.rows()), "",

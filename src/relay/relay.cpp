@@ -235,7 +235,7 @@ class Relay::Impl {
     const std::string token = next_token();
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
-    const auto result = pg::exec(connection_.get(), claim_sql_,
+    const auto result = pg::exec_prepared(connection_.get(), claim_sql_,
                                  {token.c_str(), limit_text.c_str(), lease_text.c_str(),
                                   cursor_type_.c_str(), cursor_id_.c_str()});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
@@ -450,7 +450,7 @@ class Relay::Impl {
     }
     std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};
     params.insert(params.end(), extra.begin(), extra.end());
-    auto result = pg::exec(connection_.get(), sql, params);
+    auto result = pg::exec_prepared(connection_.get(), sql, params);
     std::size_t matched = 0;
     const int last_column = PQnfields(result.get()) - 1;
     for (int row = 0; row < result.rows(); ++row) {
@@ -469,7 +469,7 @@ class Relay::Impl {
 
   // Records in outbox_relays whether producers must wake us (true) or we look by ourselves.
   void set_listening(bool listening) {
-    pg::exec(connection_.get(), set_listening_sql_,
+    pg::exec_prepared(connection_.get(), set_listening_sql_,
              {options_.relay_id.c_str(), listening ? "true" : "false"});
     listening_ = listening;
     last_heartbeat_ = Clock::now();
@@ -496,7 +496,7 @@ class Relay::Impl {
       tokens.add(item.token);
     }
     const std::string lease_text = std::to_string(options_.lease.count());
-    const auto result = pg::exec(connection_.get(), renew_sql_,
+    const auto result = pg::exec_prepared(connection_.get(), renew_sql_,
                                  {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str()});
     if (static_cast<std::size_t>(result.rows()) < in_flight_.size()) {
       detail::log().warn("relay {}: {} in-flight row(s) lost their lease to another relay",

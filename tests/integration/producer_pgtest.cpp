@@ -244,5 +244,94 @@ TEST_F(ProducerTest, ConcurrentWritersOfOneAggregateGetGapFreeSequences) {
             static_cast<long long>(committed.size()));
 }
 
+long long outbox_prepared(PGconn* conn) {
+  return count(conn, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'outbox\\_%'");
+}
+
+TEST_F(ProducerTest, PreparesItsStatementOncePerConnectionAndKeepsItAcrossRollbacks) {
+  for (int i = 0; i < 3; ++i) {
+    pg::exec(conn(), "BEGIN");
+    producer_->enqueue(conn(), order_event("o" + std::to_string(i)));
+    pg::exec(conn(), i == 0 ? "ROLLBACK" : "COMMIT");  // the first one, which prepared, rolls back
+  }
+  EXPECT_EQ(outbox_prepared(conn()), 1);
+  EXPECT_EQ(events(), 2);
+
+  // Another schema's producer has its own statement on the same connection.
+  const SchemaName other = fresh_schema();
+  const Producer other_producer(ProducerOptions{other, 4096});
+  pg::exec(conn(), "BEGIN");
+  other_producer.enqueue(conn(), order_event("x"));
+  pg::commit(conn());
+  EXPECT_EQ(outbox_prepared(conn()), 2);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + other.table("outbox_events")), 1);
+  EXPECT_EQ(events(), 2) << "each producer writes its own schema";
+
+  // Off: nothing prepared on a fresh connection.
+  pg::Connection plain = connect();
+  ProducerOptions options{schema_, 4096};
+  options.prepare_statements = false;
+  const Producer unprepared(options);
+  pg::exec(plain.get(), "BEGIN");
+  unprepared.enqueue(plain.get(), order_event("p"));
+  pg::commit(plain.get());
+  EXPECT_EQ(outbox_prepared(plain.get()), 0);
+  EXPECT_EQ(events(), 3);
+}
+
+// DISCARD ALL (a pooler's reset, a careless caller) drops the statement behind libpq's back: the
+// enqueue fails retryably with the transaction aborted and nothing written, and the retry
+// prepares again and succeeds.
+TEST_F(ProducerTest, AStatementDiscardedBehindItsBackFailsRetryablyAndTheRetryWorks) {
+  pg::exec(conn(), "BEGIN");
+  producer_->enqueue(conn(), order_event("o1"));
+  pg::commit(conn());
+  pg::exec(conn(), "DISCARD ALL");
+
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("orders") + " VALUES ('o2')");
+  try {
+    producer_->enqueue(conn(), order_event("o2"));
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "26000");
+    EXPECT_TRUE(e.retryable());
+    EXPECT_NE(std::string(e.what()).find("Retry"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INERROR);
+  pg::exec(conn(), "ROLLBACK");
+  EXPECT_EQ(events(), 1);
+  EXPECT_EQ(orders(), 0);
+
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("orders") + " VALUES ('o2')");
+  EXPECT_EQ(producer_->enqueue(conn(), order_event("o2")).aggregate_sequence, 1);
+  pg::commit(conn());
+  EXPECT_EQ(events(), 2);
+  EXPECT_EQ(orders(), 1);
+}
+
+// Outside a transaction (the relay's statements) a vanished statement is prepared again and run
+// at once; after PQreset (a new session) it is prepared again without an error.
+TEST_F(ProducerTest, OutsideATransactionAVanishedStatementIsPreparedAgainSilently) {
+  const std::string sql = "SELECT $1::int + 1";
+  EXPECT_EQ(pg::exec_prepared(conn(), sql, {"1"}).int64(0, 0), 2);
+  pg::exec(conn(), "DEALLOCATE ALL");
+  EXPECT_EQ(pg::exec_prepared(conn(), sql, {"2"}).int64(0, 0), 3);
+  EXPECT_EQ(outbox_prepared(conn()), 1);
+  PQreset(conn());
+  ASSERT_EQ(PQstatus(conn()), CONNECTION_OK);
+  EXPECT_EQ(outbox_prepared(conn()), 0);
+  EXPECT_EQ(pg::exec_prepared(conn(), sql, {"3"}).int64(0, 0), 4);
+  // A bad statement is reported as such and not remembered as prepared.
+  try {
+    pg::exec_prepared(conn(), "SELECT FROM nowhere_at_all", {});
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "42P01");
+  }
+  EXPECT_EQ(outbox_prepared(conn()), 1);
+}
+
 }  // namespace
 }  // namespace outbox::testing
