@@ -80,6 +80,11 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   " AND prosrc LIKE '%outbox_relays%'"),
             1)
       << "migration 3 makes the trigger ask whether a relay is awake";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_class WHERE oid = 'migrate_upgrade.outbox_events'::regclass"
+                  " AND reloptions @> ARRAY['fillfactor=50']"),
+            1)
+      << "migration 4 leaves room on each page for the claim's HOT update";
 }
 
 TEST(Migrate, ConcurrentCallersSerializeAndApplyOnce) {
