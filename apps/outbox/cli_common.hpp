@@ -66,6 +66,7 @@ struct BenchOptions {
   std::int64_t events = 1000000;  // backlog size for ceiling and drain
   int aggregates = 10000;
   int payload_bytes = 200;
+  std::string shared_buffers = "1GB";  // embedded PostgreSQL only
   int clients = 4;                        // producer connections (producer and live)
   double seconds = 10;                    // per producer comparison and per live rate
   std::vector<int> rates = {1000, 5000};  // live offered rates; "max" always follows

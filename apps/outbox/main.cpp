@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
+#include <regex>
 #include <thread>
 
 #include "cli_common.hpp"
@@ -356,6 +357,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_option("--payload-bytes", bench_options.payload_bytes, "approximate payload size")
       ->check(CLI::Range(80, 1000000))
+      ->capture_default_str();
+  bench->add_option("--shared-buffers", bench_options.shared_buffers,
+                    "the embedded PostgreSQL's shared_buffers (a tuned server's, not initdb's 128MB)")
+      ->check([](const std::string& v) {
+        return std::regex_match(v, std::regex("[0-9]+(kB|MB|GB|TB)?"))
+                   ? std::string()
+                   : "--shared-buffers takes a size such as 128MB or 1GB, not \"" + v + "\"";
+      })
       ->capture_default_str();
   bench->add_option("--clients", bench_options.clients, "producer connections")
       ->check(CLI::Range(1, 256))

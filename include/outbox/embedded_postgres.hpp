@@ -21,6 +21,9 @@ struct EmbeddedPostgresOptions {
   std::string run_as_user;
   bool keep_data = false;  // leave the folder in place on destruction (for post-mortems)
   int max_connections = 200;
+  // PostgreSQL's buffer cache (a size such as "128MB" or "1GB"); memory is taken as it is used.
+  // Tests keep the small default; the benchmark sizes it as a tuned server would be.
+  std::string shared_buffers = "128MB";
 };
 
 // Thread safety: construct and destroy from one thread; the accessors are const and shareable.

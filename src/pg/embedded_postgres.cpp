@@ -38,6 +38,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <regex>
 #include <utility>
 #include <vector>
 
@@ -552,14 +553,20 @@ void EmbeddedPostgres::Impl::run_initdb() {
 }
 
 void EmbeddedPostgres::Impl::start_server(bool may_change_port) {
+  // The options reach postgres through pg_ctl's shell: accept a plain size and nothing else.
+  static const std::regex kSize("[0-9]+(kB|MB|GB|TB)?");
+  if (!std::regex_match(options_.shared_buffers, kSize)) {
+    throw ConfigError("EmbeddedPostgresOptions::shared_buffers is \"" + options_.shared_buffers +
+                      "\"; give a size such as 128MB or 1GB");
+  }
   for (int attempt = 1;; ++attempt) {
     if (may_change_port) port_ = pick_free_port();
     const std::string server_options = fmt::format(
         "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} -c fsync=on "
-        "-c synchronous_commit=on -c max_connections={} -c shared_buffers=128MB "
+        "-c synchronous_commit=on -c max_connections={} -c shared_buffers={} "
         "-c wal_level=logical -c max_wal_senders=10 -c max_replication_slots=10 "
         "-c logging_collector=off",
-        port_, socket_dir_.string(), options_.max_connections);
+        port_, socket_dir_.string(), options_.max_connections, options_.shared_buffers);
     std::error_code no_log_yet;
     const auto log_size = fs::file_size(log_path_, no_log_yet);
     const std::streamoff log_offset = no_log_yet ? 0 : static_cast<std::streamoff>(log_size);
