@@ -242,6 +242,9 @@ GROUP BY aggregate_type, aggregate_id)SQL",
     } else {
       args.insert(args.end(), {"--kafka-brokers", brokers, "--topic-template",
                                schema.name() + ".{aggregate_type}"});
+      for (const std::string& property : options.kafka_properties) {
+        args.insert(args.end(), {"--kafka-property", property});
+      }
     }
     return args;
   }

@@ -67,6 +67,7 @@ struct BenchOptions {
   int aggregates = 10000;
   int payload_bytes = 200;
   std::string shared_buffers = "1GB";  // embedded PostgreSQL only
+  std::vector<std::string> kafka_properties;  // key=value, passed to each Kafka relay
   int clients = 4;                        // producer connections (producer and live)
   double seconds = 10;                    // per producer comparison and per live rate
   std::vector<int> rates = {1000, 5000};  // live offered rates; "max" always follows

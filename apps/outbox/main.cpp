@@ -366,6 +366,13 @@ int main(int argc, char** argv) {
                    : "--shared-buffers takes a size such as 128MB or 1GB, not \"" + v + "\"";
       })
       ->capture_default_str();
+  bench->add_option("--kafka-property", bench_options.kafka_properties,
+                    "librdkafka property key=value for the relays (e.g. linger.ms=1)")
+      ->check([](const std::string& v) {
+        return v.find('=') == std::string::npos || v.front() == '='
+                   ? "--kafka-property \"" + v + "\": expected key=value, e.g. linger.ms=1"
+                   : std::string();
+      });
   bench->add_option("--clients", bench_options.clients, "producer connections")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
