@@ -7,28 +7,32 @@ namespace outbox::relay_sql {
 namespace {
 
 // The CTEs `locked` and `claimed` shared by the claim and the mark's successor claim: lock each
-// candidate of CTE `candidates` (column event_id) by one primary-key lookup, whatever the
-// planner's statistics say (on a table never analyzed it preferred scanning a partial index whose
-// predicate the conditions implied, so the lookup names only the key); FOR UPDATE returns the
-// newest row version and the conditions are checked on it afterwards; then claim what is pending,
-// due and not leased with token `token_param` for `lease_param` milliseconds.
+// candidate of CTE `candidates` (columns event_id, row_ctid: the row version the candidate query
+// read) by its ctid, a TID scan that descends no index, whatever the planner's statistics say (on
+// a table never analyzed it once preferred scanning a partial index whose predicate the
+// conditions implied). FOR UPDATE follows the row to its newest version, locks that, and returns
+// it; the conditions and the event id are checked on it afterwards. Then claim what is pending,
+// due and not leased with token `token_param` for `lease_param` milliseconds, again by ctid: the
+// lock keeps the locked version current until the statement ends. Against looking both up by
+// primary key, 23% fewer buffer accesses for the mark's successor claim (4,445 rows).
 std::string lock_and_claim(const SchemaName& schema, const char* candidates,
                            const char* token_param, const char* lease_param) {
   return fmt::format(R"SQL(, locked AS (
-  SELECT l.event_id
+  SELECT l.event_id, l.ctid AS row_ctid
   FROM {candidates}
   CROSS JOIN LATERAL (
-    SELECT e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
+    SELECT e.ctid, e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
     FROM {events} e
-    WHERE e.event_id = {candidates}.event_id
+    WHERE e.ctid = {candidates}.row_ctid
     OFFSET 0  -- a fence: the conditions below must not be pushed into this lookup
     FOR UPDATE SKIP LOCKED) l
-  WHERE l.published_at IS NULL AND l.skipped_at IS NULL
+  WHERE l.event_id = {candidates}.event_id AND l.published_at IS NULL AND l.skipped_at IS NULL
     AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now())
 ), claimed AS (
   UPDATE {events} e
   SET claimed_by = {token}, claim_until = now() + {lease}::bigint * interval '1 millisecond'
-  WHERE e.event_id = ANY (ARRAY(SELECT event_id FROM locked))
+  FROM locked k
+  WHERE e.ctid = k.row_ctid AND e.event_id = k.event_id
   RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
             e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
 ))SQL",
@@ -71,10 +75,10 @@ std::string claim(const SchemaName& schema) {
     LIMIT 1) next
   WHERE a.n < $2::int
 ), heads AS MATERIALIZED (
-  SELECT h.event_id
+  SELECT h.event_id, h.row_ctid
   FROM aggregates a
   CROSS JOIN LATERAL (
-    SELECT e.event_id, e.available_at, e.claim_until
+    SELECT e.event_id, e.ctid AS row_ctid, e.available_at, e.claim_until
     FROM {events} e
     WHERE e.published_at IS NULL AND e.skipped_at IS NULL
       AND e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
@@ -109,7 +113,7 @@ std::string mark_published(const SchemaName& schema) {
   WHERE e.event_id = d.event_id AND e.claimed_by = d.token AND e.skipped_at IS NULL
   RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence
 ), successors AS MATERIALIZED (
-  SELECT s.event_id
+  SELECT s.event_id, s.ctid AS row_ctid
   FROM marked m
   JOIN {events} s ON s.aggregate_type = m.aggregate_type AND s.aggregate_id = m.aggregate_id
                  AND s.aggregate_sequence = m.aggregate_sequence + 1
