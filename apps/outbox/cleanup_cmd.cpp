@@ -84,8 +84,8 @@ int run_cleanup(const CleanupFlags& flags) {
       print(flags, report,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     } catch (const DatabaseError& e) {
-      // A batch whose COMMIT answer was lost (OutcomeUnknown) is simply looked at again.
-      if (!e.retryable() && dynamic_cast<const OutcomeUnknown*>(&e) == nullptr) throw;
+      // Retryable includes a batch whose COMMIT answer was lost: it is looked at again.
+      if (!e.retryable()) throw;
       std::cerr << "outbox cleanup: " << e.what() << "; next round in " << flags.every << "\n";
     }
     std::unique_lock lock(mutex);

@@ -45,10 +45,14 @@ class DatabaseError : public Error {
 };
 
 // The connection broke while a COMMIT was in flight: the transaction may or may not have
-// committed. Resolve it by transaction id (see docs/ARCHITECTURE.md) rather than retrying blindly.
+// committed. retryable() says whether doing the work again is safe either way: true where outbox
+// made the work idempotent (an inbox batch: a redelivery is found duplicate; a cleanup batch),
+// false for the caller's own transaction (outbox::commit): resolve it by transaction id first
+// (outbox/transaction.hpp), since a blind retry could apply the business change twice.
 class OutcomeUnknown : public DatabaseError {
  public:
-  explicit OutcomeUnknown(const std::string& message) : DatabaseError(message, "08006", false) {}
+  explicit OutcomeUnknown(const std::string& message, bool retryable = false)
+      : DatabaseError(message, "08006", retryable) {}
 };
 
 // A message broker refused or failed an operation outside the asynchronous delivery path

@@ -55,7 +55,7 @@ InboxResult Inbox::process(PGconn* conn, const EventId& event_id,
     }
     effect(conn);
     check_effect_left_transaction_open(conn);
-    pg::commit(conn);
+    pg::commit(conn, /*redo_is_safe=*/true);  // a redelivery is found duplicate
     return InboxResult::applied;
   } catch (...) {
     pg::rollback_quietly(conn);
@@ -92,7 +92,7 @@ std::vector<InboxResult> Inbox::process_batch(
     if (inserted.rows() == 0) {
       pg::rollback_quietly(conn);
     } else {
-      pg::commit(conn);
+      pg::commit(conn, /*redo_is_safe=*/true);  // a redelivery is found duplicate
     }
     return results;
   } catch (...) {

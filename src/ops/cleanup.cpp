@@ -79,7 +79,7 @@ pg::Result run_batch(PGconn* conn, const std::string& sql, const std::vector<con
   try {
     auto result = pg::exec(conn, sql, params);
     OUTBOX_FAULT(fault::kCleanupMidBatch);
-    pg::commit(conn);
+    pg::commit(conn, /*redo_is_safe=*/true);  // the batch is looked at again
     return result;
   } catch (...) {
     pg::rollback_quietly(conn);

@@ -175,7 +175,7 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
   }
 }
 
-void commit(PGconn* conn) {
+void commit(PGconn* conn, bool redo_is_safe) {
   PGresult* raw = PQexec(conn, "COMMIT");
   Result result(raw);
   if (raw != nullptr && PQresultStatus(raw) == PGRES_COMMAND_OK) {
@@ -191,7 +191,8 @@ void commit(PGconn* conn) {
       raw != nullptr && PQresultErrorField(raw, PG_DIAG_SQLSTATE) != nullptr;
   if (PQstatus(conn) == CONNECTION_BAD || !server_answered) {
     throw OutcomeUnknown(
-        "the connection broke during COMMIT: the transaction may or may not have committed");
+        "the connection broke during COMMIT: the transaction may or may not have committed",
+        redo_is_safe);
   }
   throw make_error(conn, raw, "COMMIT failed");
 }

@@ -62,8 +62,8 @@ Result exec_prepared(PGconn* conn, const std::string& sql,
                      const std::vector<const char*>& params = {});
 
 // COMMIT that tells a refused commit (DatabaseError) from a broken connection during the commit
-// (OutcomeUnknown).
-void commit(PGconn* conn);
+// (OutcomeUnknown, retryable when `redo_is_safe`: the caller's work is idempotent).
+void commit(PGconn* conn, bool redo_is_safe = false);
 // ROLLBACK that never throws; for cleanup paths.
 void rollback_quietly(PGconn* conn) noexcept;
 

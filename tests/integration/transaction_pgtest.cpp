@@ -51,7 +51,12 @@ TEST_F(TransactionTest, ABrokenCommitIsOutcomeUnknownAndResolvesByTransactionId)
   const auto enqueued = enqueue(doomed.get());
   const std::string pid = std::to_string(PQbackendPID(doomed.get()));
   pg::exec(conn(), "SELECT pg_terminate_backend($1::int)", {pid.c_str()});
-  EXPECT_THROW(outbox::commit(doomed.get()), OutcomeUnknown);
+  try {
+    outbox::commit(doomed.get());
+    ADD_FAILURE() << "expected OutcomeUnknown";
+  } catch (const OutcomeUnknown& e) {
+    EXPECT_FALSE(e.retryable()) << "the caller's transaction must be resolved, not retried blindly";
+  }
   TransactionStatus status = TransactionStatus::in_progress;
   for (int i = 0; i < 100 && status == TransactionStatus::in_progress; ++i) {
     status = transaction_status(conn(), enqueued.transaction_id);

@@ -75,12 +75,11 @@ class KafkaInboxConsumer::Impl {
         }
         continue;
       } catch (const DatabaseError& error) {
-        // OutcomeUnknown (the connection broke during the inbox COMMIT) is an outage too: the
-        // batch comes again, and whatever of it did commit is a duplicate the inbox drops.
-        const bool outcome_unknown = dynamic_cast<const OutcomeUnknown*>(&error) != nullptr;
+        // A lost inbox COMMIT answer (OutcomeUnknown) is retryable too: the batch comes again,
+        // and whatever of it did commit is a duplicate the inbox drops.
         if (effect_threw_) {
           health_.set(Health::effect_failing, error.what());
-        } else if (error.retryable() || outcome_unknown) {
+        } else if (error.retryable()) {
           health_.set(Health::database_unavailable, error.what());
         } else {
           health_.set(Health::stopped, error.what());
