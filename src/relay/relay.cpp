@@ -52,6 +52,9 @@ pg::Connection open_connection(const RelayOptions& options) {
   return connection;
 }
 
+constexpr milliseconds kAwakePollMin{10};
+constexpr milliseconds kAwakePollMax{80};
+
 // An awake relay refreshes its outbox_relays row this often; producers ignore rows older than
 // 30 s (migration 3), so a relay that died awake stops suppressing NOTIFY soon.
 constexpr std::chrono::seconds kHeartbeat{10};
@@ -111,6 +114,10 @@ class Relay::Impl {
     draining_ = false;
     bool claim_wanted = true;
     milliseconds idle_wait{10};
+    // How often an awake relay looks for new rows by itself: every 10 ms while that finds some,
+    // doubling to 80 ms while it finds none and no report comes (a stalled broker), so a relay
+    // waiting on acks does not re-walk its own leased heads 100 times a second.
+    milliseconds awake_poll = kAwakePollMin;
     auto last_renewal = Clock::now();
     auto last_claim = Clock::now();
     std::vector<DeliveryReport> reports;
@@ -125,9 +132,9 @@ class Relay::Impl {
         }
         // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
         if (connection_.wait_for_notifications(milliseconds(0)) > 0) claim_wanted = true;
-        // Producers do not notify an awake relay (migration 3), so look for new rows at least
-        // every 10 ms while sends are in flight.
-        if (Clock::now() - last_claim >= milliseconds(10)) claim_wanted = true;
+        // Producers do not notify an awake relay (migration 3), so look for new rows by ourselves
+        // while sends are in flight.
+        if (Clock::now() - last_claim >= awake_poll) claim_wanted = true;
         if (!listening_ && Clock::now() - last_heartbeat_ > kHeartbeat) set_listening(false);
 
         // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
@@ -151,6 +158,7 @@ class Relay::Impl {
             result.reached_end = wrapped.reached_end;
           }
           claimed = result.claimed;
+          awake_poll = claimed > 0 ? kAwakePollMin : std::min(awake_poll * 2, kAwakePollMax);
           // More aggregates after the cursor, or a full batch: ask again at once. Otherwise wait
           // for a reason (NOTIFY, a report, the idle timer).
           claim_wanted = !result.reached_end || claimed == std::min(room, options_.batch_size);
@@ -160,6 +168,7 @@ class Relay::Impl {
         const bool busy = claimed > 0 || claim_wanted;
         if (!in_flight_.empty()) sink_->poll(busy ? milliseconds(0) : milliseconds(5), reports);
         if (!reports.empty()) {
+          awake_poll = kAwakePollMin;
           record(reports);
           // A published event may unblock the next sequence of its aggregate, and a failed one
           // frees room in the window.

@@ -343,6 +343,39 @@ TEST_F(RelayTest, SurvivesAPostgresCrashAndKeepsTheAcksItCollectedMeanwhile) {
   for (const auto& [id, n] : copies) EXPECT_EQ(n, 1) << id << " published " << n << " times";
 }
 
+// While acks do not come (a stalled broker) an awake relay finding nothing new looks less and
+// less often (10 ms doubling to 80 ms) instead of re-walking its leased heads 100 times a second,
+// and still finds a row committed meanwhile by itself (producers do not notify an awake relay).
+TEST_F(RelayTest, AnAwakeRelayWaitingOnAcksBacksOffItsOwnLookingButStillFindsNewRows) {
+  auto ids = enqueue(3, 1);
+  auto holding = std::make_unique<HoldingSink>(sink());
+  HoldingSink& held = *holding;
+  Relay relay(options("waiting"), std::move(holding));
+  std::thread runner([&] { relay.run(); });
+  ASSERT_TRUE(wait_until([&] { return held.held() == 3; }, 20s)) << held.held();
+  const std::uint64_t before = relay.stats().claim_queries;
+  std::this_thread::sleep_for(1s);
+  const std::uint64_t looked = relay.stats().claim_queries - before;
+  EXPECT_LE(looked, 30U) << "an awake relay with nothing new claimed " << looked
+                         << " times in a second (at a fixed 10 ms it would be ~100)";
+  EXPECT_GE(looked, 5U) << "it must keep looking while awake";
+
+  // A new aggregate (the held ones' successors would wait for their acks).
+  const Producer producer(ProducerOptions{schema_, 4096});
+  pg::exec(conn(), "BEGIN");
+  ids.push_back(
+      producer.enqueue(conn(), NewEvent{"order", "fresh", "Step", "{}", "{}", 1, std::nullopt})
+          .event_id);
+  pg::commit(conn());
+  EXPECT_TRUE(wait_until([&] { return held.held() == 4; }, 2s))
+      << "the row committed meanwhile was not sent: " << held.held();
+  held.release();
+  EXPECT_TRUE(wait_until([&] { return unpublished() == 0; }, 20s)) << unpublished();
+  relay.request_stop();
+  runner.join();
+  expect_on_broker_in_order(ids);
+}
+
 TEST_F(RelayTest, AFailedSendIsRescheduledWithBackoffAndItsSuccessorWaits) {
   enqueue(1, 2);
   for (int broker = 1; broker <= 3; ++broker) kafka().set_broker_down(broker, true);
