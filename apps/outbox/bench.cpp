@@ -130,22 +130,26 @@ class Child {
   }
   [[nodiscard]] bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
 
-  // The relay's latest "published N" from its stats lines (0 before the first).
-  [[nodiscard]] std::uint64_t published() const {
+  // The relay's latest "published N" from its stats lines (0 before the first). Reads only what
+  // the log gained since the last call (whole lines), not the whole log every time.
+  [[nodiscard]] std::uint64_t published() {
     std::ifstream log(log_path_);
+    log.seekg(log_offset_);
     std::string line;
-    std::uint64_t latest = 0;
     static const std::regex pattern(R"(health \w+, published (\d+))");
     std::smatch match;
-    while (std::getline(log, line)) {
-      if (std::regex_search(line, match, pattern)) latest = std::stoull(match[1]);
+    while (std::getline(log, line) && !log.eof()) {  // a line without '\n' yet is read next time
+      log_offset_ += static_cast<std::streamoff>(line.size()) + 1;
+      if (std::regex_search(line, match, pattern)) latest_published_ = std::stoull(match[1]);
     }
-    return latest;
+    return latest_published_;
   }
 
  private:
   pid_t pid_ = -1;
   std::string log_path_;
+  std::streamoff log_offset_ = 0;
+  std::uint64_t latest_published_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
