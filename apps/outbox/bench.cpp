@@ -36,6 +36,7 @@
 #include <unordered_map>
 
 #include "cli_common.hpp"
+#include "servers.hpp"
 #include "common/json_text.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka_mock.hpp"
@@ -647,26 +648,20 @@ int run_bench(const BenchOptions& options) {
   }
   spdlog::set_level(spdlog::level::warn);
   std::filesystem::create_directories(options.out_dir);
-  std::optional<EmbeddedPostgres> postgres;
-  std::string url = options.database_url;
-  if (url.empty()) {
-    progress("starting a private PostgreSQL cluster (fsync on) ...");
-    // Sized as a tuned server would be (a quarter of the memory is the usual advice), not at
-    // initdb's 128MB: a backlog of 1,000,000 events with the versions the relay leaves is ~1 GB.
-    EmbeddedPostgresOptions pg_options;
-    pg_options.shared_buffers = options.shared_buffers;
-    postgres.emplace(pg_options);
-    url = postgres->connection_string();
-  }
-  std::optional<KafkaMockCluster> kafka;
-  std::string brokers = options.kafka_brokers;
-  if (brokers.empty()) {
-    kafka.emplace(1);
-    brokers = kafka->bootstrap_servers();
-  }
-  const Setup setup{options,         url,
-                    brokers,         std::filesystem::canonical("/proc/self/exe").string(),
-                    options.out_dir, kafka};
+  // Sized as a tuned server would be (a quarter of the memory is the usual advice), not at
+  // initdb's 128MB: a backlog of 1,000,000 events with the versions the relay leaves is ~1 GB.
+  EmbeddedPostgresOptions pg_options;
+  pg_options.shared_buffers = options.shared_buffers;
+  Servers servers(options.database_url, options.kafka_brokers, pg_options, 1,
+                  [](const std::string& text) { progress(text); });
+  const std::string& url = servers.database_url();
+  const std::string& brokers = servers.brokers();
+  const Setup setup{options,
+                    url,
+                    brokers,
+                    std::filesystem::canonical("/proc/self/exe").string(),
+                    options.out_dir,
+                    servers.kafka()};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;

@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "cli_common.hpp"
+#include "servers.hpp"
 #include "common/json_text.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka.hpp"
@@ -265,21 +266,13 @@ int run_demo(const DemoOptions& options) {
     if (!options.json && !options.quiet) std::cout << text << std::endl;
   };
 
-  std::optional<EmbeddedPostgres> postgres;
-  std::string url = options.database_url;
-  if (url.empty()) {
-    say("starting a private PostgreSQL cluster ...");
-    postgres.emplace();
-    url = postgres->connection_string();
-  }
-  std::optional<KafkaMockCluster> kafka;
-  std::string brokers = options.kafka_brokers;
-  if (brokers.empty()) {
-    kafka.emplace(3);
+  Servers servers(options.database_url, options.kafka_brokers, {}, 3, say);
+  if (auto& kafka = servers.kafka()) {
     kafka->create_topic(kTopic, 6, 3);
     kafka->create_topic("outbox_demo.customer", 3, 3);
-    brokers = kafka->bootstrap_servers();
   }
+  const std::string& url = servers.database_url();
+  const std::string& brokers = servers.brokers();
   say(fmt::format("database: {}\nkafka: {}", url, brokers));
 
   auto admin = pg::Connection::open(url, "outbox-demo");
