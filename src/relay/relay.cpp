@@ -52,8 +52,12 @@ pg::Connection open_connection(const RelayOptions& options) {
   return connection;
 }
 
-constexpr milliseconds kAwakePollMin{10};
-constexpr milliseconds kAwakePollMax{80};
+// An awake relay looks for new rows by itself every kAwakePoll, or every kStalledPoll while sends
+// are in flight and no broker report came for kStallAfter (a stalled broker: looking 100 times
+// a second would only re-walk its own leased heads).
+constexpr milliseconds kAwakePoll{10};
+constexpr milliseconds kStalledPoll{80};
+constexpr milliseconds kStallAfter{100};
 
 // An awake relay refreshes its outbox_relays row this often; producers ignore rows older than
 // 30 s (migration 3), so a relay that died awake stops suppressing NOTIFY soon.
@@ -114,10 +118,9 @@ class Relay::Impl {
     draining_ = false;
     bool claim_wanted = true;
     milliseconds idle_wait{10};
-    // How often an awake relay looks for new rows by itself: every 10 ms while that finds some,
-    // doubling to 80 ms while it finds none and no report comes (a stalled broker), so a relay
-    // waiting on acks does not re-walk its own leased heads 100 times a second.
-    milliseconds awake_poll = kAwakePollMin;
+    // Since when the broker owes us nothing: the last report, or the send that ended a time
+    // with nothing in flight.
+    auto last_report = Clock::now();
     auto last_renewal = Clock::now();
     auto last_claim = Clock::now();
     std::vector<DeliveryReport> reports;
@@ -134,7 +137,8 @@ class Relay::Impl {
         if (connection_.wait_for_notifications(milliseconds(0)) > 0) claim_wanted = true;
         // Producers do not notify an awake relay (migration 3), so look for new rows by ourselves
         // while sends are in flight.
-        if (Clock::now() - last_claim >= awake_poll) claim_wanted = true;
+        const bool stalled = !in_flight_.empty() && Clock::now() - last_report > kStallAfter;
+        if (Clock::now() - last_claim >= (stalled ? kStalledPoll : kAwakePoll)) claim_wanted = true;
         if (!listening_ && Clock::now() - last_heartbeat_ > kHeartbeat) set_listening(false);
 
         // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
@@ -150,6 +154,7 @@ class Relay::Impl {
           const std::size_t limit = std::min(room, options_.batch_size);
           const bool from_start = cursor_type_.empty() && cursor_id_.empty();
           last_claim = Clock::now();
+          if (in_flight_.empty()) last_report = last_claim;
           ClaimResult result = claim(limit);
           if (result.reached_end && !from_start && result.claimed < limit) {
             // Wrap around: the aggregates before the cursor get their turn in this same pass.
@@ -158,7 +163,6 @@ class Relay::Impl {
             result.reached_end = wrapped.reached_end;
           }
           claimed = result.claimed;
-          awake_poll = claimed > 0 ? kAwakePollMin : std::min(awake_poll * 2, kAwakePollMax);
           // More aggregates after the cursor, or a full batch: ask again at once. Otherwise wait
           // for a reason (NOTIFY, a report, the idle timer).
           claim_wanted = !result.reached_end || claimed == std::min(room, options_.batch_size);
@@ -168,7 +172,7 @@ class Relay::Impl {
         const bool busy = claimed > 0 || claim_wanted;
         if (!in_flight_.empty()) sink_->poll(busy ? milliseconds(0) : milliseconds(5), reports);
         if (!reports.empty()) {
-          awake_poll = kAwakePollMin;
+          last_report = Clock::now();
           record(reports);
           // A published event may unblock the next sequence of its aggregate, and a failed one
           // frees room in the window.

@@ -343,9 +343,9 @@ TEST_F(RelayTest, SurvivesAPostgresCrashAndKeepsTheAcksItCollectedMeanwhile) {
   for (const auto& [id, n] : copies) EXPECT_EQ(n, 1) << id << " published " << n << " times";
 }
 
-// While acks do not come (a stalled broker) an awake relay finding nothing new looks less and
-// less often (10 ms doubling to 80 ms) instead of re-walking its leased heads 100 times a second,
-// and still finds a row committed meanwhile by itself (producers do not notify an awake relay).
+// While acks do not come (a stalled broker) an awake relay looks for new rows every 80 ms instead
+// of every 10 ms (re-walking its own leased heads 100 times a second), and still finds a row
+// committed meanwhile by itself (producers do not notify an awake relay).
 TEST_F(RelayTest, AnAwakeRelayWaitingOnAcksBacksOffItsOwnLookingButStillFindsNewRows) {
   auto ids = enqueue(3, 1);
   auto holding = std::make_unique<HoldingSink>(sink());
@@ -356,7 +356,7 @@ TEST_F(RelayTest, AnAwakeRelayWaitingOnAcksBacksOffItsOwnLookingButStillFindsNew
   const std::uint64_t before = relay.stats().claim_queries;
   std::this_thread::sleep_for(1s);
   const std::uint64_t looked = relay.stats().claim_queries - before;
-  EXPECT_LE(looked, 30U) << "an awake relay with nothing new claimed " << looked
+  EXPECT_LE(looked, 40U) << "an awake relay waiting on acks claimed " << looked
                          << " times in a second (at a fixed 10 ms it would be ~100)";
   EXPECT_GE(looked, 5U) << "it must keep looking while awake";
 
