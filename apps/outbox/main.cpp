@@ -361,7 +361,7 @@ int main(int argc, char** argv) {
   bench->add_option("--shared-buffers", bench_options.shared_buffers,
                     "the embedded PostgreSQL's shared_buffers (a tuned server's, not initdb's 128MB)")
       ->check([](const std::string& v) {
-        return std::regex_match(v, std::regex("[0-9]+(kB|MB|GB|TB)?"))
+        return std::regex_match(v, std::regex("[0-9]+(kB|MB|GB|TB)"))
                    ? std::string()
                    : "--shared-buffers takes a size such as 128MB or 1GB, not \"" + v + "\"";
       })

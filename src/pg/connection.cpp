@@ -1,6 +1,8 @@
 #include "pg/connection.hpp"
 
 #include <fmt/format.h>
+
+#include "common/log.hpp"
 #include <libpq-events.h>
 #include <poll.h>
 
@@ -76,6 +78,12 @@ namespace {
 // the PGconn (whoever owns it: the caller's connection for the producer).
 struct PreparedNames {
   std::unordered_set<std::string> names;
+  // How often a statement we prepared was missing (26000) or one we had not was there (42P05):
+  // the session is not what we saw. From the second time on this connection runs its statements
+  // unprepared: behind a transaction pooler that does not track prepared statements each
+  // transaction may land on another server connection, and retries would keep failing.
+  int surprises = 0;
+  [[nodiscard]] bool unprepared() const { return surprises >= 2; }
 };
 
 int prepared_names_event(PGEventId event, void* info, void* /*pass_through*/) {
@@ -103,11 +111,11 @@ PreparedNames& prepared_names(PGconn* conn) {
   if (auto* data = static_cast<PreparedNames*>(PQinstanceData(conn, prepared_names_event))) {
     return *data;
   }
+  auto data = std::make_unique<PreparedNames>();  // before registering: nothing left half-done
   if (PQregisterEventProc(conn, prepared_names_event, "outbox prepared statements", nullptr) == 0) {
     throw DatabaseError("could not register outbox's libpq event procedure on the connection", "",
                         false);
   }
-  auto data = std::make_unique<PreparedNames>();
   if (PQsetInstanceData(conn, prepared_names_event, data.get()) == 0) {
     throw DatabaseError("could not attach outbox's prepared-statement list to the connection", "",
                         false);
@@ -130,7 +138,17 @@ std::string first_line(const std::string& sql) {
 Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<const char*>& params) {
   PreparedNames& prepared = prepared_names(conn);
   const std::string name = statement_name(sql);
+  auto surprised = [&](std::string_view what) {
+    if (++prepared.surprises == 2) {
+      detail::log().warn(
+          "prepared statements keep vanishing or appearing on this connection ({}): a transaction "
+          "pooler without prepared-statement support? Its statements run unprepared from now on",
+          what);
+    }
+  };
   for (int attempt = 0;; ++attempt) {
+    if (prepared.unprepared()) return exec(conn, sql, params);
+    const bool in_transaction = PQtransactionStatus(conn) != PQTRANS_IDLE;
     if (!prepared.names.contains(name)) {
       Result parsed(
           PQprepare(conn, name.c_str(), sql.c_str(), static_cast<int>(params.size()), nullptr));
@@ -138,17 +156,21 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
           parsed.get() != nullptr ? PQresultStatus(parsed.get()) : PGRES_FATAL_ERROR;
       const char* state =
           parsed.get() != nullptr ? PQresultErrorField(parsed.get(), PG_DIAG_SQLSTATE) : nullptr;
-      // 42P05: the server has it already (an earlier session state we did not see): use it.
       if (status != PGRES_COMMAND_OK && (state == nullptr || std::string_view(state) != "42P05")) {
         throw make_error(conn, parsed.get(),
                          "preparing statement failed [" + first_line(sql) + "]");
       }
       prepared.names.insert(name);
-      if (status != PGRES_COMMAND_OK && PQtransactionStatus(conn) != PQTRANS_IDLE) {
-        throw DatabaseError("statement [" + first_line(sql) + "]: a prepared statement named " +
-                                name + " already existed on the connection; the transaction " +
-                                "was aborted by it. Retry the transaction: the next try uses it",
-                            "42P05", true);
+      if (status != PGRES_COMMAND_OK) {
+        // 42P05: the session already has this name. Names are outbox_ plus a hash of the text,
+        // so it is this statement, prepared in a session state we did not see: use it.
+        surprised("a statement outbox had not prepared was there");
+        if (in_transaction) {
+          throw DatabaseError("statement [" + first_line(sql) + "]: a prepared statement named " +
+                                  name + " already existed on the connection and the attempt " +
+                                  "to prepare it aborted the transaction. Retry the transaction",
+                              "42P05", true);
+        }
       }
     }
     Result result(PQexecPrepared(conn, name.c_str(), static_cast<int>(params.size()), params.data(),
@@ -163,7 +185,8 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
     }
     // The server no longer knows it (DISCARD ALL, DEALLOCATE, another server behind a pooler).
     prepared.names.erase(name);
-    if (attempt > 0 || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    surprised("a statement outbox had prepared was gone");
+    if (in_transaction) {
       throw DatabaseError(
           "statement [" + first_line(sql) + "]: its prepared statement " + name +
               " vanished from the server (DISCARD ALL, DEALLOCATE, or a transaction pooler that "
@@ -171,6 +194,12 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
               "again. Behind a pooler in transaction mode without prepared-statement support, "
               "turn prepared statements off (ProducerOptions::prepare_statements = false)",
           "26000", true);
+    }
+    if (attempt > 0) {
+      throw DatabaseError("statement [" + first_line(sql) + "]: its prepared statement " + name +
+                              " vanished again right after being prepared; the statement did " +
+                              "not run. Try again",
+                          "26000", true);
     }
   }
 }

@@ -382,6 +382,13 @@ class EmbeddedPostgres::Impl {
 };
 
 void EmbeddedPostgres::Impl::start() {
+  // Checked before initdb. The options reach postgres through pg_ctl's shell: accept a plain
+  // size and nothing else (PostgreSQL itself refuses sizes below 128kB).
+  static const std::regex kSize("[0-9]+(kB|MB|GB|TB)");
+  if (!std::regex_match(options_.shared_buffers, kSize)) {
+    throw ConfigError("EmbeddedPostgresOptions::shared_buffers is \"" + options_.shared_buffers +
+                      "\"; give a size with its unit, such as 128MB or 1GB");
+  }
   user_ = choose_os_user(options_.run_as_user);
   make_folders();
   bin_dir_ = find_bin_dir(options_.bin_dir, root_dir_, root_dir_ / "tool-output.log");
@@ -553,12 +560,6 @@ void EmbeddedPostgres::Impl::run_initdb() {
 }
 
 void EmbeddedPostgres::Impl::start_server(bool may_change_port) {
-  // The options reach postgres through pg_ctl's shell: accept a plain size and nothing else.
-  static const std::regex kSize("[0-9]+(kB|MB|GB|TB)?");
-  if (!std::regex_match(options_.shared_buffers, kSize)) {
-    throw ConfigError("EmbeddedPostgresOptions::shared_buffers is \"" + options_.shared_buffers +
-                      "\"; give a size such as 128MB or 1GB");
-  }
   for (int attempt = 1;; ++attempt) {
     if (may_change_port) port_ = pick_free_port();
     const std::string server_options = fmt::format(

@@ -210,6 +210,7 @@ class Relay::Impl {
         reconnect(error);
         claim_wanted = true;
         last_renewal = Clock::now();
+        last_report = Clock::now();  // reports taken during the outage are written by now
         registered = false;  // say again that we are awake, on the new connection
       }
     }

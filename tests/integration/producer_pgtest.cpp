@@ -311,6 +311,38 @@ TEST_F(ProducerTest, AStatementDiscardedBehindItsBackFailsRetryablyAndTheRetryWo
   EXPECT_EQ(orders(), 1);
 }
 
+// A pooler that resets or moves the session on every transaction would make every retry fail:
+// after the second surprise the connection runs its statements unprepared, and keeps working.
+TEST_F(ProducerTest, AConnectionWhoseStatementsKeepVanishingRunsThemUnprepared) {
+  auto enqueue_after_discard = [&](const std::string& id) {
+    pg::exec(conn(), "DISCARD ALL");
+    pg::exec(conn(), "BEGIN");
+    try {
+      producer_->enqueue(conn(), order_event(id));
+      pg::commit(conn());
+      return true;
+    } catch (const DatabaseError& e) {
+      EXPECT_EQ(e.sqlstate(), "26000");
+      EXPECT_TRUE(e.retryable());
+      pg::exec(conn(), "ROLLBACK");
+      return false;
+    }
+  };
+  pg::exec(conn(), "BEGIN");
+  producer_->enqueue(conn(), order_event("o0"));
+  pg::commit(conn());
+  EXPECT_FALSE(enqueue_after_discard("o1")) << "first surprise: the retry will prepare again";
+  pg::exec(conn(), "BEGIN");
+  producer_->enqueue(conn(), order_event("o1"));  // the retry
+  pg::commit(conn());
+  EXPECT_FALSE(enqueue_after_discard("o2")) << "second surprise";
+  // From now on: unprepared, so DISCARD ALL cannot hurt it any more.
+  EXPECT_TRUE(enqueue_after_discard("o2"));
+  EXPECT_TRUE(enqueue_after_discard("o3"));
+  EXPECT_EQ(outbox_prepared(conn()), 0);
+  EXPECT_EQ(events(), 4);
+}
+
 // Outside a transaction (the relay's statements) a vanished statement is prepared again and run
 // at once; after PQreset (a new session) it is prepared again without an error.
 TEST_F(ProducerTest, OutsideATransactionAVanishedStatementIsPreparedAgainSilently) {
