@@ -71,6 +71,56 @@ class KafkaConsumerTest : public ::testing::Test {
     return true;
   }
 
+  // `n` messages with sequences 1..n over `keys` keys, straight onto the topic.
+  std::vector<EventId> produce(int n, int keys) {
+    std::vector<EventId> ids;
+    for (int i = 1; i <= n; ++i) {
+      ids.push_back(EventId::generate());
+      produce_raw(kafka().bootstrap_servers(), topic_, "o" + std::to_string(i % keys), "{}",
+                  headers(ids.back(), i));
+    }
+    return ids;
+  }
+
+  // options(group) with a short retry backoff, for the run() tests.
+  KafkaConsumerOptions retrying(const std::string& group, std::chrono::milliseconds base,
+                                std::chrono::milliseconds max) {
+    KafkaConsumerOptions o = options(group);
+    o.retry_backoff_base = base;
+    o.retry_backoff_max = max;
+    return o;
+  }
+
+  // consumer.run() on its own thread until stop() (or destruction); remembers whether it threw.
+  class Running {
+   public:
+    explicit Running(KafkaInboxConsumer& consumer)
+        : consumer_(consumer), thread_([this] {
+            try {
+              consumer_.run();
+            } catch (const std::exception&) {
+              threw_ = true;
+            }
+          }) {}
+    Running(const Running&) = delete;
+    Running& operator=(const Running&) = delete;
+    ~Running() { stop(); }
+    void stop() {
+      if (!thread_.joinable()) return;
+      consumer_.request_stop();
+      thread_.join();
+    }
+    [[nodiscard]] bool threw() const { return threw_; }
+
+   private:
+    KafkaInboxConsumer& consumer_;
+    std::atomic<bool> threw_{false};
+    std::thread thread_;
+  };
+
+  long long distinct_applied() {
+    return count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied"));
+  }
   long long applied() { return count(conn(), "SELECT count(*) FROM " + schema_.table("applied")); }
   PGconn* conn() { return connection_.get(); }
   pg::Connection connection_ = connect();
@@ -144,14 +194,8 @@ TEST_F(KafkaConsumerTest, AFailedEffectIsRedeliveredAndNothingAfterItIsSkipped) 
 // run() retries a batch whose effect throws, with backoff, reports it, and applies each message
 // once when the effect starts to work.
 TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
-  std::vector<EventId> ids;
-  for (int i = 1; i <= 5; ++i) {
-    ids.push_back(EventId::generate());
-    produce_raw(kafka().bootstrap_servers(), topic_, "o1", "{}", headers(ids.back(), i));
-  }
-  auto o = options("retrying");
-  o.retry_backoff_base = 20ms;
-  o.retry_backoff_max = 100ms;
+  const auto ids = produce(5, 1);
+  const auto o = retrying("retrying", 20ms, 100ms);
   std::atomic<int> failures_left{3};
   std::atomic<bool> saw_effect_failing{false};
   std::vector<std::chrono::steady_clock::time_point> attempts;  // of ids[2]; the run thread only
@@ -163,13 +207,12 @@ TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
     }
     inner(c, e);
   });
-  std::thread runner([&] { consumer.run(); });
+  Running running(consumer);
   const bool done = wait_until([&] {
     if (consumer.stats().health == Health::effect_failing) saw_effect_failing = true;
     return applied() == 5;
   });
-  consumer.request_stop();
-  runner.join();
+  running.stop();
   EXPECT_TRUE(done) << applied();
   const KafkaConsumerStats stats = consumer.stats();
   EXPECT_EQ(stats.failed_batches, 3U);
@@ -178,7 +221,7 @@ TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
   EXPECT_NE(stats.last_error.find("effect failed on purpose"), std::string::npos)
       << stats.last_error;
   EXPECT_EQ(stats.health, Health::stopped);
-  EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 5);
+  EXPECT_EQ(distinct_applied(), 5);
   // Backoff with equal jitter: the n-th retry waits at least half of base * 2^(n-1).
   ASSERT_EQ(attempts.size(), 4U);
   for (std::size_t n = 1; n < attempts.size(); ++n) {
@@ -190,15 +233,8 @@ TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
 // PostgreSQL crashes in the middle of a batch. run() reports the outage, reconnects when the
 // server is back, and applies every message exactly once.
 TEST_F(KafkaConsumerTest, RunSurvivesAPostgresCrashMidBatch) {
-  std::vector<EventId> ids;
-  for (int i = 1; i <= 40; ++i) {
-    ids.push_back(EventId::generate());
-    produce_raw(kafka().bootstrap_servers(), topic_, "o" + std::to_string(i % 4), "{}",
-                headers(ids.back(), i));
-  }
-  auto o = options("crash");
-  o.retry_backoff_base = 50ms;
-  o.retry_backoff_max = 200ms;
+  produce(40, 4);
+  const auto o = retrying("crash", 50ms, 200ms);
   std::atomic<bool> in_effect{false};
   std::atomic<bool> go_on{false};
   const auto inner = record();
@@ -207,7 +243,7 @@ TEST_F(KafkaConsumerTest, RunSurvivesAPostgresCrashMidBatch) {
     while (!go_on) std::this_thread::sleep_for(5ms);
     inner(c, e);
   });
-  std::thread runner([&] { consumer.run(); });
+  Running running(consumer);
   ASSERT_TRUE(wait_until([&] { return in_effect.load(); }));
   postgres().stop_immediate();
   go_on = true;  // the effect's INSERT now meets a dead connection
@@ -217,14 +253,13 @@ TEST_F(KafkaConsumerTest, RunSurvivesAPostgresCrashMidBatch) {
   postgres().start_again();
   connection_ = connect();
   const bool done = wait_until([&] { return applied() == 40; });
-  consumer.request_stop();
-  runner.join();
+  running.stop();
   EXPECT_TRUE(noticed);
   EXPECT_TRUE(done) << applied();
   const KafkaConsumerStats stats = consumer.stats();
   EXPECT_GE(stats.failed_batches, 1U);
   EXPECT_GE(stats.reconnects, 1U);
-  EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 40);
+  EXPECT_EQ(distinct_applied(), 40);
 }
 
 // The connection dies inside the inbox COMMIT (a deferred trigger makes the backend terminate
@@ -241,33 +276,17 @@ END $$;
 CREATE CONSTRAINT TRIGGER die_in_commit AFTER INSERT ON {s}.applied
   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.die_in_commit();)SQL",
                                fmt::arg("s", schema_.quoted())));
-  std::vector<EventId> ids;
-  for (int i = 1; i <= 10; ++i) {
-    ids.push_back(EventId::generate());
-    produce_raw(kafka().bootstrap_servers(), topic_, "o" + std::to_string(i % 3), "{}",
-                headers(ids.back(), i));
-  }
-  auto o = options("commit-lost");
-  o.retry_backoff_base = 20ms;
-  o.retry_backoff_max = 100ms;
-  KafkaInboxConsumer consumer(o, record());
-  std::atomic<bool> threw{false};
-  std::thread runner([&] {
-    try {
-      consumer.run();
-    } catch (const std::exception&) {
-      threw = true;
-    }
-  });
-  const bool done = wait_until([&] { return applied() == 10 || threw; });
-  consumer.request_stop();
-  runner.join();
-  EXPECT_FALSE(threw) << consumer.stats().last_error;
+  produce(10, 3);
+  KafkaInboxConsumer consumer(retrying("commit-lost", 20ms, 100ms), record());
+  Running running(consumer);
+  const bool done = wait_until([&] { return applied() == 10 || running.threw(); });
+  running.stop();
+  EXPECT_FALSE(running.threw()) << consumer.stats().last_error;
   EXPECT_TRUE(done) << applied();
   EXPECT_EQ(applied(), 10);
   EXPECT_GE(consumer.stats().failed_batches, 1U);
   EXPECT_GE(consumer.stats().reconnects, 1U);
-  EXPECT_EQ(count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("applied")), 10);
+  EXPECT_EQ(distinct_applied(), 10);
 }
 
 }  // namespace
