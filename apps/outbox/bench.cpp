@@ -283,18 +283,18 @@ EventId business_transaction(PGconn* conn, const SchemaName& schema, const Produ
       conn,
       "UPDATE " + schema.table("customers") + " SET orders = orders + 1 WHERE customer_id = $1",
       {customer.c_str()});
-  EventId event_id;
-  if (producer != nullptr) {
-    event_id = producer
-                   ->enqueue(conn, NewEvent{"order", id, "OrderPlaced",
-                                            fmt::format(R"({{"order_id":{},"customer_id":{},)"
-                                                        R"("total_cents":{},"note":"{}"}})",
-                                                        id, customer, total, note),
-                                            "{}", 1, std::nullopt})
-                   .event_id;
+  if (producer == nullptr) {
+    pg::commit(conn);
+    return EventId{};
   }
-  pg::commit(conn);
-  return event_id;
+  // The event is the transaction's last statement: it goes with the COMMIT, in one round trip.
+  return producer
+      ->enqueue_and_commit(conn, NewEvent{"order", id, "OrderPlaced",
+                                          fmt::format(R"({{"order_id":{},"customer_id":{},)"
+                                                      R"("total_cents":{},"note":"{}"}})",
+                                                      id, customer, total, note),
+                                          "{}", 1, std::nullopt})
+      .event_id;
 }
 
 // `clients` threads, each with its own connection, for `seconds`; closed loop unless `rate` > 0,

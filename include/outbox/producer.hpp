@@ -64,6 +64,22 @@ class Producer {
   // aggregate. Same errors as above.
   std::vector<EnqueuedEvent> enqueue(PGconn* conn, std::span<const NewEvent> events) const;
 
+  // Enqueues `events` and COMMITs the transaction open on `conn` in ONE round trip: the insert
+  // statement(s) and the COMMIT go to the server together (libpq pipeline mode). Use it instead
+  // of enqueue() + commit() when the events are the transaction's last statement: the event then
+  // costs the transaction no round trip of its own, and the aggregate's sequence row stays
+  // locked only through the commit, not while the caller finishes its work. Returns what
+  // enqueue() returns, once committed.
+  // Throws:
+  //  - InvalidArgument: as enqueue(); nothing was sent, the transaction is open and usable.
+  //  - DatabaseError: PostgreSQL refused an insert (the transaction is aborted: roll it back) or
+  //    the COMMIT (the transaction is over); or the connection broke before the COMMIT left
+  //    (retryable: nothing committed).
+  //  - CommitOutcomeUnknown: the connection broke after the COMMIT was sent. Resolve it with
+  //    resolve_commit(new_conn, schema, error) before running the transaction again.
+  std::vector<EnqueuedEvent> enqueue_and_commit(PGconn* conn, std::span<const NewEvent> events) const;
+  EnqueuedEvent enqueue_and_commit(PGconn* conn, const NewEvent& event) const;
+
   // Checks one event without any I/O; throws InvalidArgument naming the field and the rule.
   void validate(const NewEvent& event) const;
 

@@ -7,11 +7,28 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "outbox/error.hpp"
 #include "outbox/event.hpp"
 #include "outbox/schema.hpp"
 
 namespace outbox {
+
+// The connection broke after Producer::enqueue_and_commit sent its COMMIT. The transaction id
+// usually never arrived (the server answers a pipeline at its end), so this carries what resolves
+// it instead: the events' ids and the process id of the server session that ran the transaction.
+class CommitOutcomeUnknown : public OutcomeUnknown {
+ public:
+  CommitOutcomeUnknown(const std::string& message, std::vector<EventId> event_ids, int backend_pid)
+      : OutcomeUnknown(message), event_ids_(std::move(event_ids)), backend_pid_(backend_pid) {}
+  [[nodiscard]] const std::vector<EventId>& event_ids() const noexcept { return event_ids_; }
+  [[nodiscard]] int backend_pid() const noexcept { return backend_pid_; }
+
+ private:
+  std::vector<EventId> event_ids_;
+  int backend_pid_;
+};
 
 enum class TransactionStatus {
   committed,    // both the business change and its events are durable
@@ -45,6 +62,17 @@ TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id)
 // in_progress when `timeout` passed first. Throws DatabaseError.
 TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
                                  std::uint64_t transaction_id, const EventId& event_id,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// Resolves a lost enqueue_and_commit: waits (up to `timeout`) until the server session that ran
+// the transaction (error.backend_pid()) has ended, after which its transaction can neither be in
+// progress nor commit any more, then looks for its first event: present if and only if it
+// committed. Returns committed or aborted, or in_progress when the session outlived `timeout`
+// (a half-open connection the server has not noticed yet: `SELECT pg_terminate_backend(pid)`
+// ends it, and the next call answers; a new session that reused the process id keeps it
+// in_progress too, never wrong). Run on a new connection to the same server. Throws DatabaseError.
+TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
+                                 const CommitOutcomeUnknown& error,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 }  // namespace outbox

@@ -204,6 +204,153 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
   }
 }
 
+std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>& statements,
+                                     bool prepare) {
+  PreparedNames& prepared = prepared_names(conn);
+  const bool use_prepared = prepare && !prepared.unprepared();
+  if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF || PQenterPipelineMode(conn) == 0) {
+    throw DatabaseError("could not enter libpq pipeline mode (is a command still running on the "
+                        "connection?): " + std::string(PQerrorMessage(conn)), "", false);
+  }
+  // What each command of the pipeline is: statement i's Prepare, statement i's execution, COMMIT.
+  struct Command {
+    enum Kind { prepare, execute, commit } kind;
+    std::size_t statement;
+    std::string name;
+  };
+  std::vector<Command> commands;
+  auto lost_before_commit = [&] {
+    DatabaseError error = make_error(conn, nullptr, "sending the enqueue and COMMIT failed");
+    return DatabaseError(std::string(error.what()) +
+                             "; COMMIT was never sent, so the transaction did not commit",
+                         error.sqlstate().empty() ? "08006" : error.sqlstate(), true);
+  };
+  std::unordered_set<std::string> preparing;  // Prepares queued in this pipeline
+  for (std::size_t i = 0; i < statements.size(); ++i) {
+    const Statement& statement = statements[i];
+    const int n = static_cast<int>(statement.params.size());
+    int sent = 0;
+    if (!use_prepared) {
+      sent = PQsendQueryParams(conn, statement.sql->c_str(), n, nullptr, statement.params.data(),
+                               nullptr, nullptr, 0);
+      commands.push_back({Command::execute, i, {}});
+    } else {
+      std::string name = statement_name(*statement.sql);
+      if (!prepared.names.contains(name) && !preparing.contains(name)) {
+        preparing.insert(name);
+        if (PQsendPrepare(conn, name.c_str(), statement.sql->c_str(), n, nullptr) == 0) {
+          throw lost_before_commit();
+        }
+        commands.push_back({Command::prepare, i, name});
+      }
+      sent = PQsendQueryPrepared(conn, name.c_str(), n, statement.params.data(), nullptr, nullptr,
+                                 0);
+      commands.push_back({Command::execute, i, std::move(name)});
+    }
+    if (sent == 0) throw lost_before_commit();
+  }
+  if (PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 0) {
+    throw lost_before_commit();
+  }
+  commands.push_back({Command::commit, 0, {}});
+  const bool sync_sent = PQpipelineSync(conn) != 0;
+
+  // Each command answers with one result and then a null; the pipeline ends with a sync result.
+  // After a failed command the rest answer PGRES_PIPELINE_ABORTED.
+  std::vector<ResultHandle> answers(commands.size());
+  bool synced = false;
+  for (std::size_t index = 0; sync_sent && !synced;) {
+    PGresult* raw = PQgetResult(conn);
+    if (raw == nullptr) {
+      if (PQstatus(conn) == CONNECTION_BAD) break;
+      ++index;
+      continue;
+    }
+    if (PQresultStatus(raw) == PGRES_PIPELINE_SYNC) {
+      PQclear(raw);
+      synced = true;
+    } else if (index < answers.size() && answers[index].get() == nullptr) {
+      answers[index].reset(raw);
+    } else {
+      PQclear(raw);
+    }
+    if (!synced && PQstatus(conn) == CONNECTION_BAD) break;
+  }
+  if (synced) PQexitPipelineMode(conn);
+
+  auto status_of = [&](std::size_t c) {
+    return answers[c].get() != nullptr ? PQresultStatus(answers[c].get()) : PGRES_FATAL_ERROR;
+  };
+  auto state_of = [&](std::size_t c) -> std::string {
+    const char* s =
+        answers[c].get() != nullptr ? PQresultErrorField(answers[c].get(), PG_DIAG_SQLSTATE)
+                                    : nullptr;
+    return s != nullptr ? s : "";
+  };
+  std::vector<Result> results;
+  for (std::size_t c = 0; c + 1 < commands.size(); ++c) {
+    const Command& command = commands[c];
+    const ExecStatusType status = status_of(c);
+    const std::string state = state_of(c);
+    if (command.kind == Command::prepare) {
+      if (status == PGRES_COMMAND_OK) {
+        prepared.names.insert(command.name);
+        continue;
+      }
+      if (state == "42P05") {
+        prepared.names.insert(command.name);
+        if (++prepared.surprises == 2) {
+          detail::log().warn("prepared statements keep vanishing or appearing on this connection: "
+                             "its statements run unprepared from now on");
+        }
+        throw DatabaseError("statement [" + first_line(*statements[command.statement].sql) +
+                                "]: a prepared statement named " + command.name +
+                                " already existed and the attempt to prepare it aborted the " +
+                                "transaction. Retry the transaction",
+                            "42P05", true);
+      }
+    } else if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+      results.emplace_back(answers[c].release());
+      continue;
+    } else if (state == "26000" && command.kind == Command::execute && !command.name.empty()) {
+      prepared.names.erase(command.name);
+      if (++prepared.surprises == 2) {
+        detail::log().warn("prepared statements keep vanishing or appearing on this connection: "
+                           "its statements run unprepared from now on");
+      }
+      throw DatabaseError("statement [" + first_line(*statements[command.statement].sql) +
+                              "]: its prepared statement " + command.name +
+                              " vanished from the server (DISCARD ALL, DEALLOCATE, or a "
+                              "transaction pooler that moved the session); the transaction was "
+                              "aborted. Retry it: the next try prepares again",
+                          "26000", true);
+    }
+    if (status == PGRES_PIPELINE_ABORTED) continue;  // an earlier command failed: reported below
+    if (!state.empty()) {
+      throw make_error(conn, answers[c].get(),
+                       "statement failed [" + first_line(*statements[command.statement].sql) +
+                           "]");
+    }
+    // No answer from the server: the connection broke, and COMMIT had been sent.
+    break;
+  }
+  if (results.size() == statements.size()) {
+    const std::size_t c = commands.size() - 1;
+    const ExecStatusType status = status_of(c);
+    if (status == PGRES_COMMAND_OK) {
+      if (std::strcmp(PQcmdStatus(answers[c].get()), "COMMIT") == 0) return results;
+      throw DatabaseError("COMMIT rolled back instead: a statement in the transaction had failed",
+                          "25P02", false);
+    }
+    if (!state_of(c).empty() && PQstatus(conn) == CONNECTION_OK) {
+      throw make_error(conn, answers[c].get(), "COMMIT failed");
+    }
+  }
+  throw OutcomeUnknown(
+      "the connection broke after the enqueue and COMMIT were sent: the transaction may or may "
+      "not have committed");
+}
+
 void commit(PGconn* conn, bool redo_is_safe) {
   PGresult* raw = PQexec(conn, "COMMIT");
   Result result(raw);

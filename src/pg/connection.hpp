@@ -61,6 +61,25 @@ Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>
 Result exec_prepared(PGconn* conn, const std::string& sql,
                      const std::vector<const char*>& params = {});
 
+// One statement of a pipeline: its text and its text parameters (nullptr = SQL NULL).
+struct Statement {
+  const std::string* sql;
+  std::vector<const char*> params;
+};
+
+// Runs `statements` and then COMMIT in one round trip (libpq pipeline mode) on a connection
+// inside a transaction, and returns the statements' results in order. Statements run prepared
+// when `prepare` (prepared in the same round trip the first time; see exec_prepared).
+// Throws:
+//  - DatabaseError as the server refused a statement: the transaction is aborted (roll it back);
+//    a vanished prepared statement is SQLSTATE 26000, retryable, as in exec_prepared;
+//  - DatabaseError as the server refused the COMMIT: the transaction is over;
+//  - DatabaseError (retryable) when the connection broke before COMMIT was handed to libpq: the
+//    server cannot have committed;
+//  - OutcomeUnknown (not retryable) when it broke after: the transaction may have committed.
+std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>& statements,
+                                     bool prepare);
+
 // COMMIT that tells a refused commit (DatabaseError) from a broken connection during the commit
 // (OutcomeUnknown, retryable when `redo_is_safe`: the caller's work is idempotent).
 void commit(PGconn* conn, bool redo_is_safe = false);

@@ -5,7 +5,9 @@
 #include <map>
 #include <utility>
 
+#include "common/fault.hpp"
 #include "common/json_text.hpp"
+#include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -123,53 +125,114 @@ EnqueuedEvent Producer::enqueue(PGconn* conn, const NewEvent& event) const {
   return enqueue(conn, std::span<const NewEvent>(&event, 1)).front();
 }
 
-std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEvent> events) const {
-  check_transaction(conn);
-  for (const NewEvent& event : events) validate(event);
+namespace {
 
-  // Group by aggregate, keeping the caller's order inside each group.
+// One insert statement per aggregate, with its text parameters, and the events it numbers.
+struct AggregateInsert {
+  std::vector<std::size_t> indexes;  // into the caller's events, in the caller's order
+  std::string aggregate_type, aggregate_id, count;
+  detail::ArrayLiteral ids, types, versions, payloads, headers;
+  // Closes the array literals: call once all events are added.
+  [[nodiscard]] std::vector<const char*> params() {
+    return {aggregate_type.c_str(), aggregate_id.c_str(),  count.c_str(),
+            ids.text().c_str(),     types.text().c_str(),  versions.text().c_str(),
+            payloads.text().c_str(), headers.text().c_str()};
+  }
+};
+
+// Groups by aggregate, keeping the caller's order inside each group, and gives every event its
+// id (the caller's or a fresh UUIDv7) in `enqueued`.
+std::vector<AggregateInsert> plan_inserts(std::span<const NewEvent> events,
+                                          std::vector<EnqueuedEvent>& enqueued) {
   std::map<std::pair<std::string_view, std::string_view>, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < events.size(); ++i) {
     groups[{events[i].aggregate_type, events[i].aggregate_id}].push_back(i);
   }
-
-  std::vector<EnqueuedEvent> enqueued(events.size());
+  enqueued.assign(events.size(), EnqueuedEvent{});
+  std::vector<AggregateInsert> inserts(groups.size());
+  std::size_t g = 0;
   for (const auto& [aggregate, indexes] : groups) {
-    detail::ArrayLiteral ids, types, versions, payloads, headers;
+    AggregateInsert& insert = inserts[g++];
+    insert.indexes = indexes;
+    insert.aggregate_type = aggregate.first;
+    insert.aggregate_id = aggregate.second;
+    insert.count = std::to_string(indexes.size());
     for (const std::size_t index : indexes) {
       const NewEvent& event = events[index];
       enqueued[index].event_id = event.event_id.value_or(EventId::generate());
-      ids.add_plain(enqueued[index].event_id.to_string());
-      types.add(event.event_type);
-      versions.add_plain(std::to_string(event.schema_version));
-      payloads.add(event.payload);
-      headers.add(event.headers);
+      insert.ids.add_plain(enqueued[index].event_id.to_string());
+      insert.types.add(event.event_type);
+      insert.versions.add_plain(std::to_string(event.schema_version));
+      insert.payloads.add(event.payload);
+      insert.headers.add(event.headers);
     }
-    const std::string aggregate_type(aggregate.first);
-    const std::string aggregate_id(aggregate.second);
-    const std::string count = std::to_string(indexes.size());
-    const std::vector<const char*> params{aggregate_type.c_str(),  aggregate_id.c_str(),
-                                          count.c_str(),           ids.text().c_str(),
-                                          types.text().c_str(),    versions.text().c_str(),
-                                          payloads.text().c_str(), headers.text().c_str()};
-    const auto result = options_.prepare_statements ? pg::exec_prepared(conn, insert_sql_, params)
-                                                    : pg::exec(conn, insert_sql_, params);
-    if (result.rows() != static_cast<int>(indexes.size())) {
-      throw DatabaseError(
-          fmt::format("enqueue: expected {} rows back, got {}", indexes.size(), result.rows()), "",
-          false);
-    }
-    // SQL promises no order for RETURNING, so match the rows back by event id.
-    for (int row = 0; row < result.rows(); ++row) {
-      const auto id = EventId::parse(result.text(row, 0));
-      for (const std::size_t index : indexes) {
-        if (id && enqueued[index].event_id == *id) {
-          enqueued[index].aggregate_sequence = result.int64(row, 1);
-          enqueued[index].transaction_id = static_cast<std::uint64_t>(result.int64(row, 2));
-        }
+  }
+  return inserts;
+}
+
+// Fills sequence and transaction id from one insert's RETURNING rows (in no promised order, so
+// matched back by event id).
+void take_returned(const AggregateInsert& insert, const pg::Result& result,
+                   std::vector<EnqueuedEvent>& enqueued) {
+  if (result.rows() != static_cast<int>(insert.indexes.size())) {
+    throw DatabaseError(fmt::format("enqueue: expected {} rows back, got {}", insert.indexes.size(),
+                                    result.rows()),
+                        "", false);
+  }
+  for (int row = 0; row < result.rows(); ++row) {
+    const auto id = EventId::parse(result.text(row, 0));
+    for (const std::size_t index : insert.indexes) {
+      if (id && enqueued[index].event_id == *id) {
+        enqueued[index].aggregate_sequence = result.int64(row, 1);
+        enqueued[index].transaction_id = static_cast<std::uint64_t>(result.int64(row, 2));
       }
     }
   }
+}
+
+}  // namespace
+
+std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEvent> events) const {
+  check_transaction(conn);
+  for (const NewEvent& event : events) validate(event);
+  std::vector<EnqueuedEvent> enqueued;
+  for (AggregateInsert& insert : plan_inserts(events, enqueued)) {
+    const auto params = insert.params();
+    const auto result = options_.prepare_statements ? pg::exec_prepared(conn, insert_sql_, params)
+                                                    : pg::exec(conn, insert_sql_, params);
+    take_returned(insert, result, enqueued);
+  }
+  return enqueued;
+}
+
+EnqueuedEvent Producer::enqueue_and_commit(PGconn* conn, const NewEvent& event) const {
+  return enqueue_and_commit(conn, std::span<const NewEvent>(&event, 1)).front();
+}
+
+std::vector<EnqueuedEvent> Producer::enqueue_and_commit(PGconn* conn,
+                                                        std::span<const NewEvent> events) const {
+  check_transaction(conn);
+  for (const NewEvent& event : events) validate(event);
+  std::vector<EnqueuedEvent> enqueued;
+  std::vector<AggregateInsert> inserts = plan_inserts(events, enqueued);
+  std::vector<pg::Statement> statements;
+  for (AggregateInsert& insert : inserts) statements.push_back({&insert_sql_, insert.params()});
+  const int backend_pid = PQbackendPID(conn);
+  OUTBOX_FAULT(fault::kProducerBeforeCommit);
+  std::vector<pg::Result> results;
+  try {
+    results = pg::exec_then_commit(conn, statements, options_.prepare_statements);
+  } catch (const OutcomeUnknown& e) {
+    std::vector<EventId> ids;
+    for (const EnqueuedEvent& event : enqueued) ids.push_back(event.event_id);
+    throw CommitOutcomeUnknown(
+        std::string(e.what()) +
+            "; ask outbox::resolve_commit() on a new connection with this error before running "
+            "the transaction again",
+        std::move(ids), backend_pid);
+  }
+  OUTBOX_FAULT(fault::kProducerAfterCommit);
+  for (std::size_t i = 0; i < inserts.size(); ++i) take_returned(inserts[i], results[i], enqueued);
   return enqueued;
 }
 

@@ -67,4 +67,24 @@ TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
   return found.int64(0, 0) > 0 ? TransactionStatus::committed : TransactionStatus::aborted;
 }
 
+TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
+                                 const CommitOutcomeUnknown& error,
+                                 std::chrono::milliseconds timeout) {
+  if (error.event_ids().empty()) {
+    throw InvalidArgument("resolve_commit: the error carries no event id to look for");
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string pid = std::to_string(error.backend_pid());
+  while (pg::exec(conn, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int", {pid.c_str()})
+             .int64(0, 0) > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return TransactionStatus::in_progress;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const std::string id = error.event_ids().front().to_string();
+  const auto found = pg::exec(
+      conn, "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE event_id = $1::uuid",
+      {id.c_str()});
+  return found.int64(0, 0) > 0 ? TransactionStatus::committed : TransactionStatus::aborted;
+}
+
 }  // namespace outbox

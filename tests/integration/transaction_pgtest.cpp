@@ -1,4 +1,7 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "outbox/producer.hpp"
 #include "outbox/transaction.hpp"
@@ -65,6 +68,159 @@ TEST_F(TransactionTest, ABrokenCommitIsOutcomeUnknownAndResolvesByTransactionId)
   EXPECT_EQ(resolve_commit(conn(), schema_, enqueued.transaction_id, enqueued.event_id),
             TransactionStatus::aborted);
   EXPECT_EQ(events(), 0);
+}
+
+// enqueue_and_commit: the inserts and COMMIT in one round trip, with every outcome of both.
+class EnqueueAndCommitTest : public TransactionTest {
+ protected:
+  void SetUp() override {
+    TransactionTest::SetUp();
+    pg::exec(conn(), "CREATE TABLE " + schema_.table("orders") + " (id text PRIMARY KEY)");
+    producer_.emplace(ProducerOptions{schema_, 4096});
+  }
+  long long orders() { return count(conn(), "SELECT count(*) FROM " + schema_.table("orders")); }
+  static NewEvent event(const std::string& aggregate, const std::string& type = "Step") {
+    return NewEvent{"order", aggregate, type, R"({"n": 1})", "{}", 1, {}};
+  }
+  void begin_with_order(PGconn* c, const std::string& id) {
+    pg::exec(c, "BEGIN");
+    pg::exec(c, "INSERT INTO " + schema_.table("orders") + " VALUES ($1)", {id.c_str()});
+  }
+  std::optional<Producer> producer_;
+};
+
+TEST_F(EnqueueAndCommitTest, CommitsTheBusinessChangeAndTheEventsTogether) {
+  const Producer producer(ProducerOptions{schema_, 4096});
+  for (int round = 0; round < 3; ++round) {  // the first prepares in the same round trip
+    begin_with_order(conn(), "o" + std::to_string(round));
+    const std::vector<NewEvent> batch = {event("a"), event("b"), event("a", "Again")};
+    const auto enqueued = producer.enqueue_and_commit(conn(), batch);
+    EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_IDLE) << "committed";
+    ASSERT_EQ(enqueued.size(), 3U);
+    EXPECT_EQ(enqueued[0].aggregate_sequence, 2 * round + 1);
+    EXPECT_EQ(enqueued[1].aggregate_sequence, round + 1);
+    EXPECT_EQ(enqueued[2].aggregate_sequence, 2 * round + 2);
+    EXPECT_EQ(transaction_status(conn(), enqueued[0].transaction_id),
+              TransactionStatus::committed);
+  }
+  EXPECT_EQ(orders(), 3);
+  EXPECT_EQ(events(), 9);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'outbox%'"),
+            1);
+  // Unprepared, on another connection.
+  ProducerOptions options{schema_, 4096};
+  options.prepare_statements = false;
+  auto plain = connect();
+  begin_with_order(plain.get(), "p");
+  EXPECT_EQ(Producer(options).enqueue_and_commit(plain.get(), event("c")).aggregate_sequence, 1);
+  EXPECT_EQ(orders(), 4);
+  EXPECT_EQ(events(), 10);
+}
+
+TEST_F(EnqueueAndCommitTest, ARefusedInsertLeavesTheTransactionAbortedAndNothingWritten) {
+  begin_with_order(conn(), "o1");
+  NewEvent first = event("a");
+  first.event_id = EventId::generate();
+  producer_->enqueue(conn(), first);
+  pg::commit(conn());
+
+  begin_with_order(conn(), "o2");
+  try {
+    producer_->enqueue_and_commit(conn(), first);  // the same event id again
+    FAIL() << "expected DatabaseError";
+  } catch (const CommitOutcomeUnknown& e) {
+    FAIL() << "a refusal is not an unknown outcome: " << e.what();
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "23505");
+  }
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INERROR) << "the caller rolls back";
+  pg::exec(conn(), "ROLLBACK");
+  EXPECT_EQ(orders(), 1);
+  EXPECT_EQ(events(), 1);
+  // The connection is out of pipeline mode and usable.
+  begin_with_order(conn(), "o3");
+  producer_->enqueue_and_commit(conn(), event("b"));
+  EXPECT_EQ(orders(), 2);
+}
+
+TEST_F(EnqueueAndCommitTest, ARefusedCommitIsADatabaseErrorAndNothingIsWritten) {
+  // A deferred unique constraint fails only at COMMIT.
+  pg::exec(conn(), "CREATE TABLE " + schema_.table("slots") +
+                       " (n int, CONSTRAINT one UNIQUE (n) DEFERRABLE INITIALLY DEFERRED)");
+  begin_with_order(conn(), "o1");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("slots") + " VALUES (1), (1)");
+  try {
+    producer_->enqueue_and_commit(conn(), event("a"));
+    FAIL() << "expected DatabaseError";
+  } catch (const CommitOutcomeUnknown& e) {
+    FAIL() << "a refused COMMIT is not an unknown outcome: " << e.what();
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "23505");
+  }
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_IDLE) << "the transaction is over";
+  EXPECT_EQ(orders(), 0);
+  EXPECT_EQ(events(), 0);
+}
+
+TEST_F(EnqueueAndCommitTest, AStatementDiscardedBehindItsBackFailsRetryably) {
+  begin_with_order(conn(), "o1");
+  producer_->enqueue_and_commit(conn(), event("a"));
+  pg::exec(conn(), "DISCARD ALL");
+  begin_with_order(conn(), "o2");
+  try {
+    producer_->enqueue_and_commit(conn(), event("a"));
+    FAIL() << "expected DatabaseError";
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "26000");
+    EXPECT_TRUE(e.retryable());
+  }
+  pg::exec(conn(), "ROLLBACK");
+  begin_with_order(conn(), "o2");
+  EXPECT_EQ(producer_->enqueue_and_commit(conn(), event("a")).aggregate_sequence, 2);
+  EXPECT_EQ(orders(), 2);
+}
+
+// The server session dies inside the COMMIT (a deferred trigger terminates it): the outcome is
+// unknown to the client; resolve_commit waits for the session to end and finds no event.
+TEST_F(EnqueueAndCommitTest, ALostCommitIsResolvedAfterItsSessionEnded) {
+  pg::exec(conn(), fmt::format(R"SQL(
+CREATE FUNCTION {s}.die_in_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$;
+CREATE CONSTRAINT TRIGGER die_in_commit AFTER INSERT ON {s}.orders
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {s}.die_in_commit();)SQL",
+                               fmt::arg("s", schema_.quoted())));
+  auto doomed = connect();
+  const int pid = PQbackendPID(doomed.get());
+  begin_with_order(doomed.get(), "o1");
+  try {
+    producer_->enqueue_and_commit(doomed.get(), event("a"));
+    FAIL() << "expected CommitOutcomeUnknown";
+  } catch (const CommitOutcomeUnknown& e) {
+    EXPECT_FALSE(e.retryable()) << "resolve first, never retry blindly";
+    ASSERT_EQ(e.event_ids().size(), 1U);
+    EXPECT_EQ(e.backend_pid(), pid);
+    EXPECT_EQ(resolve_commit(conn(), schema_, e, std::chrono::seconds(10)),
+              TransactionStatus::aborted);
+  }
+  EXPECT_EQ(orders(), 0);
+  EXPECT_EQ(events(), 0);
+}
+
+// resolve_commit by session: in progress while the session lives, then the event's presence.
+TEST_F(EnqueueAndCommitTest, ResolvingBySessionWaitsForTheSessionThenLooksForTheEvent) {
+  auto other = connect();
+  begin_with_order(other.get(), "o1");
+  const auto committed = producer_->enqueue_and_commit(other.get(), event("a"));
+  const CommitOutcomeUnknown as_if_lost("test", {committed.event_id}, PQbackendPID(other.get()));
+  EXPECT_EQ(resolve_commit(conn(), schema_, as_if_lost, std::chrono::milliseconds(200)),
+            TransactionStatus::in_progress)
+      << "the session still exists";
+  other = pg::Connection::open(database_url());  // the old session ends
+  EXPECT_EQ(resolve_commit(conn(), schema_, as_if_lost, std::chrono::seconds(10)),
+            TransactionStatus::committed);
+  const CommitOutcomeUnknown never(
+      "test", {EventId::generate()}, PQbackendPID(other.get()) + 1000000);
+  EXPECT_EQ(resolve_commit(conn(), schema_, never), TransactionStatus::aborted);
 }
 
 }  // namespace
