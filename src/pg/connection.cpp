@@ -84,6 +84,14 @@ struct PreparedNames {
   // transaction may land on another server connection, and retries would keep failing.
   int surprises = 0;
   [[nodiscard]] bool unprepared() const { return surprises >= 2; }
+  void surprised(std::string_view what) {
+    if (++surprises == 2) {
+      detail::log().warn(
+          "prepared statements keep vanishing or appearing on this connection ({}): a transaction "
+          "pooler without prepared-statement support? Its statements run unprepared from now on",
+          what);
+    }
+  }
 };
 
 int prepared_names_event(PGEventId event, void* info, void* /*pass_through*/) {
@@ -138,14 +146,6 @@ std::string first_line(const std::string& sql) {
 Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<const char*>& params) {
   PreparedNames& prepared = prepared_names(conn);
   const std::string name = statement_name(sql);
-  auto surprised = [&](std::string_view what) {
-    if (++prepared.surprises == 2) {
-      detail::log().warn(
-          "prepared statements keep vanishing or appearing on this connection ({}): a transaction "
-          "pooler without prepared-statement support? Its statements run unprepared from now on",
-          what);
-    }
-  };
   for (int attempt = 0;; ++attempt) {
     if (prepared.unprepared()) return exec(conn, sql, params);
     const bool in_transaction = PQtransactionStatus(conn) != PQTRANS_IDLE;
@@ -164,7 +164,7 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
       if (status != PGRES_COMMAND_OK) {
         // 42P05: the session already has this name. Names are outbox_ plus a hash of the text,
         // so it is this statement, prepared in a session state we did not see: use it.
-        surprised("a statement outbox had not prepared was there");
+        prepared.surprised("a statement outbox had not prepared was there");
         if (in_transaction) {
           throw DatabaseError("statement [" + first_line(sql) + "]: a prepared statement named " +
                                   name + " already existed on the connection and the attempt " +
@@ -185,7 +185,7 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
     }
     // The server no longer knows it (DISCARD ALL, DEALLOCATE, another server behind a pooler).
     prepared.names.erase(name);
-    surprised("a statement outbox had prepared was gone");
+    prepared.surprised("a statement outbox had prepared was gone");
     if (in_transaction) {
       throw DatabaseError(
           "statement [" + first_line(sql) + "]: its prepared statement " + name +
@@ -299,10 +299,7 @@ std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>&
       }
       if (state == "42P05") {
         prepared.names.insert(command.name);
-        if (++prepared.surprises == 2) {
-          detail::log().warn("prepared statements keep vanishing or appearing on this connection: "
-                             "its statements run unprepared from now on");
-        }
+        prepared.surprised("a statement outbox had not prepared was there");
         throw DatabaseError("statement [" + first_line(*statements[command.statement].sql) +
                                 "]: a prepared statement named " + command.name +
                                 " already existed and the attempt to prepare it aborted the " +
@@ -314,10 +311,7 @@ std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>&
       continue;
     } else if (state == "26000" && command.kind == Command::execute && !command.name.empty()) {
       prepared.names.erase(command.name);
-      if (++prepared.surprises == 2) {
-        detail::log().warn("prepared statements keep vanishing or appearing on this connection: "
-                           "its statements run unprepared from now on");
-      }
+      prepared.surprised("a statement outbox had prepared was gone");
       throw DatabaseError("statement [" + first_line(*statements[command.statement].sql) +
                               "]: its prepared statement " + command.name +
                               " vanished from the server (DISCARD ALL, DEALLOCATE, or a "
