@@ -120,6 +120,7 @@ std::string mark_published(const SchemaName& schema) {
   FROM marked m
   JOIN {events} s ON s.aggregate_type = m.aggregate_type AND s.aggregate_id = m.aggregate_id
                  AND s.aggregate_sequence = m.aggregate_sequence + 1
+                 AND s.published_at IS NULL AND s.skipped_at IS NULL  -- the pending index's predicate
   WHERE $5::bool
 ){lock_and_claim}
 SELECT event_id::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'marked'

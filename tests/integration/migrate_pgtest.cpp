@@ -56,6 +56,9 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
     DROP TABLE migrate_upgrade.outbox_operator_audit;
     DROP INDEX migrate_upgrade.outbox_events_quarantined_idx;
     DROP INDEX migrate_upgrade.outbox_events_pending_aggregate_idx;
+    ALTER TABLE migrate_upgrade.outbox_events RESET (fillfactor),
+      ADD CONSTRAINT outbox_events_aggregate_sequence_key
+        UNIQUE (aggregate_type, aggregate_id, aggregate_sequence);
     ALTER TABLE migrate_upgrade.outbox_events DROP COLUMN quarantined_at,
       DROP COLUMN quarantine_reason, DROP COLUMN skipped_at;
     CREATE INDEX outbox_events_pending_due_idx ON migrate_upgrade.outbox_events (available_at)
@@ -85,6 +88,17 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   " AND reloptions @> ARRAY['fillfactor=50']"),
             1)
       << "migration 4 leaves room on each page for the claim's HOT update";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_constraint WHERE conrelid = "
+                  "'migrate_upgrade.outbox_events'::regclass AND contype = 'u'"),
+            0)
+      << "migration 5 drops the whole-history unique constraint";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                  "WHERE c.relname = 'outbox_events_pending_aggregate_idx' AND i.indisunique "
+                  "AND c.relnamespace = 'migrate_upgrade'::regnamespace"),
+            1)
+      << "migration 5 makes the pending index unique";
 }
 
 TEST(Migrate, ConcurrentCallersSerializeAndApplyOnce) {

@@ -311,6 +311,24 @@ TEST_F(ProducerTest, AStatementDiscardedBehindItsBackFailsRetryablyAndTheRetryWo
   EXPECT_EQ(orders(), 1);
 }
 
+// Migration 5: a sequence is unique among pending events (the producer's sequence table keeps
+// numbers unique across the history). A second pending row with a taken number is refused.
+TEST_F(ProducerTest, TwoPendingEventsOfAnAggregateCannotShareASequence) {
+  pg::exec(conn(), "BEGIN");
+  const auto first = producer_->enqueue(conn(), order_event("o1"));
+  pg::commit(conn());
+  try {
+    pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_events") +
+                         " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
+                         " payload) VALUES (gen_random_uuid(), 'order', 'o1', $1, 'X', '{}')",
+                     {std::to_string(first.aggregate_sequence).c_str()});
+    FAIL() << "expected a unique violation";
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "23505");
+  }
+  EXPECT_EQ(events(), 1);
+}
+
 // A pooler that resets or moves the session on every transaction would make every retry fail:
 // after the second surprise the connection runs its statements unprepared, and keeps working.
 TEST_F(ProducerTest, AConnectionWhoseStatementsKeepVanishingRunsThemUnprepared) {
