@@ -194,8 +194,15 @@ int run_stalled_relay(const ScenarioOptions& options) {
              published_seconds > 0 ? options.events / published_seconds : 0.0, applied_seconds,
              touched_full, slowest_ms)
       << "\n";
-  // Bounded: a few dozen plan rows per head visited (the backlog-reading plan touched 11 million).
-  return finish("stalled-relay", report, published_seconds > 0 && touched_full < 50 * 500);
+  // Bounded: a few dozen plan rows per head visited (the backlog-reading plan touched 11 million),
+  // and no relay statement slow (a successor lookup that scanned the pending index per marked row
+  // took 7 s here; fixed, 48 ms).
+  if (slowest_ms >= 2000) {
+    std::cout << fmt::format("stalled-relay: a relay statement ran {:.0f} ms (limit 2000)\n",
+                             slowest_ms);
+  }
+  return finish("stalled-relay", report,
+                published_seconds > 0 && touched_full < 50 * 500 && slowest_ms < 2000);
 }
 
 int run_hot_aggregates(const ScenarioOptions& options) {
