@@ -1,8 +1,6 @@
 #include "pg/connection.hpp"
 
 #include <fmt/format.h>
-
-#include "common/log.hpp"
 #include <libpq-events.h>
 #include <poll.h>
 
@@ -10,6 +8,8 @@
 #include <cstring>
 #include <memory>
 #include <unordered_set>
+
+#include "common/log.hpp"
 
 namespace outbox::pg {
 
@@ -92,6 +92,30 @@ struct PreparedNames {
           what);
     }
   }
+  // 42P05 on preparing `name`: the session already has it (names are outbox_ plus a hash of the
+  // text, so it is this statement, prepared in a session state we did not see). Returns the
+  // error for when the failed Prepare aborted the caller's transaction.
+  DatabaseError already_there(const std::string& first_line, const std::string& name) {
+    names.insert(name);
+    surprised("a statement outbox had not prepared was there");
+    return DatabaseError("statement [" + first_line + "]: a prepared statement named " + name +
+                             " already existed on the connection and the attempt to prepare it " +
+                             "aborted the transaction. Retry the transaction",
+                         "42P05", true);
+  }
+  // 26000 on executing `name`: the server no longer knows it (DISCARD ALL, DEALLOCATE, another
+  // server behind a pooler). Returns the error for when this aborted the caller's transaction.
+  DatabaseError vanished(const std::string& first_line, const std::string& name) {
+    names.erase(name);
+    surprised("a statement outbox had prepared was gone");
+    return DatabaseError(
+        "statement [" + first_line + "]: its prepared statement " + name +
+            " vanished from the server (DISCARD ALL, DEALLOCATE, or a transaction pooler that "
+            "moved the session); the transaction was aborted. Retry it: the next try prepares "
+            "again. Behind a pooler in transaction mode without prepared-statement support, "
+            "turn prepared statements off (ProducerOptions::prepare_statements = false)",
+        "26000", true);
+  }
 };
 
 int prepared_names_event(PGEventId event, void* info, void* /*pass_through*/) {
@@ -160,17 +184,11 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
         throw make_error(conn, parsed.get(),
                          "preparing statement failed [" + first_line(sql) + "]");
       }
-      prepared.names.insert(name);
-      if (status != PGRES_COMMAND_OK) {
-        // 42P05: the session already has this name. Names are outbox_ plus a hash of the text,
-        // so it is this statement, prepared in a session state we did not see: use it.
-        prepared.surprised("a statement outbox had not prepared was there");
-        if (in_transaction) {
-          throw DatabaseError("statement [" + first_line(sql) + "]: a prepared statement named " +
-                                  name + " already existed on the connection and the attempt " +
-                                  "to prepare it aborted the transaction. Retry the transaction",
-                              "42P05", true);
-        }
+      if (status == PGRES_COMMAND_OK) {
+        prepared.names.insert(name);
+      } else {
+        DatabaseError error = prepared.already_there(first_line(sql), name);
+        if (in_transaction) throw error;  // outside one: use it
       }
     }
     Result result(PQexecPrepared(conn, name.c_str(), static_cast<int>(params.size()), params.data(),
@@ -183,18 +201,8 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
     if (state == nullptr || std::string_view(state) != "26000") {
       throw make_error(conn, result.get(), "statement failed [" + first_line(sql) + "]");
     }
-    // The server no longer knows it (DISCARD ALL, DEALLOCATE, another server behind a pooler).
-    prepared.names.erase(name);
-    prepared.surprised("a statement outbox had prepared was gone");
-    if (in_transaction) {
-      throw DatabaseError(
-          "statement [" + first_line(sql) + "]: its prepared statement " + name +
-              " vanished from the server (DISCARD ALL, DEALLOCATE, or a transaction pooler that "
-              "moved the session); the transaction was aborted. Retry it: the next try prepares "
-              "again. Behind a pooler in transaction mode without prepared-statement support, "
-              "turn prepared statements off (ProducerOptions::prepare_statements = false)",
-          "26000", true);
-    }
+    DatabaseError error = prepared.vanished(first_line(sql), name);
+    if (in_transaction) throw error;  // outside one: prepare again and run it once more
     if (attempt > 0) {
       throw DatabaseError("statement [" + first_line(sql) + "]: its prepared statement " + name +
                               " vanished again right after being prepared; the statement did " +
@@ -204,13 +212,22 @@ Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<con
   }
 }
 
+namespace {
+// The answer to a COMMIT: returns if it committed; DatabaseError if the server refused or rolled
+// back; OutcomeUnknown(`lost`) if no answer came from the server.
+void check_commit(PGconn* conn, const PGresult* raw, const char* lost, bool redo_is_safe);
+}  // namespace
+
 std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>& statements,
                                      bool prepare) {
   PreparedNames& prepared = prepared_names(conn);
   const bool use_prepared = prepare && !prepared.unprepared();
   if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF || PQenterPipelineMode(conn) == 0) {
-    throw DatabaseError("could not enter libpq pipeline mode (is a command still running on the "
-                        "connection?): " + std::string(PQerrorMessage(conn)), "", false);
+    throw DatabaseError(
+        "could not enter libpq pipeline mode (is a command still running on the "
+        "connection?): " +
+            std::string(PQerrorMessage(conn)),
+        "", false);
   }
   // What each command of the pipeline is: statement i's Prepare, statement i's execution, COMMIT.
   struct Command {
@@ -221,9 +238,9 @@ std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>&
   std::vector<Command> commands;
   auto lost_before_commit = [&] {
     DatabaseError error = make_error(conn, nullptr, "sending the enqueue and COMMIT failed");
-    return DatabaseError(std::string(error.what()) +
-                             "; COMMIT was never sent, so the transaction did not commit",
-                         error.sqlstate().empty() ? "08006" : error.sqlstate(), true);
+    return DatabaseError(
+        std::string(error.what()) + "; COMMIT was never sent, so the transaction did not commit",
+        error.sqlstate().empty() ? "08006" : error.sqlstate(), true);
   };
   std::unordered_set<std::string> preparing;  // Prepares queued in this pipeline
   for (std::size_t i = 0; i < statements.size(); ++i) {
@@ -243,8 +260,8 @@ std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>&
         }
         commands.push_back({Command::prepare, i, name});
       }
-      sent = PQsendQueryPrepared(conn, name.c_str(), n, statement.params.data(), nullptr, nullptr,
-                                 0);
+      sent =
+          PQsendQueryPrepared(conn, name.c_str(), n, statement.params.data(), nullptr, nullptr, 0);
       commands.push_back({Command::execute, i, std::move(name)});
     }
     if (sent == 0) throw lost_before_commit();
@@ -282,9 +299,9 @@ std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>&
     return answers[c].get() != nullptr ? PQresultStatus(answers[c].get()) : PGRES_FATAL_ERROR;
   };
   auto state_of = [&](std::size_t c) -> std::string {
-    const char* s =
-        answers[c].get() != nullptr ? PQresultErrorField(answers[c].get(), PG_DIAG_SQLSTATE)
-                                    : nullptr;
+    const char* s = answers[c].get() != nullptr
+                        ? PQresultErrorField(answers[c].get(), PG_DIAG_SQLSTATE)
+                        : nullptr;
     return s != nullptr ? s : "";
   };
   std::vector<Result> results;
@@ -298,59 +315,42 @@ std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>&
         continue;
       }
       if (state == "42P05") {
-        prepared.names.insert(command.name);
-        prepared.surprised("a statement outbox had not prepared was there");
-        throw DatabaseError("statement [" + first_line(*statements[command.statement].sql) +
-                                "]: a prepared statement named " + command.name +
-                                " already existed and the attempt to prepare it aborted the " +
-                                "transaction. Retry the transaction",
-                            "42P05", true);
+        throw prepared.already_there(first_line(*statements[command.statement].sql), command.name);
       }
     } else if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
       results.emplace_back(answers[c].release());
       continue;
     } else if (state == "26000" && command.kind == Command::execute && !command.name.empty()) {
-      prepared.names.erase(command.name);
-      prepared.surprised("a statement outbox had prepared was gone");
-      throw DatabaseError("statement [" + first_line(*statements[command.statement].sql) +
-                              "]: its prepared statement " + command.name +
-                              " vanished from the server (DISCARD ALL, DEALLOCATE, or a "
-                              "transaction pooler that moved the session); the transaction was "
-                              "aborted. Retry it: the next try prepares again",
-                          "26000", true);
+      throw prepared.vanished(first_line(*statements[command.statement].sql), command.name);
     }
     if (status == PGRES_PIPELINE_ABORTED) continue;  // an earlier command failed: reported below
     if (!state.empty()) {
       throw make_error(conn, answers[c].get(),
-                       "statement failed [" + first_line(*statements[command.statement].sql) +
-                           "]");
+                       "statement failed [" + first_line(*statements[command.statement].sql) + "]");
     }
     // No answer from the server: the connection broke, and COMMIT had been sent.
     break;
   }
-  if (results.size() == statements.size()) {
-    const std::size_t c = commands.size() - 1;
-    const ExecStatusType status = status_of(c);
-    if (status == PGRES_COMMAND_OK) {
-      if (std::strcmp(PQcmdStatus(answers[c].get()), "COMMIT") == 0) return results;
-      throw DatabaseError("COMMIT rolled back instead: a statement in the transaction had failed",
-                          "25P02", false);
-    }
-    if (!state_of(c).empty() && PQstatus(conn) == CONNECTION_OK) {
-      throw make_error(conn, answers[c].get(), "COMMIT failed");
-    }
-  }
-  throw OutcomeUnknown(
+  const char* lost =
       "the connection broke after the enqueue and COMMIT were sent: the transaction may or may "
-      "not have committed");
+      "not have committed";
+  if (results.size() != statements.size()) throw OutcomeUnknown(lost);
+  check_commit(conn, answers.back().get(), lost, false);
+  return results;
 }
 
 void commit(PGconn* conn, bool redo_is_safe) {
-  PGresult* raw = PQexec(conn, "COMMIT");
-  Result result(raw);
+  const Result result(PQexec(conn, "COMMIT"));
+  check_commit(conn, result.get(),
+               "the connection broke during COMMIT: the transaction may or may not have committed",
+               redo_is_safe);
+}
+
+namespace {
+void check_commit(PGconn* conn, const PGresult* raw, const char* lost, bool redo_is_safe) {
   if (raw != nullptr && PQresultStatus(raw) == PGRES_COMMAND_OK) {
     // COMMIT of an already failed transaction "succeeds" with the tag ROLLBACK.
-    if (std::strcmp(PQcmdStatus(raw), "COMMIT") == 0) return;
+    if (std::strcmp(PQcmdStatus(const_cast<PGresult*>(raw)), "COMMIT") == 0) return;
     throw DatabaseError("COMMIT rolled back instead: a statement in the transaction had failed",
                         "25P02", false);
   }
@@ -359,13 +359,11 @@ void commit(PGconn* conn, bool redo_is_safe) {
   // committed is unknown.
   const bool server_answered =
       raw != nullptr && PQresultErrorField(raw, PG_DIAG_SQLSTATE) != nullptr;
-  if (PQstatus(conn) == CONNECTION_BAD || !server_answered) {
-    throw OutcomeUnknown(
-        "the connection broke during COMMIT: the transaction may or may not have committed",
-        redo_is_safe);
-  }
+  if (PQstatus(conn) == CONNECTION_BAD || !server_answered)
+    throw OutcomeUnknown(lost, redo_is_safe);
   throw make_error(conn, raw, "COMMIT failed");
 }
+}  // namespace
 
 void rollback_quietly(PGconn* conn) noexcept {
   if (conn == nullptr || PQstatus(conn) != CONNECTION_OK) return;
