@@ -52,6 +52,20 @@ TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id)
   return TransactionStatus::unknown;
 }
 
+namespace {
+
+// Once the transaction has ended: its event row exists if and only if it committed.
+TransactionStatus outcome_by_event(PGconn* conn, const SchemaName& schema,
+                                   const EventId& event_id) {
+  const std::string id = event_id.to_string();
+  const auto found = pg::exec(
+      conn, "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE event_id = $1::uuid",
+      {id.c_str()});
+  return found.int64(0, 0) > 0 ? TransactionStatus::committed : TransactionStatus::aborted;
+}
+
+}  // namespace
+
 TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
                                  std::uint64_t transaction_id, const EventId& event_id,
                                  std::chrono::milliseconds timeout) {
@@ -60,11 +74,7 @@ TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
     if (std::chrono::steady_clock::now() >= deadline) return TransactionStatus::in_progress;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const std::string id = event_id.to_string();
-  const auto found = pg::exec(
-      conn, "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE event_id = $1::uuid",
-      {id.c_str()});
-  return found.int64(0, 0) > 0 ? TransactionStatus::committed : TransactionStatus::aborted;
+  return outcome_by_event(conn, schema, event_id);
 }
 
 TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
@@ -80,11 +90,7 @@ TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
     if (std::chrono::steady_clock::now() >= deadline) return TransactionStatus::in_progress;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const std::string id = error.event_ids().front().to_string();
-  const auto found = pg::exec(
-      conn, "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE event_id = $1::uuid",
-      {id.c_str()});
-  return found.int64(0, 0) > 0 ? TransactionStatus::committed : TransactionStatus::aborted;
+  return outcome_by_event(conn, schema, error.event_ids().front());
 }
 
 }  // namespace outbox
