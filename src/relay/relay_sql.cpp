@@ -44,6 +44,28 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
                      fmt::arg("token", token_param), fmt::arg("lease", lease_param));
 }
 
+// The CTE `sent`: the rows of the relay's arrays `arrays` (event ids first, then the columns
+// named `columns`), each with the ctid and attempt_count of its event's current version, looked
+// up one by one in the primary key. The statements below update by that ctid (a TID scan), so no
+// plan of theirs can read the table any other way: the relay's plans are generic, made once per
+// connection (relay.cpp), and a generic plan made while the table was empty once chose a
+// sequential scan for `UPDATE ... FROM unnest(...) WHERE event_id = ...` and kept it as the table
+// grew. A row that another transaction changed after the statement's snapshot is rechecked by
+// PostgreSQL on its newest version, as with any UPDATE: the token and skip conditions decide.
+std::string sent(const SchemaName& schema, const char* arrays, const char* columns) {
+  return fmt::format(R"SQL(sent AS MATERIALIZED (
+  SELECT d.*, t.row_ctid, t.attempt_count
+  FROM unnest({arrays}) AS d(event_id, {columns})
+  CROSS JOIN LATERAL (
+    SELECT e.ctid AS row_ctid, e.attempt_count, e.claimed_by FROM {events} e
+    WHERE e.event_id = d.event_id
+    LIMIT 1) t
+  WHERE t.claimed_by = d.token
+))SQL",
+                     fmt::arg("arrays", arrays), fmt::arg("columns", columns),
+                     fmt::arg("events", schema.table("outbox_events")));
+}
+
 }  // namespace
 
 std::string claim(const SchemaName& schema) {
@@ -109,11 +131,12 @@ std::string mark_published(const SchemaName& schema) {
   // stays a head). So under load an aggregate's next event goes out one round trip after the
   // previous ack, without a scan for heads. The successor is locked and rechecked like a claimed
   // head (pending, due, not leased); a skipped successor is left to the regular claim.
-  return fmt::format(R"SQL(WITH marked AS (
+  return fmt::format(R"SQL(WITH {sent}, marked AS (
   UPDATE {events} e
   SET published_at = coalesce(e.published_at, now()), claim_until = NULL, last_error = NULL
-  FROM unnest($1::uuid[], $2::text[]) AS d(event_id, token)
-  WHERE e.event_id = d.event_id AND e.claimed_by = d.token AND e.skipped_at IS NULL
+  FROM sent d
+  WHERE e.ctid = d.row_ctid AND e.event_id = d.event_id AND e.claimed_by = d.token
+    AND e.skipped_at IS NULL
   RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence
 ), successors AS MATERIALIZED (
   -- One lookup per marked row in the (unique) pending index, whatever the statistics say: as a
@@ -138,6 +161,7 @@ SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, e
        'claimed'
 FROM claimed)SQL",
                      fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[]", "token")),
                      fmt::arg("lock_and_claim", lock_and_claim(schema, "successors", "$3", "$4")));
 }
 
@@ -145,14 +169,7 @@ std::string mark_failed(const SchemaName& schema) {
   // Exponential backoff with "equal jitter": a delay drawn from [d/2, d], d = min(cap, base*2^n).
   // A permanent failure, or the attempt that reaches the limit ($6 > 0), quarantines the row
   // instead: it keeps blocking its own aggregate and waits for an operator.
-  return fmt::format(R"SQL(WITH failed AS (
-  SELECT d.event_id, d.token, d.error,
-         d.permanent OR ($6::int > 0 AND e.attempt_count + 1 >= $6::int) AS quarantine,
-         CASE WHEN d.permanent THEN 'permanent failure'
-              ELSE 'gave up after ' || (e.attempt_count + 1) || ' attempts' END AS reason
-  FROM unnest($1::uuid[], $2::text[], $3::text[], $7::bool[]) AS d(event_id, token, error, permanent)
-  JOIN {events} e ON e.event_id = d.event_id
-)
+  return fmt::format(R"SQL(WITH {sent}
 UPDATE {events} e
 SET claimed_by = NULL, claim_until = NULL, attempt_count = e.attempt_count + 1,
     last_error = f.error,
@@ -161,21 +178,29 @@ SET claimed_by = NULL, claim_until = NULL, attempt_count = e.attempt_count + 1,
     available_at = CASE WHEN f.quarantine THEN 'infinity'::timestamptz
                    ELSE now() + least($5::float8, $4::float8 * power(2, least(e.attempt_count, 40)))
                                 * (0.5 + random() * 0.5) * interval '1 millisecond' END
-FROM failed f
-WHERE e.event_id = f.event_id AND e.claimed_by = f.token
+FROM (SELECT d.*,
+             d.permanent OR ($6::int > 0 AND d.attempt_count + 1 >= $6::int) AS quarantine,
+             CASE WHEN d.permanent THEN 'permanent failure'
+                  ELSE 'gave up after ' || (d.attempt_count + 1) || ' attempts' END AS reason
+      FROM sent d) f
+WHERE e.ctid = f.row_ctid AND e.event_id = f.event_id AND e.claimed_by = f.token
   AND e.published_at IS NULL AND e.skipped_at IS NULL
 RETURNING e.event_id, e.quarantined_at IS NOT NULL)SQL",
-                     fmt::arg("events", schema.table("outbox_events")));
+                     fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[], $3::text[], $7::bool[]",
+                                           "token, error, permanent")));
 }
 
 std::string renew(const SchemaName& schema) {
-  return fmt::format(R"SQL(UPDATE {events} e
+  return fmt::format(R"SQL(WITH {sent}
+UPDATE {events} e
 SET claim_until = now() + $3::bigint * interval '1 millisecond'
-FROM unnest($1::uuid[], $2::text[]) AS d(event_id, token)
-WHERE e.event_id = d.event_id AND e.claimed_by = d.token
+FROM sent d
+WHERE e.ctid = d.row_ctid AND e.event_id = d.event_id AND e.claimed_by = d.token
   AND e.published_at IS NULL AND e.skipped_at IS NULL
 RETURNING e.event_id)SQL",
-                     fmt::arg("events", schema.table("outbox_events")));
+                     fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[]", "token")));
 }
 
 std::string set_listening(const SchemaName& schema) {

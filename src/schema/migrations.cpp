@@ -141,6 +141,23 @@ CREATE UNIQUE INDEX outbox_events_pending_aggregate_idx
   ON {s}.outbox_events (aggregate_type, aggregate_id, aggregate_sequence)
   WHERE published_at IS NULL AND skipped_at IS NULL;
 )SQL"},
+    Migration{6, "no NOTIFY when no relay listens", R"SQL(
+-- Migration 3 notified whenever no relay was awake, also when no relay ran at all: then every
+-- enqueuing commit took the database-wide NOTIFY lock for nobody (a relay that starts claims
+-- before it listens). Now producers notify only when some relay listens and none is awake.
+-- Listening relays refresh seen_at as awake ones do (every 10 s); a relay whose row is older than
+-- 30 s (it died, or a build before this migration sleeps without beating) is not notified and
+-- finds new rows on its idle timer (idle_poll_max).
+CREATE OR REPLACE FUNCTION {s}.outbox_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  -- NULL (no live relay) and false (one is awake) both mean: nobody waits for a wake-up.
+  IF (SELECT bool_and(listening) FROM {s}.outbox_relays
+      WHERE seen_at > now() - interval '30 seconds') THEN
+    PERFORM pg_notify('{channel}', '');
+  END IF;
+  RETURN NULL;
+END $$;
+)SQL"},
 };
 
 }  // namespace

@@ -464,9 +464,10 @@ TEST_F(RelayTest, AFailedMarkIsWrittenAgainNotRepublished) {
   for (const auto& [id, n] : copies) EXPECT_EQ(n, 1) << id << " published " << n << " times";
 }
 
-// NOTIFY costs producers a database-wide lock through their commit, so they notify only when no
-// relay is awake (outbox_relays). What a listener receives per enqueue, by the relays' state:
-TEST_F(RelayTest, ProducersNotifyOnlyWhenNoRelayIsAwake) {
+// NOTIFY costs producers a database-wide lock through their commit, so they notify only when a
+// relay waits for it: some relay listens and none is awake (outbox_relays, rows younger than 30 s).
+// What a listener receives per enqueue, by the relays' state:
+TEST_F(RelayTest, ProducersNotifyOnlyWhenARelayListensAndNoneIsAwake) {
   auto listener = connect();
   listener.listen('"' + schema_.notify_channel() + '"');
   const std::string relays = schema_.table("outbox_relays");
@@ -475,14 +476,41 @@ TEST_F(RelayTest, ProducersNotifyOnlyWhenNoRelayIsAwake) {
     enqueue(1, 1);
     return listener.wait_for_notifications(300ms) > 0;
   };
-  EXPECT_TRUE(notified_after_enqueue()) << "no relay registered: notify";
-  pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('awake', false, now())");
+  EXPECT_FALSE(notified_after_enqueue()) << "no relay runs: nobody to wake";
+  pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('a', false, now())");
   EXPECT_FALSE(notified_after_enqueue()) << "a relay is awake and looks by itself";
   pg::exec(conn(), "UPDATE " + relays + " SET listening = true");
   EXPECT_TRUE(notified_after_enqueue()) << "every relay waits for a NOTIFY";
-  pg::exec(conn(),
-           "UPDATE " + relays + " SET listening = false, seen_at = now() - interval '1 min'");
+  pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('b', false, now())");
+  EXPECT_FALSE(notified_after_enqueue()) << "one listens, another is awake: the awake one looks";
+  pg::exec(conn(), "UPDATE " + relays + " SET seen_at = now() - interval '1 min' WHERE relay_id = 'b'");
   EXPECT_TRUE(notified_after_enqueue()) << "an awake relay that stopped beating no longer counts";
+  pg::exec(conn(), "UPDATE " + relays + " SET seen_at = now() - interval '1 min'");
+  EXPECT_FALSE(notified_after_enqueue()) << "a listening relay that stopped beating is gone";
+}
+
+// A sleeping relay beats like an awake one (every 10 s), or producers would take it for dead
+// after 30 s and stop waking it.
+TEST_F(RelayTest, AListeningRelayKeepsItsRowFresh) {
+  auto o = options("dozer");
+  o.idle_poll_max = 20s;
+  Relay relay(o, sink());
+  std::thread runner([&] { relay.run(); });
+  // The listening row's heartbeat in ms, 0 while there is none.
+  const std::string seen_sql =
+      "SELECT coalesce(max((extract(epoch FROM seen_at) * 1000)::bigint), 0) FROM " +
+      schema_.table("outbox_relays") + " WHERE relay_id = 'dozer' AND listening";
+  const bool listening = wait_until([&] { return count(conn(), seen_sql) > 0; }, 10s);
+  const long long first_seen = count(conn(), seen_sql);
+  const bool beat = wait_until([&] { return count(conn(), seen_sql) > first_seen; }, 15s);
+  const auto ids = enqueue(1, 1);
+  const bool published = wait_until([&] { return unpublished() == 0; }, 1500ms);
+  relay.request_stop();
+  runner.join();
+  ASSERT_TRUE(listening) << "an idle relay should record that it waits for a NOTIFY";
+  EXPECT_TRUE(beat) << "a listening relay should refresh seen_at within its 10 s heartbeat";
+  EXPECT_TRUE(published) << "the commit's NOTIFY should still wake it";
+  expect_on_broker_in_order(ids);
 }
 
 // A relay with nothing to do says so and sleeps; the next commit wakes it at once (the idle timer
