@@ -92,9 +92,10 @@ struct RelayFlags {
 std::string stats_line(const std::string& relay_id, const RelayStats& s) {
   return fmt::format(
       "relay {}: health {}, published {}, failed {}, fenced {}, quarantined {}, in flight {}, "
-      "reconnects {}{}",
+      "reconnects {}, claim statements {}, mark statements {}{}",
       relay_id, to_string(s.health), s.published, s.failed, s.fenced, s.quarantined, s.in_flight,
-      s.reconnects, s.last_error.empty() ? "" : ", last error: " + s.last_error);
+      s.reconnects, s.claim_queries, s.mark_queries,
+      s.last_error.empty() ? "" : ", last error: " + s.last_error);
 }
 
 int cmd_relay(const RelayFlags& flags) {

@@ -236,6 +236,7 @@ class Relay::Impl {
     s.fenced = fenced_.load(std::memory_order_relaxed);
     s.quarantined = quarantined_.load(std::memory_order_relaxed);
     s.claim_queries = claim_queries_.load(std::memory_order_relaxed);
+    s.mark_queries = mark_queries_.load(std::memory_order_relaxed);
     s.successors = successors_.load(std::memory_order_relaxed);
     s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
     s.reconnects = reconnects_.load(std::memory_order_relaxed);
@@ -377,6 +378,7 @@ class Relay::Impl {
       const auto result = complete(mark_published_sql_, unrecorded_published_,
                                    {token.c_str(), lease_text.c_str(), claim_successors});
       unrecorded_published_.clear();
+      mark_queries_.fetch_add(1, std::memory_order_relaxed);
       OUTBOX_FAULT(fault::kRelayAfterMark);
       std::size_t marked = 0;
       std::size_t successors = 0;
@@ -581,6 +583,7 @@ class Relay::Impl {
   std::atomic<std::uint64_t> fenced_{0};
   std::atomic<std::uint64_t> quarantined_{0};
   std::atomic<std::uint64_t> claim_queries_{0};
+  std::atomic<std::uint64_t> mark_queries_{0};
   std::atomic<std::uint64_t> successors_{0};
   std::atomic<std::uint64_t> in_flight_count_{0};
   std::atomic<std::uint64_t> reconnects_{0};

@@ -548,6 +548,7 @@ TEST_F(RelayTest, AMarkClaimsTheNextEventOfItsAggregate) {
   EXPECT_EQ(unpublished(), 0);
   EXPECT_EQ(relay.stats().published, 8U);
   EXPECT_EQ(relay.stats().successors, 7U) << "the first event is claimed, the marks claim the rest";
+  EXPECT_EQ(relay.stats().mark_queries, 8U) << "one mark per ack: each event waits for the last";
   EXPECT_EQ(tracker.violations(), std::vector<std::string>{});
   expect_on_broker_in_order(ids);
 }
