@@ -85,7 +85,8 @@ class Producer {
 
  private:
   ProducerOptions options_;
-  std::string insert_sql_;
+  std::string insert_many_sql_;  // an aggregate's events as arrays
+  std::string insert_one_sql_;   // one event as plain parameters
 };
 
 }  // namespace outbox

@@ -37,9 +37,22 @@ void check_name(std::string_view field, const std::string& value) {
 // synchronous_commit=off would let the relay publish a commit that a server crash then loses
 // (a phantom event), so a transaction that enqueues raises it to "on" for itself; stronger
 // settings (remote_write, remote_apply) are kept.
-std::string insert_sql(const SchemaName& schema) {
+//
+// The statement also decides whether to wake relays (migrations 6 and 7): NOTIFY when some relay
+// listens and none is awake. It records the decision in outbox.wake_checked for the rest of the
+// transaction, so the table's statement trigger, there for rows other tools insert, skips its own
+// PL/pgSQL check.
+//
+// `rows` is what the inserted rows are selected from: columns event_id, event_type,
+// schema_version, payload, headers and ord (1, 2, ...: the order within the aggregate).
+std::string insert_sql(const SchemaName& schema, const std::string& rows) {
   return fmt::format(R"SQL(WITH durable AS (
   SELECT set_config('synchronous_commit', 'on', true) WHERE current_setting('synchronous_commit') = 'off'
+), wake AS (
+  SELECT set_config('outbox.wake_checked', '{channel}', true),
+         CASE WHEN (SELECT bool_and(r.listening) FROM {relays} r
+                    WHERE r.seen_at > now() - interval '30 seconds')
+              THEN pg_notify('{channel}', '') END
 ), seq AS (
   INSERT INTO {sequences} AS s (aggregate_type, aggregate_id, last_sequence)
   VALUES ($1, $2, $3::bigint)
@@ -51,12 +64,28 @@ INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence
                       schema_version, payload, headers)
 SELECT e.event_id, $1, $2, seq.last_sequence - $3::bigint + e.ord, e.event_type,
        e.schema_version, e.payload, e.headers
-FROM seq LEFT JOIN durable ON true, unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])
-          WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, headers, ord)
+FROM seq LEFT JOIN durable ON true LEFT JOIN wake ON true, {rows}
 ORDER BY e.ord
 RETURNING event_id, aggregate_sequence, txid_current())SQL",
                      fmt::arg("sequences", schema.table("outbox_aggregate_sequences")),
-                     fmt::arg("events", schema.table("outbox_events")));
+                     fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("relays", schema.table("outbox_relays")),
+                     fmt::arg("channel", schema.notify_channel()), fmt::arg("rows", rows));
+}
+
+// Several events of one aggregate come as arrays; a lone event (the usual case) as plain
+// parameters, which spares the array literal's escaping here and its parsing in PostgreSQL.
+std::string insert_many_sql(const SchemaName& schema) {
+  return insert_sql(schema,
+                    "unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])\n"
+                    "          WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, "
+                    "headers, ord)");
+}
+
+std::string insert_one_sql(const SchemaName& schema) {
+  return insert_sql(schema,
+                    "(VALUES ($4::uuid, $5::text, $6::int, $7::jsonb, $8::jsonb, 1))\n"
+                    "          AS e(event_id, event_type, schema_version, payload, headers, ord)");
 }
 
 void check_transaction(PGconn* conn) {
@@ -91,7 +120,9 @@ void check_transaction(PGconn* conn) {
 }  // namespace
 
 Producer::Producer(ProducerOptions options)
-    : options_(std::move(options)), insert_sql_(insert_sql(options_.schema)) {}
+    : options_(std::move(options)),
+      insert_many_sql_(insert_many_sql(options_.schema)),
+      insert_one_sql_(insert_one_sql(options_.schema)) {}
 
 void Producer::validate(const NewEvent& event) const {
   check_name("aggregate_type", event.aggregate_type);
@@ -131,9 +162,21 @@ namespace {
 struct AggregateInsert {
   std::vector<std::size_t> indexes;  // into the caller's events, in the caller's order
   std::string aggregate_type, aggregate_id, count;
+  // A lone event goes as plain parameters (insert_one_sql), several as arrays (insert_many_sql).
+  const NewEvent* lone = nullptr;
+  std::string lone_id, lone_version;
   detail::ArrayLiteral ids, types, versions, payloads, headers;
+
+  [[nodiscard]] const std::string& sql(const std::string& one, const std::string& many) const {
+    return lone != nullptr ? one : many;
+  }
   // Closes the array literals: call once all events are added.
   [[nodiscard]] std::vector<const char*> params() {
+    if (lone != nullptr) {
+      return {aggregate_type.c_str(),     aggregate_id.c_str(), count.c_str(),
+              lone_id.c_str(),            lone->event_type.c_str(), lone_version.c_str(),
+              lone->payload.c_str(),      lone->headers.c_str()};
+    }
     return {aggregate_type.c_str(), aggregate_id.c_str(),  count.c_str(),
             ids.text().c_str(),     types.text().c_str(),  versions.text().c_str(),
             payloads.text().c_str(), headers.text().c_str()};
@@ -158,8 +201,16 @@ std::vector<AggregateInsert> plan_inserts(std::span<const NewEvent> events,
     insert.aggregate_id = aggregate.second;
     insert.count = std::to_string(indexes.size());
     for (const std::size_t index : indexes) {
+      enqueued[index].event_id = events[index].event_id.value_or(EventId::generate());
+    }
+    if (indexes.size() == 1) {
+      insert.lone = &events[indexes.front()];
+      insert.lone_id = enqueued[indexes.front()].event_id.to_string();
+      insert.lone_version = std::to_string(insert.lone->schema_version);
+      continue;
+    }
+    for (const std::size_t index : indexes) {
       const NewEvent& event = events[index];
-      enqueued[index].event_id = event.event_id.value_or(EventId::generate());
       insert.ids.add_plain(enqueued[index].event_id.to_string());
       insert.types.add(event.event_type);
       insert.versions.add_plain(std::to_string(event.schema_version));
@@ -198,8 +249,9 @@ std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEv
   std::vector<EnqueuedEvent> enqueued;
   for (AggregateInsert& insert : plan_inserts(events, enqueued)) {
     const auto params = insert.params();
-    const auto result = options_.prepare_statements ? pg::exec_prepared(conn, insert_sql_, params)
-                                                    : pg::exec(conn, insert_sql_, params);
+    const std::string& sql = insert.sql(insert_one_sql_, insert_many_sql_);
+    const auto result = options_.prepare_statements ? pg::exec_prepared(conn, sql, params)
+                                                    : pg::exec(conn, sql, params);
     take_returned(insert, result, enqueued);
   }
   return enqueued;
@@ -216,7 +268,9 @@ std::vector<EnqueuedEvent> Producer::enqueue_and_commit(PGconn* conn,
   std::vector<EnqueuedEvent> enqueued;
   std::vector<AggregateInsert> inserts = plan_inserts(events, enqueued);
   std::vector<pg::Statement> statements;
-  for (AggregateInsert& insert : inserts) statements.push_back({&insert_sql_, insert.params()});
+  for (AggregateInsert& insert : inserts) {
+    statements.push_back({&insert.sql(insert_one_sql_, insert_many_sql_), insert.params()});
+  }
   const int backend_pid = PQbackendPID(conn);
   OUTBOX_FAULT(fault::kProducerBeforeCommit);
   std::vector<pg::Result> results;

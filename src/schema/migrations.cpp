@@ -158,6 +158,17 @@ BEGIN
   RETURN NULL;
 END $$;
 )SQL"},
+    Migration{7, "the producer's statement decides NOTIFY itself", R"SQL(
+-- The statement trigger cost an enqueuing transaction ~5% (a PL/pgSQL call per statement; pgbench,
+-- docs/PERFORMANCE.md). The producer's insert now makes the same check in its own statement and
+-- records, for the rest of its transaction, the channel it decided for. The trigger stays for rows
+-- other tools insert, and skips itself when the producer has decided for this schema.
+DROP TRIGGER outbox_events_notify ON {s}.outbox_events;
+CREATE TRIGGER outbox_events_notify AFTER INSERT ON {s}.outbox_events
+  FOR EACH STATEMENT
+  WHEN (current_setting('outbox.wake_checked', true) IS DISTINCT FROM '{channel}')
+  EXECUTE FUNCTION {s}.outbox_events_notify();
+)SQL"},
 };
 
 }  // namespace

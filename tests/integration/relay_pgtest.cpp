@@ -489,6 +489,59 @@ TEST_F(RelayTest, ProducersNotifyOnlyWhenARelayListensAndNoneIsAwake) {
   EXPECT_FALSE(notified_after_enqueue()) << "a listening relay that stopped beating is gone";
 }
 
+// The producer's statement makes the wake-up check itself (migration 7), so the table's PL/pgSQL
+// trigger does not run for it; rows other writers insert still go through the trigger and wake a
+// listening relay, also in a transaction where a producer enqueued into another schema.
+TEST_F(RelayTest, TheTriggerWakesRelaysForOtherWritersAndSkipsTheProducer) {
+  auto listener = connect();
+  listener.listen('"' + schema_.notify_channel() + '"');
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_relays") + " VALUES ('a', true, now())");
+  pg::exec(conn(), "SET track_functions = 'pl'");
+  const std::string trigger_calls =
+      "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
+      " WHERE schemaname = '" + schema_.name() + "' AND funcname = 'outbox_events_notify'";
+  const std::string raw_insert =
+      "INSERT INTO " + schema_.table("outbox_events") +
+      " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, payload)"
+      " VALUES (gen_random_uuid(), 'order', 'raw-' || $1, 1, 'Imported', '{}')";
+  const Producer producer(ProducerOptions{schema_, 4096});
+  const SchemaName other_schema("relay_trigger_other");
+  pg::exec(conn(), "SET client_min_messages = warning");
+  pg::exec(conn(), "DROP SCHEMA IF EXISTS " + other_schema.quoted() + " CASCADE");
+  migrate(conn(), other_schema);
+  const Producer other(ProducerOptions{other_schema, 4096});
+
+  // PL/pgSQL calls of the trigger function during `statements` (the view also shows calls of
+  // earlier transactions not yet flushed to the statistics, hence the difference).
+  auto trigger_runs = [&](const std::function<void()>& statements) {
+    pg::exec(conn(), "BEGIN");
+    const long long before = count(conn(), trigger_calls);
+    statements();
+    const long long runs = count(conn(), trigger_calls) - before;
+    listener.wait_for_notifications(0ms);
+    pg::commit(conn());
+    return runs;
+  };
+  EXPECT_EQ(trigger_runs([&] {
+              producer.enqueue(conn(), NewEvent{"order", "p1", "Placed", "{}", "{}", 1, std::nullopt});
+              pg::exec(conn(), raw_insert, {"1"});  // decided already in this transaction
+            }),
+            0)
+      << "the producer decided; the trigger skips itself";
+  EXPECT_GT(listener.wait_for_notifications(300ms), 0) << "a listening relay is woken";
+  EXPECT_EQ(trigger_runs([&] { pg::exec(conn(), raw_insert, {"2"}); }), 1)
+      << "another writer's insert runs the trigger";
+  EXPECT_GT(listener.wait_for_notifications(300ms), 0) << "and wakes the listening relay";
+  EXPECT_EQ(trigger_runs([&] {
+              other.enqueue(conn(), NewEvent{"order", "p2", "Placed", "{}", "{}", 1, std::nullopt});
+              pg::exec(conn(), raw_insert, {"3"});
+            }),
+            1)
+      << "a decision for another schema does not count for this one";
+  EXPECT_GT(listener.wait_for_notifications(300ms), 0);
+  pg::exec(conn(), "DROP SCHEMA " + other_schema.quoted() + " CASCADE");
+}
+
 // A sleeping relay beats like an awake one (every 10 s), or producers would take it for dead
 // after 30 s and stop waking it.
 TEST_F(RelayTest, AListeningRelayKeepsItsRowFresh) {

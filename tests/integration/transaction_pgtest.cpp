@@ -118,8 +118,10 @@ TEST_F(EnqueueAndCommitTest, CommitsTheBusinessChangeAndTheEventsTogether) {
   }
   EXPECT_EQ(orders(), 3);
   EXPECT_EQ(events(), 9);
+  // Prepared once each over three rounds: the statement for a lone event ("b") and the one for
+  // several events of an aggregate ("a").
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'outbox%'"),
-            1);
+            2);
   // Unprepared, on another connection.
   ProducerOptions options{schema_, 4096};
   options.prepare_statements = false;
