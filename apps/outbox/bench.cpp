@@ -32,6 +32,7 @@
 #include <optional>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
@@ -80,6 +81,25 @@ Percentiles percentiles(std::vector<double> values) {
 // ---------------------------------------------------------------------------------------------
 // A relay child process.
 
+// CPU seconds (user + system) a local process has used so far; nullopt if it cannot be read.
+std::optional<double> cpu_seconds_of(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return std::nullopt;
+  const auto after_name = line.rfind(')');  // the command name may hold spaces
+  if (after_name == std::string::npos) return std::nullopt;
+  std::istringstream fields(line.substr(after_name + 2));
+  std::string field;
+  long long utime = 0;
+  long long stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {  // fields 14 and 15: utime, stime
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  if (!fields) return std::nullopt;
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 class Child {
  public:
   Child(const std::vector<std::string>& args, const std::string& log_path) : log_path_(log_path) {
@@ -99,6 +119,7 @@ class Child {
   }
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
+  [[nodiscard]] pid_t pid() const { return pid_; }
   ~Child() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
@@ -478,6 +499,20 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
                 const SchemaName& schema, std::atomic<std::int64_t>& next_order,
                 std::vector<std::pair<double, double>>& cdf) {
   const auto& o = setup.options;
+  // What the relay costs the machine while producers run: its process, and (embedded database
+  // only: a server elsewhere has its own process ids) its PostgreSQL session.
+  std::optional<pid_t> relay_backend;
+  if (o.database_url.empty()) {
+    auto c = setup.connect();
+    const auto found = pg::exec(c.get(),
+                                "SELECT pid FROM pg_stat_activity WHERE application_name = "
+                                "'outbox-relay' AND datname = current_database()");
+    if (found.rows() == 1) relay_backend = static_cast<pid_t>(found.int64(0, 0));
+  }
+  const auto relay_cpu_before = cpu_seconds_of(relay.pid());
+  const auto backend_cpu_before =
+      relay_backend ? cpu_seconds_of(*relay_backend) : std::optional<double>();
+  const auto cpu_started = Clock::now();
   std::mutex mutex;
   std::vector<std::pair<EventId, double>> committed;
   committed.reserve(static_cast<std::size_t>(rate > 0 ? rate * o.seconds * 1.1 : 100000));
@@ -487,6 +522,14 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
                                     committed.emplace_back(id, at);
                                   });
   const double producers_done = wall_now();
+  const double cpu_elapsed = seconds_since(cpu_started);
+  auto cores = [&](std::optional<pid_t> pid, std::optional<double> before) -> json {
+    const auto after = pid && before ? cpu_seconds_of(*pid) : std::optional<double>();
+    if (!after || cpu_elapsed <= 0) return nullptr;
+    return (*after - *before) / cpu_elapsed;
+  };
+  const json relay_cores = cores(relay.pid(), relay_cpu_before);
+  const json relay_backend_cores = cores(relay_backend, backend_cpu_before);
   // Wait until the relay has published them all.
   auto c = setup.connect();
   const std::string pending_sql =
@@ -548,6 +591,8 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
           {"latency_p99_ms", p.p99},
           {"latency_max_ms", p.max},
           {"drained_s_after_producers", last_published - producers_done},
+          {"relay_cores", relay_cores},
+          {"relay_postgres_session_cores", relay_backend_cores},
           {"kept_up", unpublished == 0 && relay_rate >= 0.95 * producer_rate}};
 }
 
@@ -588,6 +633,11 @@ void print_table(const std::vector<json>& results) {
           number(r["committed_per_s"]), number(r["latency_p50_ms"]), number(r["latency_p95_ms"]),
           number(r["latency_p99_ms"]), number(r["latency_max_ms"]), number(r["relay_events_per_s"]),
           r["kept_up"].get<bool>() ? "kept up" : "FELL BEHIND");
+      if (r["relay_cores"].is_number() && r["relay_postgres_session_cores"].is_number()) {
+        text += fmt::format("; relay used {:.2f} cores, its PostgreSQL session {:.2f}",
+                            r["relay_cores"].get<double>(),
+                            r["relay_postgres_session_cores"].get<double>());
+      }
     }
     const std::string name =
         scenario == "live" ? "live " + r["offered"].get<std::string>() : scenario;
