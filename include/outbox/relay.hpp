@@ -28,7 +28,9 @@ struct RelayOptions {
   // default backoff (mean delays summing to about an hour), gives a broker that long to come back
   // before events stop retrying.
   int max_attempts = 25;
-  std::chrono::milliseconds idle_poll_max{1000};   // longest sleep when no NOTIFY arrives
+  // Longest sleep when no NOTIFY arrives; a sleeping relay still wakes every 10 s to refresh
+  // its outbox_relays row (producers stop waking relays whose row is 30 s old).
+  std::chrono::milliseconds idle_poll_max{1000};
   std::chrono::milliseconds drain_timeout{10000};  // on stop: how long to wait for reports
   // After PostgreSQL fails: first reconnect delay, doubled per failed try up to the max.
   std::chrono::milliseconds reconnect_backoff_base{100};

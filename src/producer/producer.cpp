@@ -51,7 +51,7 @@ std::string insert_sql(const SchemaName& schema, const std::string& rows) {
 ), wake AS (
   SELECT set_config('outbox.wake_checked', '{channel}', true),
          CASE WHEN (SELECT bool_and(r.listening) FROM {relays} r
-                    WHERE r.seen_at > now() - interval '30 seconds')
+                    WHERE r.seen_at > statement_timestamp() - interval '30 seconds')
               THEN pg_notify('{channel}', '') END
 ), seq AS (
   INSERT INTO {sequences} AS s (aggregate_type, aggregate_id, last_sequence)
@@ -138,6 +138,16 @@ void Producer::validate(const NewEvent& event) const {
         fmt::format("payload and headers of {} {} are {} bytes; the limit is {} (ProducerOptions::"
                     "max_payload_bytes). Store large documents elsewhere and send a reference",
                     event.event_type, event.aggregate_id, size, options_.max_payload_bytes));
+  }
+  // libpq sends a parameter up to its first NUL byte, so a NUL would cut the document short
+  // without an error (the JSON checks below stop reading there too).
+  for (const auto& [field, text] : {std::pair{"payload", &event.payload}, {"headers", &event.headers}}) {
+    if (text->find('\0') != std::string::npos) {
+      throw InvalidArgument(fmt::format(
+          "{} of {} {} contains a NUL byte; JSON text cannot (write it as \\u0000 inside a "
+          "string, which jsonb refuses too)",
+          field, event.event_type, event.aggregate_id));
+    }
   }
   if (const std::string problem = detail::check_jsonb_document(event.payload); !problem.empty()) {
     throw InvalidArgument(

@@ -45,13 +45,14 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
 }
 
 // The CTE `sent`: the rows of the relay's arrays `arrays` (event ids first, then the columns
-// named `columns`), each with the ctid and attempt_count of its event's current version, looked
-// up one by one in the primary key. The statements below update by that ctid (a TID scan), so no
+// named `columns`) whose event still carries their token, each with the ctid and attempt_count of
+// the row version the statement's snapshot sees, looked up one by one in the primary key. The statements below update by that ctid (a TID scan), so no
 // plan of theirs can read the table any other way: the relay's plans are generic, made once per
 // connection (relay.cpp), and a generic plan made while the table was empty once chose a
 // sequential scan for `UPDATE ... FROM unnest(...) WHERE event_id = ...` and kept it as the table
-// grew. A row that another transaction changed after the statement's snapshot is rechecked by
-// PostgreSQL on its newest version, as with any UPDATE: the token and skip conditions decide.
+// grew. A row that another transaction changed after the statement's snapshot may be passed over
+// (PostgreSQL versions differ in whether a TID scan's recheck compares the ctid); the relay then
+// tries those rows once more in a new statement (Relay::Impl::complete).
 std::string sent(const SchemaName& schema, const char* arrays, const char* columns) {
   return fmt::format(R"SQL(sent AS MATERIALIZED (
   SELECT d.*, t.row_ctid, t.attempt_count

@@ -145,6 +145,7 @@ CREATE UNIQUE INDEX outbox_events_pending_aggregate_idx
 -- Migration 3 notified whenever no relay was awake, also when no relay ran at all: then every
 -- enqueuing commit took the database-wide NOTIFY lock for nobody (a relay that starts claims
 -- before it listens). Now producers notify only when some relay listens and none is awake.
+-- (statement_timestamp(), not now(): a long transaction must not count a dead relay longer.)
 -- Listening relays refresh seen_at as awake ones do (every 10 s); a relay whose row is older than
 -- 30 s (it died, or a build before this migration sleeps without beating) is not notified and
 -- finds new rows on its idle timer (idle_poll_max).
@@ -152,7 +153,7 @@ CREATE OR REPLACE FUNCTION {s}.outbox_events_notify() RETURNS trigger LANGUAGE p
 BEGIN
   -- NULL (no live relay) and false (one is awake) both mean: nobody waits for a wake-up.
   IF (SELECT bool_and(listening) FROM {s}.outbox_relays
-      WHERE seen_at > now() - interval '30 seconds') THEN
+      WHERE seen_at > statement_timestamp() - interval '30 seconds') THEN
     PERFORM pg_notify('{channel}', '');
   END IF;
   RETURN NULL;
@@ -162,9 +163,10 @@ END $$;
 -- The statement trigger cost an enqueuing transaction ~5% (a PL/pgSQL call per statement; pgbench,
 -- docs/PERFORMANCE.md). The producer's insert now makes the same check in its own statement and
 -- records, for the rest of its transaction, the channel it decided for. The trigger stays for rows
--- other tools insert, and skips itself when the producer has decided for this schema.
-DROP TRIGGER outbox_events_notify ON {s}.outbox_events;
-CREATE TRIGGER outbox_events_notify AFTER INSERT ON {s}.outbox_events
+-- other tools insert, and skips itself when the producer has decided for this schema (then a
+-- later insert by another writer in the same transaction relies on the producer's check, made a
+-- little earlier). CREATE OR REPLACE takes a lock that blocks writers, not readers.
+CREATE OR REPLACE TRIGGER outbox_events_notify AFTER INSERT ON {s}.outbox_events
   FOR EACH STATEMENT
   WHEN (current_setting('outbox.wake_checked', true) IS DISTINCT FROM '{channel}')
   EXECUTE FUNCTION {s}.outbox_events_notify();

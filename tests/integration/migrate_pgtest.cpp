@@ -99,6 +99,18 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   "AND c.relnamespace = 'migrate_upgrade'::regnamespace"),
             1)
       << "migration 5 makes the pending index unique";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_proc WHERE proname = 'outbox_events_notify'"
+                  " AND pronamespace = 'migrate_upgrade'::regnamespace"
+                  " AND prosrc LIKE '%bool_and(listening)%'"),
+            1)
+      << "migration 6 makes the trigger wake relays only when one listens and none is awake";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_events_notify'"
+                  " AND tgrelid = 'migrate_upgrade.outbox_events'::regclass"
+                  " AND pg_get_triggerdef(oid) LIKE '%WHEN%outbox.wake_checked%'"),
+            1)
+      << "migration 7 lets the trigger skip itself when the producer has decided";
 }
 
 TEST(Migrate, ConcurrentCallersSerializeAndApplyOnce) {

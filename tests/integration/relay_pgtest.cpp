@@ -464,6 +464,34 @@ TEST_F(RelayTest, AFailedMarkIsWrittenAgainNotRepublished) {
   for (const auto& [id, n] : copies) EXPECT_EQ(n, 1) << id << " published " << n << " times";
 }
 
+// The mark updates by ctid. A row that another transaction changed after the mark's snapshot
+// (here: a row lock the mark waits on, then a change that keeps our claim, as an earlier try of
+// the same mark on a lost connection would make) is still ours and must be marked, not fenced and
+// published again after the lease.
+TEST_F(RelayTest, AMarkThatWaitedForAConcurrentChangeStillMarksItsRow) {
+  const auto ids = enqueue(1, 1);
+  auto holding = std::make_unique<HoldingSink>(sink());
+  HoldingSink& held = *holding;
+  Relay relay(options("racer"), std::move(holding));
+  std::thread runner([&] { relay.run(); });
+  const bool sent = wait_until([&] { return held.held() == 1; }, 20s);
+  auto other = connect();
+  pg::exec(other.get(), "BEGIN");
+  pg::exec(other.get(), "UPDATE " + schema_.table("outbox_events") +
+                            " SET last_error = 'touched' WHERE event_id = $1",
+           {ids.front().to_string().c_str()});
+  held.release();  // the mark now waits for our row lock
+  std::this_thread::sleep_for(500ms);
+  pg::commit(other.get());
+  const bool published = wait_until([&] { return unpublished() == 0; }, 5s);
+  relay.request_stop();
+  runner.join();
+  ASSERT_TRUE(sent);
+  EXPECT_TRUE(published) << "the mark should find the row's newest version";
+  EXPECT_EQ(relay.stats().fenced, 0U) << "the row was never re-claimed";
+  EXPECT_EQ(relay.stats().published, 1U);
+}
+
 // NOTIFY costs producers a database-wide lock through their commit, so they notify only when a
 // relay waits for it: some relay listens and none is awake (outbox_relays, rows younger than 30 s).
 // What a listener receives per enqueue, by the relays' state:
@@ -471,22 +499,38 @@ TEST_F(RelayTest, ProducersNotifyOnlyWhenARelayListensAndNoneIsAwake) {
   auto listener = connect();
   listener.listen('"' + schema_.notify_channel() + '"');
   const std::string relays = schema_.table("outbox_relays");
-  auto notified_after_enqueue = [&] {
-    listener.wait_for_notifications(0ms);  // drop anything earlier
-    enqueue(1, 1);
-    return listener.wait_for_notifications(300ms) > 0;
-  };
-  EXPECT_FALSE(notified_after_enqueue()) << "no relay runs: nobody to wake";
-  pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('a', false, now())");
-  EXPECT_FALSE(notified_after_enqueue()) << "a relay is awake and looks by itself";
-  pg::exec(conn(), "UPDATE " + relays + " SET listening = true");
-  EXPECT_TRUE(notified_after_enqueue()) << "every relay waits for a NOTIFY";
-  pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('b', false, now())");
-  EXPECT_FALSE(notified_after_enqueue()) << "one listens, another is awake: the awake one looks";
-  pg::exec(conn(), "UPDATE " + relays + " SET seen_at = now() - interval '1 min' WHERE relay_id = 'b'");
-  EXPECT_TRUE(notified_after_enqueue()) << "an awake relay that stopped beating no longer counts";
-  pg::exec(conn(), "UPDATE " + relays + " SET seen_at = now() - interval '1 min'");
-  EXPECT_FALSE(notified_after_enqueue()) << "a listening relay that stopped beating is gone";
+  int raw = 0;
+  // The producer's statement decides by itself (migration 7); any other writer's insert goes
+  // through the table's trigger (migration 6). Both must agree in every state.
+  const std::vector<std::pair<std::string, std::function<void()>>> writers = {
+      {"producer", [&] { enqueue(1, 1); }},
+      {"plain INSERT", [&] {
+         pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_events") +
+                              " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                              " event_type, payload) VALUES (gen_random_uuid(), 'order', 'raw-' ||"
+                              " $1, 1, 'Imported', '{}')",
+                  {std::to_string(++raw).c_str()});
+       }}};
+  for (const auto& [writer, write] : writers) {
+    pg::exec(conn(), "DELETE FROM " + relays);
+    auto notified_after = [&] {
+      listener.wait_for_notifications(0ms);  // drop anything earlier
+      write();
+      return listener.wait_for_notifications(300ms) > 0;
+    };
+    EXPECT_FALSE(notified_after()) << writer << ": no relay runs, nobody to wake";
+    pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('a', false, now())");
+    EXPECT_FALSE(notified_after()) << writer << ": a relay is awake and looks by itself";
+    pg::exec(conn(), "UPDATE " + relays + " SET listening = true");
+    EXPECT_TRUE(notified_after()) << writer << ": every relay waits for a NOTIFY";
+    pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('b', false, now())");
+    EXPECT_FALSE(notified_after()) << writer << ": one listens, another is awake and looks";
+    pg::exec(conn(), "UPDATE " + relays +
+                         " SET seen_at = now() - interval '1 min' WHERE relay_id = 'b'");
+    EXPECT_TRUE(notified_after()) << writer << ": an awake relay that stopped beating is gone";
+    pg::exec(conn(), "UPDATE " + relays + " SET seen_at = now() - interval '1 min'");
+    EXPECT_FALSE(notified_after()) << writer << ": a listening relay that stopped beating too";
+  }
 }
 
 // The producer's statement makes the wake-up check itself (migration 7), so the table's PL/pgSQL

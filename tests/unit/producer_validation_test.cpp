@@ -128,6 +128,20 @@ TEST(ProducerValidate, RejectsNulBytesInNames) {
   EXPECT_TRUE(contains(rejection_of(event), "event_type contains a NUL byte"));
 }
 
+// libpq would send the document only up to the NUL and the JSON check stops there too, so
+// '{"a":1}' would be stored without a word about the rest.
+TEST(ProducerValidate, RejectsNulBytesInPayloadAndHeaders) {
+  NewEvent event = valid_event();
+  event.payload = std::string("{\"a\":1}\0{\"b\":2}", 15);
+  EXPECT_TRUE(contains(rejection_of(event), "payload of"));
+  EXPECT_TRUE(contains(rejection_of(event), "contains a NUL byte"));
+
+  event = valid_event();
+  event.headers = std::string("{}\0", 3);
+  EXPECT_TRUE(contains(rejection_of(event), "headers of"));
+  EXPECT_TRUE(contains(rejection_of(event), "contains a NUL byte"));
+}
+
 // --- schema_version ---
 
 TEST(ProducerValidate, RejectsSchemaVersionZero) {
