@@ -501,14 +501,16 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
   const auto& o = setup.options;
   // What the relay costs the machine while producers run: its process, and (embedded database
   // only: a server elsewhere has its own process ids) its PostgreSQL session.
-  std::optional<pid_t> relay_backend;
-  if (o.database_url.empty()) {
+  auto find_relay_backend = [&]() -> std::optional<pid_t> {
+    if (!o.database_url.empty()) return std::nullopt;
     auto c = setup.connect();
     const auto found = pg::exec(c.get(),
                                 "SELECT pid FROM pg_stat_activity WHERE application_name = "
                                 "'outbox-relay' AND datname = current_database()");
-    if (found.rows() == 1) relay_backend = static_cast<pid_t>(found.int64(0, 0));
-  }
+    if (found.rows() != 1) return std::nullopt;
+    return static_cast<pid_t>(found.int64(0, 0));
+  };
+  std::optional<pid_t> relay_backend = find_relay_backend();
   const auto relay_cpu_before = cpu_seconds_of(relay.pid());
   const auto backend_cpu_before =
       relay_backend ? cpu_seconds_of(*relay_backend) : std::optional<double>();
@@ -529,6 +531,8 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
     return (*after - *before) / cpu_elapsed;
   };
   const json relay_cores = cores(relay.pid(), relay_cpu_before);
+  // A relay that reconnected meanwhile has another session: then the figure is unknown.
+  if (find_relay_backend() != relay_backend) relay_backend.reset();
   const json relay_backend_cores = cores(relay_backend, backend_cpu_before);
   // Wait until the relay has published them all.
   auto c = setup.connect();
