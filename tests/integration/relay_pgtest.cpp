@@ -586,6 +586,37 @@ TEST_F(RelayTest, TheTriggerWakesRelaysForOtherWritersAndSkipsTheProducer) {
   pg::exec(conn(), "DROP SCHEMA " + other_schema.quoted() + " CASCADE");
 }
 
+// Under steady traffic a relay stays awake between events (it finds them by itself within a few
+// milliseconds), instead of asking producers to notify it after every event: a producer that saw
+// it awake sends no NOTIFY and would wait for the idle timer. It listens once traffic stops.
+TEST_F(RelayTest, ARelayStaysAwakeBetweenEventsOfSteadyTrafficAndListensAfterIt) {
+  Relay relay(options("steady"), sink());
+  std::thread runner([&] { relay.run(); });
+  const std::string listening_sql = "SELECT count(*) FROM " + schema_.table("outbox_relays") +
+                                    " WHERE relay_id = 'steady' AND listening";
+  auto watcher = connect();
+  const bool slept_first = wait_until([&] { return count(watcher.get(), listening_sql) == 1; }, 10s);
+  enqueue(1, 1);  // wakes it (NOTIFY)
+  wait_until([&] { return count(watcher.get(), listening_sql) == 0; }, 5s);
+  int asleep_during_traffic = 0;
+  for (int i = 0; i < 30; ++i) {  // an event every ~20 ms for ~0.6 s
+    enqueue(1, 1);
+    const auto until = std::chrono::steady_clock::now() + 20ms;
+    while (std::chrono::steady_clock::now() < until) {
+      asleep_during_traffic += static_cast<int>(count(watcher.get(), listening_sql));
+      std::this_thread::sleep_for(2ms);
+    }
+  }
+  const bool drained = wait_until([&] { return unpublished() == 0; }, 5s);
+  const bool slept_after = wait_until([&] { return count(watcher.get(), listening_sql) == 1; }, 5s);
+  relay.request_stop();
+  runner.join();
+  ASSERT_TRUE(slept_first) << "an idle relay should listen";
+  EXPECT_EQ(asleep_during_traffic, 0) << "samples that found the relay listening mid-traffic";
+  EXPECT_TRUE(drained);
+  EXPECT_TRUE(slept_after) << "once traffic stops the relay should listen again";
+}
+
 // A sleeping relay beats like an awake one (every 10 s), or producers would take it for dead
 // after 30 s and stop waking it.
 TEST_F(RelayTest, AListeningRelayKeepsItsRowFresh) {
