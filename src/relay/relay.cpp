@@ -115,6 +115,12 @@ class Relay::Impl {
     }
     if (options_.max_attempts < 0)
       throw InvalidArgument("relay: max_attempts must be 0 (no limit) or more");
+    if (options_.idle_poll_max < kFirstIdleWait) {
+      throw InvalidArgument(fmt::format(
+          "relay: idle_poll_max is {} ms; it must be at least {} ms (an idle relay sleeps that "
+          "long at most between looks)",
+          options_.idle_poll_max.count(), kFirstIdleWait.count()));
+    }
     if (options_.lease < milliseconds(100)) {
       throw InvalidArgument(
           "relay: lease must be at least 100 ms (it bounds how long a crashed "
@@ -189,12 +195,18 @@ class Relay::Impl {
         }
 
         reports.clear();
-        const bool busy = claimed > 0 || claim_wanted;
-        // Wait for reports until our own next look is due, at most.
-        const auto next_look = std::chrono::duration_cast<milliseconds>(
+        // With the window full a wanted claim must wait for reports like anything else, or the
+        // loop would poll without waiting until the broker answers.
+        const bool can_claim = in_flight_.size() < options_.max_in_flight;
+        const bool busy = claimed > 0 || (claim_wanted && can_claim);
+        // Wait for reports until our own next look is due (rounded up, so a look due in under a
+        // millisecond still waits instead of spinning), at most 5 ms.
+        const auto next_look = std::chrono::ceil<milliseconds>(
             last_claim + (stalled ? kStalledPoll : kAwakePoll) - Clock::now());
         const milliseconds wait =
-            busy ? milliseconds(0) : std::clamp(next_look, milliseconds(0), milliseconds(5));
+            !can_claim ? milliseconds(5)
+            : busy     ? milliseconds(0)
+                       : std::clamp(next_look, milliseconds(0), milliseconds(5));
         if (!in_flight_.empty()) sink_->poll(wait, reports);
         if (!reports.empty()) {
           last_report = Clock::now();
@@ -211,9 +223,11 @@ class Relay::Impl {
           if (!listening_ && Clock::now() - last_work < kStayAwake) {
             // Work came moments ago: more is likely, and an awake relay finds it within
             // kAwakePoll without making producers notify. Wait for our next look.
+            // At least 1 ms: a claim that itself took kAwakePoll must not make the next one
+            // follow at once for the whole kStayAwake.
             connection_.wait_for_notifications(std::clamp(
-                std::chrono::duration_cast<milliseconds>(last_claim + kAwakePoll - Clock::now()),
-                milliseconds(0), kAwakePoll));
+                std::chrono::ceil<milliseconds>(last_claim + kAwakePoll - Clock::now()),
+                milliseconds(1), kAwakePoll));
             claim_wanted = true;
             continue;
           }
@@ -221,6 +235,7 @@ class Relay::Impl {
             // From now on producers notify us. A row committed after our last claim but before
             // this statement announced nothing: look once more before sleeping.
             set_listening(true);
+            idle_wait = kFirstIdleWait;
             claim_wanted = true;
             continue;
           }

@@ -586,6 +586,32 @@ TEST_F(RelayTest, TheTriggerWakesRelaysForOtherWritersAndSkipsTheProducer) {
   pg::exec(conn(), "DROP SCHEMA " + other_schema.quoted() + " CASCADE");
 }
 
+// Options that could not work are refused up front, naming the option.
+TEST_F(RelayTest, RefusesOptionsThatCannotWork) {
+  auto refusal = [&](const std::function<void(RelayOptions&)>& change) -> std::string {
+    RelayOptions o = options("refused");
+    change(o);
+    try {
+      Relay relay(o, sink());
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(refusal([](RelayOptions& o) { o.batch_size = 0; }).find("batch_size"),
+            std::string::npos);
+  EXPECT_NE(refusal([](RelayOptions& o) { o.max_in_flight = 0; }).find("max_in_flight"),
+            std::string::npos);
+  EXPECT_NE(refusal([](RelayOptions& o) { o.max_attempts = -1; }).find("max_attempts"),
+            std::string::npos);
+  EXPECT_NE(refusal([](RelayOptions& o) { o.lease = 50ms; }).find("lease"), std::string::npos);
+  EXPECT_NE(refusal([](RelayOptions& o) { o.idle_poll_max = 0ms; }).find("idle_poll_max"),
+            std::string::npos);
+  EXPECT_NE(refusal([](RelayOptions& o) { o.idle_poll_max = -5ms; }).find("idle_poll_max"),
+            std::string::npos);
+  EXPECT_EQ(refusal([](RelayOptions& o) { o.idle_poll_max = 2ms; }), "") << "the shortest allowed";
+}
+
 // Under steady traffic a relay stays awake between events (it finds them by itself within a few
 // milliseconds), instead of asking producers to notify it after every event: a producer that saw
 // it awake sends no NOTIFY and would wait for the idle timer. It listens once traffic stops.
