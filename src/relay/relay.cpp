@@ -70,7 +70,7 @@ constexpr milliseconds kStallAfter{100};
 // An awake relay that runs out of work stays awake this long before it asks producers to notify
 // it. Under steady traffic it otherwise fell asleep between events, and a producer that had seen
 // it still awake (so sent no NOTIFY) waited for its idle timer: at 200 events/s the median
-// latency was either 1.4 or 7-8 ms from run to run; staying awake, 2.5 ms every run.
+// latency was either 1.4 or 7-8 ms from run to run; staying awake, ~3 ms every run.
 constexpr milliseconds kStayAwake{200};
 
 // A relay that has just started to listen sleeps this long first, then twice as long each time
