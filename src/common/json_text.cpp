@@ -85,7 +85,16 @@ class JsonbChecker final : public nlohmann::json_sax<nlohmann::json> {
 
 }  // namespace
 
+namespace {
+// libpq sends a text parameter up to its first NUL byte and the JSON parser stops there too, so
+// a document with a raw NUL would be stored cut short without an error.
+constexpr const char* kRawNul =
+    "contains a NUL byte; JSON text cannot (write it as \\u0000 inside a string, which jsonb "
+    "refuses too)";
+}  // namespace
+
 std::string check_jsonb_document(std::string_view text) {
+  if (text.find('\0') != std::string_view::npos) return kRawNul;
   if (text.starts_with("\xEF\xBB\xBF")) {
     return "starts with a UTF-8 byte order mark, which PostgreSQL jsonb refuses; remove it";
   }
@@ -97,6 +106,7 @@ std::string check_jsonb_document(std::string_view text) {
 }
 
 std::string check_header_object(std::string_view text) {
+  if (text.find('\0') != std::string_view::npos) return kRawNul;
   const auto parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) return "is not valid JSON";
   if (!parsed.is_object()) return "must be a JSON object";

@@ -139,16 +139,6 @@ void Producer::validate(const NewEvent& event) const {
                     "max_payload_bytes). Store large documents elsewhere and send a reference",
                     event.event_type, event.aggregate_id, size, options_.max_payload_bytes));
   }
-  // libpq sends a parameter up to its first NUL byte, so a NUL would cut the document short
-  // without an error (the JSON checks below stop reading there too).
-  for (const auto& [field, text] : {std::pair{"payload", &event.payload}, {"headers", &event.headers}}) {
-    if (text->find('\0') != std::string::npos) {
-      throw InvalidArgument(fmt::format(
-          "{} of {} {} contains a NUL byte; JSON text cannot (write it as \\u0000 inside a "
-          "string, which jsonb refuses too)",
-          field, event.event_type, event.aggregate_id));
-    }
-  }
   if (const std::string problem = detail::check_jsonb_document(event.payload); !problem.empty()) {
     throw InvalidArgument(
         fmt::format("payload of {} {} {}", event.event_type, event.aggregate_id, problem));

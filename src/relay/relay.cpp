@@ -3,10 +3,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <functional>
 #include <random>
 #include <thread>
 #include <tuple>
-#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -149,6 +150,11 @@ class Relay::Impl {
     auto last_renewal = Clock::now();
     auto last_claim = Clock::now();
     auto last_work = Clock::now();  // the last claim that found rows, or the last report
+    // Time until our next own look, `interval` after the last claim; rounded up, so a look due in
+    // under a millisecond is still waited for instead of polled for without waiting.
+    auto until_look = [&](milliseconds interval) {
+      return std::chrono::ceil<milliseconds>(last_claim + interval - Clock::now());
+    };
     std::vector<DeliveryReport> reports;
     health_.set(Health::running);
     bool registered = false;
@@ -199,14 +205,12 @@ class Relay::Impl {
         // loop would poll without waiting until the broker answers.
         const bool can_claim = in_flight_.size() < options_.max_in_flight;
         const bool busy = claimed > 0 || (claim_wanted && can_claim);
-        // Wait for reports until our own next look is due (rounded up, so a look due in under a
-        // millisecond still waits instead of spinning), at most 5 ms.
-        const auto next_look = std::chrono::ceil<milliseconds>(
-            last_claim + (stalled ? kStalledPoll : kAwakePoll) - Clock::now());
+        // Wait for reports until our own next look is due, at most 5 ms.
         const milliseconds wait =
             !can_claim ? milliseconds(5)
             : busy     ? milliseconds(0)
-                       : std::clamp(next_look, milliseconds(0), milliseconds(5));
+                       : std::clamp(until_look(stalled ? kStalledPoll : kAwakePoll),
+                                    milliseconds(0), milliseconds(5));
         if (!in_flight_.empty()) sink_->poll(wait, reports);
         if (!reports.empty()) {
           last_report = Clock::now();
@@ -225,9 +229,8 @@ class Relay::Impl {
             // kAwakePoll without making producers notify. Wait for our next look.
             // At least 1 ms: a claim that itself took kAwakePoll must not make the next one
             // follow at once for the whole kStayAwake.
-            connection_.wait_for_notifications(std::clamp(
-                std::chrono::ceil<milliseconds>(last_claim + kAwakePoll - Clock::now()),
-                milliseconds(1), kAwakePoll));
+            connection_.wait_for_notifications(
+                std::clamp(until_look(kAwakePoll), milliseconds(1), kAwakePoll));
             claim_wanted = true;
             continue;
           }
@@ -548,10 +551,17 @@ class Relay::Impl {
       std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};
       for (const std::string& value : extra_values) params.push_back(value.c_str());
       pg::Result& result = results.emplace_back(pg::exec_prepared(connection_.get(), sql, params));
-      std::unordered_set<std::string> matched;
       const int last_column = PQnfields(result.get()) - 1;
+      auto is_marked = [&](int row) { return result.text(row, last_column) != "claimed"; };
+      std::size_t marked = 0;
+      for (int row = 0; row < result.rows(); ++row) marked += is_marked(row) ? 1 : 0;
+      if (marked == pending.size()) {  // the usual case: every row matched
+        pending.clear();
+        break;
+      }
+      std::unordered_set<std::string> matched;
       for (int row = 0; row < result.rows(); ++row) {
-        if (result.text(row, last_column) != "claimed") matched.emplace(result.text(row, 0));
+        if (is_marked(row)) matched.emplace(result.text(row, 0));
       }
       std::erase_if(pending, [&](const Outcome* outcome) {
         return matched.contains(outcome->event_id.to_string());
