@@ -40,22 +40,13 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
   return text.substr(0, cut);
 }
 
-// The relay's own writes (claims, marks, failure records) commit asynchronously: no fsync wait per
-// statement. A PostgreSQL crash can undo the last few hundred milliseconds of them, and each undo
-// only ever repeats work: an undone claim or mark makes the row claimable again (a republish, same
-// event id), an undone failure record a retry. Nothing the producers committed depends on it.
+// The session settings (asynchronous commit, generic plans without sequential scans) are explained
+// in relay_sql.cpp, next to the statements they are for.
 pg::Connection open_connection(const RelayOptions& options) {
   auto connection = pg::Connection::open(options.database_url, "outbox-relay");
-  pg::exec(connection.get(), "SET synchronous_commit = off");
-  // The relay's statements are prepared and planned once per connection (until ANALYZE or DDL
-  // invalidates the plan): planning a claim took 0.34 ms against 0.05 ms to run one that found
-  // nothing, and under live load the relay runs hundreds a second. A generic plan cannot see the
-  // table's size, so every statement is written to have only one sensible plan, by index and by
-  // ctid (relay_sql.cpp): a generic plan made while the table was empty once kept a sequential
-  // scan for the mark's id list as the table grew (345 events/s in the benchmark's live
-  // scenario). RelaySqlPlans checks the plans on an empty table never analyzed, a backlog and a
-  // history with nothing pending.
-  pg::exec(connection.get(), "SET plan_cache_mode = force_generic_plan");
+  for (const std::string& setting : relay_sql::session_settings()) {
+    pg::exec(connection.get(), setting);
+  }
   return connection;
 }
 

@@ -2,10 +2,14 @@
 // Every statement the polling relay sends, in one place.
 
 #include <string>
+#include <vector>
 
 #include "outbox/schema.hpp"
 
 namespace outbox::relay_sql {
+
+// What the relay sets on its connection before it prepares anything (relay_sql.cpp says why).
+std::vector<std::string> session_settings();
 
 // $1 claim token, $2 aggregates to visit (the batch size), $3 lease in ms, $4/$5 the cursor (the
 // last aggregate visited by the previous claim; '' and '' to start over). Claims due rows that
