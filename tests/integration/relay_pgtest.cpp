@@ -643,6 +643,43 @@ TEST_F(RelayTest, ARelayStaysAwakeBetweenEventsOfSteadyTrafficAndListensAfterIt)
   EXPECT_TRUE(slept_after) << "once traffic stops the relay should listen again";
 }
 
+// Heavy live traffic (here ~5,000 events/s, in commits of 10) paces the relay's claims at least
+// 3 ms apart, so each finds a batch worth a statement; unpaced, every broker report (every
+// millisecond or two) brought a claim of a few rows.
+TEST_F(RelayTest, UnderHeavyTrafficClaimsArePacedNotOnePerBrokerReport) {
+  Relay relay(options("paced"), sink({{"linger.ms", "0.5"}}));
+  std::thread runner([&] { relay.run(); });
+  std::vector<EventId> ids = enqueue(10, 1);
+  const bool warm = wait_until([&] { return unpublished() == 0; }, 10s);
+  const auto claims_before = relay.stats().claim_queries;
+  const auto started = std::chrono::steady_clock::now();
+  const Producer producer(ProducerOptions{schema_, 4096});
+  for (int i = 0; i < 400; ++i) {  // new aggregates, as orders being placed
+    pg::exec(conn(), "BEGIN");
+    for (int a = 0; a < 10; ++a) {
+      ids.push_back(producer
+                        .enqueue(conn(), NewEvent{"order", "o-" + std::to_string(i) + "-" + std::to_string(a), "Step",
+                                                  "{}", "{}", 1, std::nullopt})
+                        .event_id);
+    }
+    pg::commit(conn());
+    std::this_thread::sleep_for(2ms);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto claims = relay.stats().claim_queries - claims_before;
+  const bool drained = wait_until([&] { return unpublished() == 0; }, 10s);
+  relay.request_stop();
+  runner.join();
+  ASSERT_TRUE(warm);
+  EXPECT_TRUE(drained);
+  // At most one claim per 3 ms, plus slack for the claims that are never paced (a NOTIFY, a
+  // full batch of 50) and for the traffic's first claims.
+  EXPECT_LE(static_cast<double>(claims), seconds / 0.003 * 1.1 + 20)
+      << claims << " claims in " << seconds << " s of traffic";
+  expect_on_broker_in_order(ids);
+}
+
 // A sleeping relay beats like an awake one (every 10 s), or producers would take it for dead
 // after 30 s and stop waking it.
 TEST_F(RelayTest, AListeningRelayKeepsItsRowFresh) {
