@@ -64,8 +64,9 @@ std::map<std::string, std::string> parse_properties(const std::vector<std::strin
   return properties;
 }
 
-int cmd_migrate(const std::string& db, const std::string& schema) {
-  const auto report = migrate(database_url(db), SchemaName(schema));
+int cmd_migrate(const std::string& db, const std::string& schema, std::int64_t lock_timeout_ms) {
+  const auto report = migrate(database_url(db), SchemaName(schema),
+                              std::chrono::milliseconds(lock_timeout_ms));
   std::cout << "schema " << schema << ": version " << report.from_version << " -> "
             << report.to_version << " (" << report.applied << " migration(s) applied)\n";
   return 0;
@@ -239,6 +240,13 @@ int main(int argc, char** argv) {
   migrate->add_option("--db", db,
                       "libpq connection string or URI (default: $OUTBOX_DATABASE_URL, PG*)");
   migrate->add_option("--schema", schema, "schema for outbox's tables");
+  std::int64_t migrate_lock_timeout_ms = outbox::kMigrateLockTimeout.count();
+  migrate
+      ->add_option("--lock-timeout-ms", migrate_lock_timeout_ms,
+                   "longest wait for a lock on outbox's tables (0: no limit); writers queue "
+                   "behind a waiting migration")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
 
   RelayFlags relay_flags;
   auto* relay = app.add_subcommand("relay", "publish committed events to Kafka (polling relay)");
@@ -397,7 +405,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*migrate) return cmd_migrate(db, schema);
+    if (*migrate) return cmd_migrate(db, schema, migrate_lock_timeout_ms);
     if (*relay) return cmd_relay(relay_flags);
     if (*status) return cmd_status(db, schema);
     if (*quarantine) {

@@ -1,6 +1,7 @@
 #pragma once
 // The PostgreSQL schema that holds outbox's tables, and the migrations that create it.
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -40,14 +41,23 @@ struct MigrationReport {
 // The highest migration version this build knows.
 int latest_schema_version();
 
+// How long a migration waits for a lock on outbox's tables by default. A DDL statement that waits
+// for a lock (behind a long transaction that wrote to outbox_events) makes every later writer of
+// the table wait behind it: producers would stall for as long as the blocker lives.
+inline constexpr std::chrono::milliseconds kMigrateLockTimeout{5000};
+
 // Applies every migration not yet recorded in `schema.outbox_schema_migrations`, all in one
 // transaction under an advisory lock: concurrent callers serialize, the second applies nothing,
 // and a failure leaves the schema as it was. Idempotent. `conn` must be idle (not inside a
-// transaction). Blocks for the DDL. Throws DatabaseError (with SQLSTATE) when the server refuses,
-// InvalidArgument when `conn` is busy, and Error when the database holds a newer schema than this
-// build knows.
-MigrationReport migrate(PGconn* conn, const SchemaName& schema);
+// transaction). Waits for other migrate calls as long as they run, but at most `lock_timeout`
+// for each lock its DDL needs (0: no limit); then nothing is changed and a retryable
+// DatabaseError (SQLSTATE 55P03) says so. Throws DatabaseError (with SQLSTATE) when the server
+// refuses, InvalidArgument when `conn` is busy or `lock_timeout` negative, and Error when the
+// database holds a newer schema than this build knows.
+MigrationReport migrate(PGconn* conn, const SchemaName& schema,
+                        std::chrono::milliseconds lock_timeout = kMigrateLockTimeout);
 // Same, on a new connection to `database_url` (a libpq connection string or URI; empty: PG* vars).
-MigrationReport migrate(const std::string& database_url, const SchemaName& schema);
+MigrationReport migrate(const std::string& database_url, const SchemaName& schema,
+                        std::chrono::milliseconds lock_timeout = kMigrateLockTimeout);
 
 }  // namespace outbox

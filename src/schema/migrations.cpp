@@ -177,9 +177,15 @@ CREATE OR REPLACE TRIGGER outbox_events_notify AFTER INSERT ON {s}.outbox_events
 
 int latest_schema_version() { return kMigrations.back().version; }
 
-MigrationReport migrate(PGconn* conn, const SchemaName& schema) {
+MigrationReport migrate(PGconn* conn, const SchemaName& schema,
+                        std::chrono::milliseconds lock_timeout) {
   if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
     throw InvalidArgument("migrate needs an idle connection, not one inside a transaction");
+  }
+  if (lock_timeout.count() < 0) {
+    throw InvalidArgument(fmt::format(
+        "migrate: lock timeout is {} ms; give 0 (wait as long as it takes) or more",
+        lock_timeout.count()));
   }
   const std::string& s = schema.quoted();
   MigrationReport report;
@@ -188,6 +194,8 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema) {
     pg::exec(conn, "SET LOCAL client_min_messages = warning");  // no "already exists" notices
     pg::exec(conn, "SELECT pg_advisory_xact_lock(hashtext($1))",
              {("outbox.migrate." + schema.name()).c_str()});
+    // Only now: another migrate call may hold the advisory lock for as long as its DDL takes.
+    pg::exec(conn, fmt::format("SET LOCAL lock_timeout = {}", lock_timeout.count()));
     pg::exec(conn, "CREATE SCHEMA IF NOT EXISTS " + s);
     pg::exec(conn, "CREATE TABLE IF NOT EXISTS " + schema.table("outbox_schema_migrations") +
                        " (version integer PRIMARY KEY, name text NOT NULL,"
@@ -213,6 +221,17 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema) {
       ++report.applied;
     }
     pg::commit(conn);
+  } catch (const DatabaseError& error) {
+    pg::rollback_quietly(conn);
+    if (error.sqlstate() != "55P03") throw;
+    throw DatabaseError(
+        fmt::format("migrate: schema {} left unchanged at version {}: waited {} ms for a lock on "
+                    "its tables, which another transaction holds (see pg_locks and "
+                    "pg_stat_activity: a long transaction that wrote to outbox_events). Waiting "
+                    "longer would stall every producer queued behind the migration. Retry when it "
+                    "ends, or raise the lock timeout ({})",
+                    schema.name(), report.from_version, lock_timeout.count(), error.what()),
+        error.sqlstate(), true);
   } catch (...) {
     pg::rollback_quietly(conn);
     throw;
@@ -220,9 +239,10 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema) {
   return report;
 }
 
-MigrationReport migrate(const std::string& database_url, const SchemaName& schema) {
+MigrationReport migrate(const std::string& database_url, const SchemaName& schema,
+                        std::chrono::milliseconds lock_timeout) {
   auto connection = pg::Connection::open(database_url, "outbox-migrate");
-  return migrate(connection.get(), schema);
+  return migrate(connection.get(), schema, lock_timeout);
 }
 
 }  // namespace outbox

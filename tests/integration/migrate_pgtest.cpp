@@ -113,6 +113,45 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
       << "migration 7 lets the trigger skip itself when the producer has decided";
 }
 
+// A migration whose DDL waits behind a writer's open transaction gives up after its lock timeout,
+// changes nothing, and says what to do; once the writer is gone it applies. Waiting on would make
+// every producer that comes after queue behind the migration's lock request.
+TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
+  const SchemaName schema("migrate_lock");
+  auto connection = connect();
+  PGconn* conn = connection.get();
+  pg::exec(conn, "SET client_min_messages = warning");
+  pg::exec(conn, "DROP SCHEMA IF EXISTS migrate_lock CASCADE");
+  migrate(conn, schema);
+  // As a build before migration 7 left it (7 only redefines the trigger, so it can run again).
+  pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version = 7");
+  auto writer = connect();
+  pg::exec(writer.get(), "BEGIN");
+  pg::exec(writer.get(),
+           "INSERT INTO migrate_lock.outbox_events (event_id, aggregate_type, aggregate_id,"
+           " aggregate_sequence, event_type, payload) VALUES (gen_random_uuid(), 'order', '1', 1,"
+           " 'X', '{}')");
+  pg::exec(conn, "SET statement_timeout = '10s'");  // without the lock timeout: fail, not hang
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    migrate(conn, schema, std::chrono::milliseconds(200));
+    ADD_FAILURE() << "migrate should give up while the writer holds its lock";
+  } catch (const DatabaseError& e) {
+    EXPECT_EQ(e.sqlstate(), "55P03");
+    EXPECT_TRUE(e.retryable());
+    EXPECT_NE(std::string(e.what()).find("left unchanged at version 6"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(3));
+  EXPECT_EQ(PQtransactionStatus(conn), PQTRANS_IDLE);
+  EXPECT_EQ(count(conn, "SELECT max(version) FROM migrate_lock.outbox_schema_migrations"), 6);
+  pg::exec(writer.get(), "COMMIT");
+  const auto report = migrate(conn, schema, std::chrono::milliseconds(200));
+  EXPECT_EQ(report.from_version, 6);
+  EXPECT_EQ(report.to_version, latest_schema_version());
+  EXPECT_THROW(migrate(conn, schema, std::chrono::milliseconds(-1)), InvalidArgument);
+}
+
 TEST(Migrate, ConcurrentCallersSerializeAndApplyOnce) {
   const SchemaName schema("migrate_race");
   {
