@@ -504,14 +504,16 @@ json bench_backlog(const Setup& setup, bool discard,
 // live: commit→ack latency at offered rates while a relay runs.
 
 // Waits until no event of `schema` is pending, at most `timeout` (or until `relay` exits).
-void wait_published(const Setup& setup, const SchemaName& schema, const Child* relay,
+// Returns whether none is.
+bool wait_published(const Setup& setup, const SchemaName& schema, const Child* relay,
                     std::chrono::seconds timeout) {
   auto c = setup.connect();
   const std::string pending_sql =
       "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE published_at IS NULL";
   const auto deadline = Clock::now() + timeout;
-  while (pg::exec(c.get(), pending_sql).int64(0, 0) > 0 && Clock::now() < deadline &&
-         (relay == nullptr || relay->running())) {
+  for (;;) {
+    if (pg::exec(c.get(), pending_sql).int64(0, 0) == 0) return true;
+    if (Clock::now() >= deadline || (relay != nullptr && !relay->running())) return false;
     std::this_thread::sleep_for(50ms);
   }
 }
@@ -522,7 +524,9 @@ void wait_published(const Setup& setup, const SchemaName& schema, const Child* r
 // step over (the relay's session used 0.28-0.40 cores at max instead of 0.20), and the phase
 // after max wrote into the previous phases' dead rows.
 void settle(const Setup& setup, const SchemaName& schema, const Child& relay) {
-  wait_published(setup, schema, &relay, 60s);
+  if (!wait_published(setup, schema, &relay, 60s)) {
+    progress("live: events still pending after 60 s; the next phase starts unsettled");
+  }
   auto c = setup.connect();
   pg::exec(c.get(), "VACUUM " + schema.table("outbox_events"));
   pg::exec(c.get(), "CHECKPOINT");
@@ -536,19 +540,34 @@ double producers_alone_here(const Setup& setup, const SchemaName& schema, Child&
                             std::atomic<std::int64_t>& next_order) {
   const auto& o = setup.options;
   settle(setup, schema, relay);
-  ::kill(relay.pid(), SIGSTOP);
-  // As if no relay ran: a relay stopped while it listened would otherwise make every commit
-  // NOTIFY (nobody awake to say otherwise), which cost the producers 15-20% here. The relay
-  // writes its row again when it next changes state or beats.
-  pg::exec(setup.connect().get(), "DELETE FROM " + schema.table("outbox_relays"));
+  struct Paused {  // the relay resumes however this ends
+    pid_t pid;
+    explicit Paused(pid_t p) : pid(p) { ::kill(pid, SIGSTOP); }
+    ~Paused() { ::kill(pid, SIGCONT); }
+    Paused(const Paused&) = delete;
+    Paused& operator=(const Paused&) = delete;
+  };
   TxResult alone;
-  try {
+  {
+    const Paused paused(relay.pid());
+    auto c = setup.connect();
+    // A statement the relay sent just before it stopped still runs (a heartbeat could write its
+    // row back): wait until its session is idle, at most 2 s.
+    for (int i = 0; i < 200; ++i) {
+      if (pg::exec(c.get(),
+                   "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outbox-relay'"
+                   " AND datname = current_database() AND state <> 'idle'")
+              .int64(0, 0) == 0) {
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    // As if no relay ran: a relay stopped while it listened would otherwise make every commit
+    // NOTIFY (nobody awake to say otherwise), which cost the producers 15-20% here. The relay
+    // writes its row again when it next changes state or beats.
+    pg::exec(c.get(), "DELETE FROM " + schema.table("outbox_relays"));
     alone = run_clients(setup, schema, true, o.clients, o.seconds, 0, next_order);
-  } catch (...) {
-    ::kill(relay.pid(), SIGCONT);
-    throw;
   }
-  ::kill(relay.pid(), SIGCONT);
   progress(fmt::format("live: producers alone (relay paused) {:.0f} tx/s", alone.rate()));
   return alone.rate();
 }

@@ -247,8 +247,10 @@ class Relay::Impl {
             // kAwakePoll without making producers notify. Wait for our next look.
             // At least 1 ms: a claim that itself took kAwakePoll must not make the next one
             // follow at once for the whole kStayAwake.
-            connection_.wait_for_notifications(
-                std::clamp(until_look(kAwakePoll), milliseconds(1), kAwakePoll));
+            if (connection_.wait_for_notifications(
+                    std::clamp(until_look(kAwakePoll), milliseconds(1), kAwakePoll)) > 0) {
+              more_pending = true;  // a NOTIFY is never paced
+            }
             claim_wanted = true;
             continue;
           }
@@ -268,6 +270,7 @@ class Relay::Impl {
           if (connection_.wait_for_notifications(
                   std::clamp(heartbeat_due, milliseconds(0), idle_wait)) > 0) {
             idle_wait = kFirstIdleWait;
+            more_pending = true;
           } else {
             idle_wait = std::min(idle_wait * 2, options_.idle_poll_max);
           }

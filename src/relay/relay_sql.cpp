@@ -8,9 +8,10 @@ namespace {
 
 // The CTEs `locked` and `claimed` shared by the claim and the mark's successor claim: lock each
 // candidate of CTE `candidates` (columns event_id, row_ctid: the row version the candidate query
-// read) by its ctid, a TID scan that descends no index, whatever the planner's statistics say (on
-// a table never analyzed it once preferred scanning a partial index whose predicate the
-// conditions implied). FOR UPDATE follows a row that changed since the statement's snapshot to
+// read) by its ctid, a TID scan that descends no index (on a table never analyzed the planner
+// once preferred scanning a partial index whose predicate the conditions implied; where it
+// believes the table empty, only the session's enable_seqscan = off keeps it from a sequential
+// scan, see session_settings). FOR UPDATE follows a row that changed since the statement's snapshot to
 // its newest version and locks that; such a row is left for the next claim (its ctid differs,
 // and the UPDATE below, which sees only the snapshot, could not reach it). The conditions and the
 // event id are checked on the locked version. Then claim what is pending, due and not leased
@@ -46,8 +47,9 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
 
 // The CTE `sent`: the rows of the relay's arrays `arrays` (event ids first, then the columns
 // named `columns`) whose event still carries their token, each with the ctid and attempt_count of
-// the row version the statement's snapshot sees, looked up one by one in the primary key. The statements below update by that ctid (a TID scan), so no
-// plan of theirs can read the table any other way: the relay's plans are generic, made once per
+// the row version the statement's snapshot sees, looked up one by one in the primary key. The
+// statements below update by that ctid (a TID scan), so with the session's settings no plan of
+// theirs reads the table any other way: the relay's plans are generic, made once per
 // connection (relay.cpp), and a generic plan made while the table was empty once chose a
 // sequential scan for `UPDATE ... FROM unnest(...) WHERE event_id = ...` and kept it as the table
 // grew. A row that another transaction changed after the statement's snapshot may be passed over

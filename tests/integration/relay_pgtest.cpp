@@ -643,9 +643,9 @@ TEST_F(RelayTest, ARelayStaysAwakeBetweenEventsOfSteadyTrafficAndListensAfterIt)
   EXPECT_TRUE(slept_after) << "once traffic stops the relay should listen again";
 }
 
-// Heavy live traffic (here ~5,000 events/s, in commits of 10) paces the relay's claims at least
-// 3 ms apart, so each finds a batch worth a statement; unpaced, every broker report (every
-// millisecond or two) brought a claim of a few rows.
+// Heavy live traffic (here 4,000 events in commits of 10, ~2,000-3,000 events/s) paces the
+// relay's claims at least 3 ms apart, so each finds a batch worth a statement; unpaced, every
+// broker report (every millisecond or two) brought a claim of a few rows.
 TEST_F(RelayTest, UnderHeavyTrafficClaimsArePacedNotOnePerBrokerReport) {
   Relay relay(options("paced"), sink({{"linger.ms", "0.5"}}));
   std::thread runner([&] { relay.run(); });
