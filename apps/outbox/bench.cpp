@@ -82,8 +82,9 @@ Percentiles percentiles(std::vector<double> values) {
 // A relay child process.
 
 // CPU seconds (user + system) a local process has used so far; nullopt if it cannot be read.
-std::optional<double> cpu_seconds_of(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+// CPU seconds from a /proc/.../stat file (a process, or one thread under task/).
+std::optional<double> cpu_seconds_in(const std::string& stat_path) {
+  std::ifstream stat(stat_path);
   std::string line;
   if (!std::getline(stat, line)) return std::nullopt;
   const auto after_name = line.rfind(')');  // the command name may hold spaces
@@ -98,6 +99,24 @@ std::optional<double> cpu_seconds_of(pid_t pid) {
   }
   if (!fields) return std::nullopt;
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+std::optional<double> cpu_seconds_of(pid_t pid) {
+  return cpu_seconds_in("/proc/" + std::to_string(pid) + "/stat");
+}
+
+// CPU seconds of the embedded Kafka mock cluster: librdkafka names its threads "rdk:mock".
+double mock_broker_cpu_seconds() {
+  double total = 0;
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("rdk:mock", 0) == 0) {
+      total += cpu_seconds_in((task.path() / "stat").string()).value_or(0);
+    }
+  }
+  return total;
 }
 
 class Child {
@@ -589,6 +608,7 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
   };
   std::optional<pid_t> relay_backend = find_relay_backend();
   const auto relay_cpu_before = cpu_seconds_of(relay.pid());
+  const double broker_cpu_before = mock_broker_cpu_seconds();
   const auto backend_cpu_before =
       relay_backend ? cpu_seconds_of(*relay_backend) : std::optional<double>();
   const auto cpu_started = Clock::now();
@@ -611,6 +631,11 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
   // A relay that reconnected meanwhile has another session: then the figure is unknown.
   if (find_relay_backend() != relay_backend) relay_backend.reset();
   const json relay_backend_cores = cores(relay_backend, backend_cpu_before);
+  // The embedded mock broker runs in this process; a real one's CPU is on another machine.
+  const json broker_cores =
+      o.kafka_brokers.empty() && cpu_elapsed > 0
+          ? json((mock_broker_cpu_seconds() - broker_cpu_before) / cpu_elapsed)
+          : json(nullptr);
   wait_published(setup, schema, &relay, 60s);
   auto c = setup.connect();
   std::unordered_map<std::string, double> commit_time;
@@ -667,6 +692,7 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
           {"drained_s_after_producers", last_published - producers_done},
           {"relay_cores", relay_cores},
           {"relay_postgres_session_cores", relay_backend_cores},
+          {"mock_broker_cores", broker_cores},
           {"kept_up", unpublished == 0 && relay_rate >= 0.95 * producer_rate}};
 }
 
@@ -716,6 +742,9 @@ void print_table(const std::vector<json>& results) {
         text += fmt::format("; relay used {:.2f} cores, its PostgreSQL session {:.2f}",
                             r["relay_cores"].get<double>(),
                             r["relay_postgres_session_cores"].get<double>());
+        if (r["mock_broker_cores"].is_number()) {
+          text += fmt::format(", the mock broker {:.2f}", r["mock_broker_cores"].get<double>());
+        }
       }
     }
     const std::string name =

@@ -38,8 +38,8 @@ check "live runs published every event and report latency percentiles" \
   "all(x['unpublished'] == 0 and 0 < x['latency_p50_ms'] <= x['latency_p99_ms'] <= x['latency_max_ms'] for x in r[3:5])"
 check "live max is compared with the producers alone around it (relay paused) and with the producer scenario" \
   "r[4]['producers_alone_before_per_s'] > 0 and r[4]['producers_alone_after_per_s'] > 0 and abs(r[4]['of_producers_alone'] - r[4]['committed_per_s'] / r[4]['producers_alone_per_s']) < 1e-9 and r[4]['of_producer_scenario'] > 0"
-check "every live rate says what the relay and its PostgreSQL session cost in cores" \
-  "all(isinstance(x['relay_cores'], (int, float)) and isinstance(x['relay_postgres_session_cores'], (int, float)) for x in r[3:5])"
+check "every live rate says what the relay, its PostgreSQL session and the mock broker cost in cores" \
+  "all(isinstance(x['relay_cores'], (int, float)) and isinstance(x['relay_postgres_session_cores'], (int, float)) and isinstance(x['mock_broker_cores'], (int, float)) for x in r[3:5])"
 for plot in drain-throughput live-latency; do
   if head -c 4 "$work_dir/out/$plot.svg" | grep -q '<svg'; then
     pass
