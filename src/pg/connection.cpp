@@ -14,6 +14,19 @@
 
 namespace outbox::pg {
 
+namespace {
+
+// Enough of a statement to say which one failed: its first non-blank line, at most 60 bytes.
+std::string first_line(const std::string& sql) {
+  const auto start = sql.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos) return {};
+  const auto end = sql.find('\n', start);
+  return sql.substr(start, std::min<std::size_t>(
+                               (end == std::string::npos ? sql.size() : end) - start, 60));
+}
+
+}  // namespace
+
 bool is_retryable_sqlstate(std::string_view sqlstate) {
   if (sqlstate.size() != 5) return false;
   const std::string_view cls = sqlstate.substr(0, 2);
@@ -65,10 +78,7 @@ Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>
   Result result(raw);
   const ExecStatusType status = raw != nullptr ? PQresultStatus(raw) : PGRES_FATAL_ERROR;
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    // The first line of the statement is enough to say which one failed.
-    const auto end = sql.find('\n');
-    throw make_error(conn, raw,
-                     "statement failed [" + sql.substr(0, std::min<std::size_t>(end, 60)) + "]");
+    throw make_error(conn, raw, "statement failed [" + first_line(sql) + "]");
   }
   return result;
 }
@@ -180,9 +190,6 @@ std::string statement_name(const std::string& sql) {
   return fmt::format("outbox_{:016x}", hash);
 }
 
-std::string first_line(const std::string& sql) {
-  return sql.substr(0, std::min<std::size_t>(sql.find('\n'), 60));
-}
 
 }  // namespace
 

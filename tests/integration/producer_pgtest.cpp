@@ -381,6 +381,17 @@ TEST_F(ProducerTest, OutsideATransactionAVanishedStatementIsPreparedAgainSilentl
     EXPECT_EQ(e.sqlstate(), "42P01");
   }
   EXPECT_EQ(outbox_prepared(conn()), 1);
+  // The error names the statement by its first non-blank line, prepared or not.
+  for (const bool prepared : {false, true}) {
+    const std::string bad = "\n  SELECT FROM nowhere_at_all\n  WHERE true";
+    try {
+      prepared ? pg::exec_prepared(conn(), bad, {}) : pg::exec(conn(), bad);
+      FAIL() << "expected DatabaseError";
+    } catch (const DatabaseError& e) {
+      EXPECT_NE(std::string(e.what()).find("[SELECT FROM nowhere_at_all]"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace
