@@ -16,6 +16,7 @@
 #include "common/json_text.hpp"
 #include "common/log.hpp"
 #include "pg/connection.hpp"
+#include "relay/claim_schedule.hpp"
 #include "relay/relay_sql.hpp"
 
 namespace outbox {
@@ -58,15 +59,7 @@ pg::Connection open_connection(const RelayOptions& options) {
 constexpr milliseconds kAwakePoll{3};
 constexpr milliseconds kStalledPoll{80};
 
-// Under heavy live traffic, claims at least kClaimGap apart. Every broker report asks for a claim
-// (a published event may unblock a successor; a failed one frees room), and at live rates reports
-// came every millisecond or two: flat out most claims found a few rows, and the relay's PostgreSQL
-// session spent its time on per-statement costs. Pacing starts when a claim finds kPaceFrom rows or
-// more, which an unpaced relay sees from ~3,000 events/s on; a paced claim at 1,000 events/s finds
-// ~3, so lighter traffic returns to unpaced claims and keeps its latency. A NOTIFY and a backlog (a
-// full batch, more aggregates after the cursor) are never paced.
-constexpr milliseconds kClaimGap{3};
-constexpr std::size_t kPaceFrom = 5;
+// Claims that broker reports ask for are paced under heavy traffic: detail::ClaimSchedule.
 constexpr milliseconds kStallAfter{100};
 
 // An awake relay that runs out of work stays awake this long before it asks producers to notify
@@ -144,22 +137,14 @@ class Relay::Impl {
   bool loop(bool until_idle, Clock::time_point deadline) {
     draining_ = false;
     bool claim_wanted = true;
-    // The last claim filled its batch or stopped before the end of the aggregates: more rows wait,
-    // so the next claim is not paced (kClaimGap).
-    bool more_pending = true;
-    bool heavy = false;  // the last claim found kPaceFrom rows or more
+    detail::ClaimSchedule schedule(Clock::now());
     milliseconds idle_wait = kFirstIdleWait;
     // Since when the broker owes us nothing: the last report, or the send that ended a time
     // with nothing in flight.
     auto last_report = Clock::now();
     auto last_renewal = Clock::now();
-    auto last_claim = Clock::now();
     auto last_work = Clock::now();  // the last claim that found rows, or the last report
-    // Time until our next own look, `interval` after the last claim; rounded up, so a look due in
-    // under a millisecond is still waited for instead of polled for without waiting.
-    auto until_look = [&](milliseconds interval) {
-      return std::chrono::ceil<milliseconds>(last_claim + interval - Clock::now());
-    };
+    auto until_look = [&](milliseconds interval) { return schedule.until(Clock::now(), interval); };
     std::vector<DeliveryReport> reports;
     health_.set(Health::running);
     bool registered = false;
@@ -173,12 +158,12 @@ class Relay::Impl {
         // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
         if (connection_.wait_for_notifications(milliseconds(0)) > 0) {
           claim_wanted = true;
-          more_pending = true;
+          schedule.announced();
         }
         // Producers do not notify an awake relay (migration 3), so look for new rows by ourselves
         // while sends are in flight.
         const bool stalled = !in_flight_.empty() && Clock::now() - last_report > kStallAfter;
-        if (Clock::now() - last_claim >= (stalled ? kStalledPoll : kAwakePoll)) claim_wanted = true;
+        if (schedule.due(Clock::now(), stalled ? kStalledPoll : kAwakePoll)) claim_wanted = true;
         if (Clock::now() - last_heartbeat_ > kHeartbeat) set_listening(listening_);
 
         // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
@@ -190,13 +175,13 @@ class Relay::Impl {
 
         std::size_t claimed = 0;
         const std::size_t room = options_.max_in_flight - in_flight_.size();
-        const bool paced =
-            claim_wanted && heavy && !more_pending && Clock::now() - last_claim < kClaimGap;
+        const bool paced = claim_wanted && schedule.paced(Clock::now());
         if (claim_wanted && room > 0 && !paced) {
           const std::size_t limit = std::min(room, options_.batch_size);
           const bool from_start = cursor_type_.empty() && cursor_id_.empty();
-          last_claim = Clock::now();
-          if (in_flight_.empty()) last_report = last_claim;
+          const auto now = Clock::now();
+          schedule.started(now);
+          if (in_flight_.empty()) last_report = now;
           ClaimResult result = claim(limit);
           if (result.reached_end && !from_start && result.claimed < limit) {
             // Wrap around: the aggregates before the cursor get their turn in this same pass.
@@ -208,8 +193,7 @@ class Relay::Impl {
           // More aggregates after the cursor, or a full batch: ask again at once. Otherwise wait
           // for a reason (NOTIFY, a report, the idle timer).
           claim_wanted = !result.reached_end || claimed == std::min(room, options_.batch_size);
-          more_pending = claim_wanted;
-          heavy = claimed >= kPaceFrom;
+          schedule.finished(claimed, claim_wanted);
         }
 
         reports.clear();
@@ -221,14 +205,14 @@ class Relay::Impl {
         const milliseconds wait =
             !can_claim ? milliseconds(5)
             : busy     ? milliseconds(0)
-                       : std::clamp(until_look(paced     ? kClaimGap
+                       : std::clamp(until_look(paced     ? detail::ClaimSchedule::kGap
                                                : stalled ? kStalledPoll
                                                          : kAwakePoll),
                                     milliseconds(0), milliseconds(5));
         if (!in_flight_.empty()) {
           sink_->poll(wait, reports);
         } else if (paced && connection_.wait_for_notifications(wait) > 0) {
-          more_pending = true;
+          schedule.announced();
         }
         if (!reports.empty()) {
           last_report = Clock::now();
@@ -249,7 +233,7 @@ class Relay::Impl {
             // follow at once for the whole kStayAwake.
             if (connection_.wait_for_notifications(
                     std::clamp(until_look(kAwakePoll), milliseconds(1), kAwakePoll)) > 0) {
-              more_pending = true;  // a NOTIFY is never paced
+              schedule.announced();  // a NOTIFY is never paced
             }
             claim_wanted = true;
             continue;
@@ -270,7 +254,7 @@ class Relay::Impl {
           if (connection_.wait_for_notifications(
                   std::clamp(heartbeat_due, milliseconds(0), idle_wait)) > 0) {
             idle_wait = kFirstIdleWait;
-            more_pending = true;
+            schedule.announced();
           } else {
             idle_wait = std::min(idle_wait * 2, options_.idle_poll_max);
           }
@@ -287,7 +271,7 @@ class Relay::Impl {
         }
         reconnect(error);
         claim_wanted = true;
-        more_pending = true;
+        schedule.announced();
         last_renewal = Clock::now();
         last_report = Clock::now();  // reports taken during the outage are written by now
         registered = false;  // say again that we are awake, on the new connection
