@@ -522,6 +522,10 @@ json bench_backlog(const Setup& setup, bool discard,
 // ---------------------------------------------------------------------------------------------
 // live: commit→ack latency at offered rates while a relay runs.
 
+// The relay's PostgreSQL sessions (pg::Connection names them) in the benchmark's database.
+constexpr const char* kRelaySessions =
+    "FROM pg_stat_activity WHERE application_name = 'outbox-relay' AND datname = current_database()";
+
 // Waits until no event of `schema` is pending, at most `timeout` (or until `relay` exits).
 // Returns whether none is.
 bool wait_published(const Setup& setup, const SchemaName& schema, const Child* relay,
@@ -573,9 +577,8 @@ double producers_alone_here(const Setup& setup, const SchemaName& schema, Child&
     // A statement the relay sent just before it stopped still runs (a heartbeat could write its
     // row back): wait until its session is idle, at most 2 s.
     for (int i = 0; i < 200; ++i) {
-      if (pg::exec(c.get(),
-                   "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outbox-relay'"
-                   " AND datname = current_database() AND state <> 'idle'")
+      if (pg::exec(c.get(), std::string("SELECT count(*) ") + kRelaySessions +
+                                " AND state <> 'idle'")
               .int64(0, 0) == 0) {
         break;
       }
@@ -600,9 +603,7 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
   auto find_relay_backend = [&]() -> std::optional<pid_t> {
     if (!o.database_url.empty()) return std::nullopt;
     auto c = setup.connect();
-    const auto found = pg::exec(c.get(),
-                                "SELECT pid FROM pg_stat_activity WHERE application_name = "
-                                "'outbox-relay' AND datname = current_database()");
+    const auto found = pg::exec(c.get(), std::string("SELECT pid ") + kRelaySessions);
     if (found.rows() != 1) return std::nullopt;
     return static_cast<pid_t>(found.int64(0, 0));
   };

@@ -57,9 +57,8 @@ pg::Connection open_connection(const RelayOptions& options) {
 // At 10 ms, rows committed while the relay waited for acks waited up to 10 ms: live 500/s p50
 // ~8 ms, 1,000/s p99 ~12 ms; at 3 ms, 4.4 and 6 ms (docs/PERFORMANCE.md).
 constexpr milliseconds kAwakePoll{3};
+// (Claims that broker reports ask for are paced under heavy traffic: detail::ClaimSchedule.)
 constexpr milliseconds kStalledPoll{80};
-
-// Claims that broker reports ask for are paced under heavy traffic: detail::ClaimSchedule.
 constexpr milliseconds kStallAfter{100};
 
 // An awake relay that runs out of work stays awake this long before it asks producers to notify

@@ -7,12 +7,18 @@
 namespace outbox::testing {
 namespace {
 
+// A connection, with `schema` gone: what migrate finds on a database outbox never touched.
+pg::Connection connect_without(const SchemaName& schema) {
+  auto connection = connect();
+  pg::exec(connection.get(), "SET client_min_messages = warning");
+  pg::exec(connection.get(), "DROP SCHEMA IF EXISTS " + schema.quoted() + " CASCADE");
+  return connection;
+}
+
 TEST(Migrate, CreatesTablesOnceAndRecordsTheVersion) {
   const SchemaName schema("migrate_once");
-  auto connection = connect();
+  auto connection = connect_without(schema);
   PGconn* conn = connection.get();
-  pg::exec(conn, "SET client_min_messages = warning");
-  pg::exec(conn, "DROP SCHEMA IF EXISTS migrate_once CASCADE");
 
   const auto first = migrate(conn, schema);
   EXPECT_EQ(first.from_version, 0);
@@ -42,11 +48,9 @@ TEST(Migrate, CreatesTablesOnceAndRecordsTheVersion) {
 
 // A database migrated by an older build is brought forward, keeping its rows.
 TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
-  auto connection = connect();
-  PGconn* conn = connection.get();
-  pg::exec(conn, "SET client_min_messages = warning");
-  pg::exec(conn, "DROP SCHEMA IF EXISTS migrate_upgrade CASCADE");
   const SchemaName schema("migrate_upgrade");
+  auto connection = connect_without(schema);
+  PGconn* conn = connection.get();
   migrate(conn, schema);
   // Roll the schema back to what version 1 created, as an older build would have left it.
   pg::exec(conn, R"SQL(
@@ -118,10 +122,8 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
 // every producer that comes after queue behind the migration's lock request.
 TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
   const SchemaName schema("migrate_lock");
-  auto connection = connect();
+  auto connection = connect_without(schema);
   PGconn* conn = connection.get();
-  pg::exec(conn, "SET client_min_messages = warning");
-  pg::exec(conn, "DROP SCHEMA IF EXISTS migrate_lock CASCADE");
   migrate(conn, schema);
   // As a build before migration 7 left it (7 only redefines the trigger, so it can run again).
   pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version = 7");
@@ -154,11 +156,7 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
 
 TEST(Migrate, ConcurrentCallersSerializeAndApplyOnce) {
   const SchemaName schema("migrate_race");
-  {
-    auto connection = connect();
-    pg::exec(connection.get(), "SET client_min_messages = warning");
-    pg::exec(connection.get(), "DROP SCHEMA IF EXISTS migrate_race CASCADE");
-  }
+  connect_without(schema);
   std::atomic<int> applied{0};
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
