@@ -4,17 +4,28 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace outbox::cli {
 
-// --db, else $OUTBOX_DATABASE_URL, else "" (libpq then reads the PG* variables).
-inline std::string database_url(const std::string& flag) {
-  if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("OUTBOX_DATABASE_URL")) return env;
-  return {};
-}
+// The password file every subcommand's --db-password-file names (else
+// $OUTBOX_DATABASE_PASSWORD_FILE); set by main() before a command runs.
+void set_database_password_file(const std::string& path);
+
+// --db, else $OUTBOX_DATABASE_URL, else "" (libpq then reads the PG* variables), with the
+// password from the password file added when one is given. Throws ConfigError when the file
+// cannot be read or the string already has a password.
+std::string database_url(const std::string& flag);
+
+// Reads a secret from a file: its first line, without the line end. Warns on stderr when others
+// may read the file. Throws ConfigError naming the file (never its content).
+std::string read_secret_file(const std::string& path, const std::string& what);
+
+// key=value lines of a librdkafka properties file ('#' comments and blank lines skipped), for
+// secrets that must not stand on a command line. Throws ConfigError naming the file and line.
+std::map<std::string, std::string> read_properties_file(const std::string& path);
 
 // Blocks SIGINT and SIGTERM in every thread started after this call and runs `on_signal` on a
 // dedicated thread when one arrives (so it may take locks, unlike a signal handler).
@@ -66,16 +77,16 @@ struct BenchOptions {
   std::int64_t events = 1000000;  // backlog size for ceiling and drain
   int aggregates = 10000;
   int payload_bytes = 200;
-  std::string shared_buffers = "1GB";  // embedded PostgreSQL only
+  std::string shared_buffers = "1GB";         // embedded PostgreSQL only
   std::vector<std::string> kafka_properties;  // key=value, passed to each Kafka relay
-  int clients = 4;                        // producer connections (producer and live)
-  double seconds = 10;                    // per producer comparison and per live rate
-  std::vector<int> rates = {1000, 5000};  // live offered rates; "max" always follows
-  int relays = 2;                         // relay processes for ceiling and drain
-  std::size_t batch_size = 500;           // relay
-  std::size_t max_in_flight = 10000;      // relay
-  int timeout_seconds = 900;              // per backlog
-  std::vector<std::string> only;          // scenarios to run; empty: all
+  int clients = 4;                            // producer connections (producer and live)
+  double seconds = 10;                        // per producer comparison and per live rate
+  std::vector<int> rates = {1000, 5000};      // live offered rates; "max" always follows
+  int relays = 2;                             // relay processes for ceiling and drain
+  std::size_t batch_size = 500;               // relay
+  std::size_t max_in_flight = 10000;          // relay
+  int timeout_seconds = 900;                  // per backlog
+  std::vector<std::string> only;              // scenarios to run; empty: all
   std::string out_dir = "bench-results";
 };
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli_common.hpp"
+#include "common/fault.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/error.hpp"
@@ -64,9 +65,32 @@ std::map<std::string, std::string> parse_properties(const std::vector<std::strin
   return properties;
 }
 
+// CLI11 reads integers with strtoll base 0: "010" would be 8 and "0x10" 16. Every integer flag
+// takes plain decimal only (leading zeros allowed and read as decimal).
+void decimal_integers_only(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (!type.starts_with("INT") && !type.starts_with("UINT")) continue;
+    option->transform(
+        CLI::Validator(
+            [](std::string& value) -> std::string {
+              std::size_t digits = value.starts_with('-') ? 1 : 0;
+              if (digits == value.size() ||
+                  value.find_first_not_of("0123456789", digits) != std::string::npos) {
+                return "takes a whole decimal number, not \"" + value + "\"";
+              }
+              while (digits + 1 < value.size() && value[digits] == '0') value.erase(digits, 1);
+              return {};
+            },
+            ""),
+        "decimal");
+  }
+  for (CLI::App* sub : app.get_subcommands({})) decimal_integers_only(*sub);
+}
+
 int cmd_migrate(const std::string& db, const std::string& schema, std::int64_t lock_timeout_ms) {
-  const auto report = migrate(database_url(db), SchemaName(schema),
-                              std::chrono::milliseconds(lock_timeout_ms));
+  const auto report =
+      migrate(database_url(db), SchemaName(schema), std::chrono::milliseconds(lock_timeout_ms));
   std::cout << "schema " << schema << ": version " << report.from_version << " -> "
             << report.to_version << " (" << report.applied << " migration(s) applied)\n";
   return 0;
@@ -77,6 +101,7 @@ struct RelayFlags {
   std::string schema = "outbox";
   std::string brokers;
   std::vector<std::string> properties;
+  std::string properties_file;  // key=value lines; --kafka-property overrides
   std::string topic_template = "outbox.{aggregate_type}";
   std::string relay_id;
   std::size_t batch_size = 500;
@@ -89,14 +114,19 @@ struct RelayFlags {
   std::string stats_every;  // empty: only at the end
 };
 
-// One line a log collector or a person can read; printed every --stats-every and at the end.
+// One line a log collector or a person can read; printed every --stats-every and at the end. The
+// last error says how old it is: next to "health running" it is history, not the present.
 std::string stats_line(const std::string& relay_id, const RelayStats& s) {
   return fmt::format(
       "relay {}: health {}, published {}, failed {}, fenced {}, quarantined {}, in flight {}, "
       "reconnects {}, claim statements {}, mark statements {}{}",
       relay_id, to_string(s.health), s.published, s.failed, s.fenced, s.quarantined, s.in_flight,
       s.reconnects, s.claim_queries, s.mark_queries,
-      s.last_error.empty() ? "" : ", last error: " + s.last_error);
+      s.last_error.empty()
+          ? ""
+          : fmt::format(", last error {} s ago: {}",
+                        std::chrono::duration_cast<std::chrono::seconds>(s.last_error_age).count(),
+                        s.last_error));
 }
 
 int cmd_relay(const RelayFlags& flags) {
@@ -109,6 +139,10 @@ int cmd_relay(const RelayFlags& flags) {
   }
   const auto stats_every =
       flags.stats_every.empty() ? std::chrono::milliseconds(0) : parse_duration(flags.stats_every);
+  if (!flags.stats_every.empty() && stats_every < std::chrono::seconds(1)) {
+    throw ConfigError("relay: --stats-every must be at least 1s, not \"" + flags.stats_every +
+                      "\"");
+  }
   RelayOptions options;
   options.database_url = database_url(flags.db);
   options.schema = SchemaName(flags.schema);
@@ -122,7 +156,9 @@ int cmd_relay(const RelayFlags& flags) {
   KafkaSinkOptions sink;
   sink.brokers = flags.brokers;
   sink.topic_template = flags.topic_template;
-  sink.properties = parse_properties(flags.properties);
+  if (!flags.properties_file.empty()) sink.properties = read_properties_file(flags.properties_file);
+  for (auto& [key, value] : parse_properties(flags.properties)) sink.properties[key] = value;
+  sink.max_message_timeout = options.lease;
   auto make_sink = [&] { return discard ? make_discard_sink() : make_kafka_sink(sink); };
 
   std::mutex mutex;
@@ -212,8 +248,18 @@ int cmd_status(const std::string& db, const std::string& schema_text) {
   return 0;
 }
 
-int cmd_kafka_mock(int brokers) {
+int cmd_kafka_mock(int brokers, int partitions, const std::vector<std::string>& topics) {
   KafkaMockCluster cluster(brokers);
+  for (const std::string& topic : topics) cluster.create_topic(topic, partitions);
+  // librdkafka's mock cluster has no setting for either limit: say so rather than let a consumer
+  // that fell behind find its offset silently gone.
+  std::cerr << fmt::format(
+      "outbox kafka-mock: an in-memory test broker. Each partition keeps at most 5 MiB and drops "
+      "its oldest messages beyond that; {} ({} partition(s) each); other topics are created on "
+      "first use with 4 partitions. For demos and tests, not for data you need.\n",
+      topics.empty() ? std::string("no topic created up front (--topic NAME)")
+                     : fmt::format("{} topic(s) created", topics.size()),
+      partitions);
   std::cout << cluster.bootstrap_servers() << std::endl;
   wait_for_termination();
   return 0;
@@ -233,6 +279,7 @@ int main(int argc, char** argv) {
   using namespace outbox::cli;
   CLI::App app{"outbox: transactional outbox for PostgreSQL"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows every default
 
   std::string db;
   std::string schema = "outbox";
@@ -254,6 +301,8 @@ int main(int argc, char** argv) {
   relay->add_option("--schema", relay_flags.schema, "schema holding outbox_events");
   relay->add_option("--kafka-brokers", relay_flags.brokers, "bootstrap servers host:port,...");
   relay->add_option("--kafka-property", relay_flags.properties, "librdkafka property key=value");
+  relay->add_option("--kafka-properties-file", relay_flags.properties_file,
+                    "librdkafka properties, key=value per line (for secrets: ps shows flags)");
   relay->add_option("--topic-template", relay_flags.topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
   relay->add_option("--relay-id", relay_flags.relay_id,
@@ -288,6 +337,8 @@ int main(int argc, char** argv) {
   status->add_option("--schema", schema, "schema holding outbox_events");
 
   int mock_brokers = 3;
+  int mock_partitions = 4;
+  std::vector<std::string> mock_topics;
   QuarantineFlags quarantine_flags;
   auto* quarantine =
       app.add_subcommand("quarantine", "events set aside after failing: list, retry, skip");
@@ -328,6 +379,11 @@ int main(int argc, char** argv) {
   auto* mock =
       app.add_subcommand("kafka-mock", "run librdkafka's mock Kafka cluster until stopped");
   mock->add_option("--brokers", mock_brokers, "number of brokers")->check(CLI::Range(1, 64));
+  mock->add_option("--topic", mock_topics,
+                   "create this topic up front with --partitions partitions (repeatable)");
+  mock->add_option("--partitions", mock_partitions,
+                   "partitions of each --topic; each keeps at most 5 MiB, oldest dropped first")
+      ->check(CLI::Range(1, 10000));
 
   auto* postgres = app.add_subcommand(
       "postgres", "run a private PostgreSQL cluster until stopped; prints its connection string");
@@ -367,16 +423,19 @@ int main(int argc, char** argv) {
   bench->add_option("--payload-bytes", bench_options.payload_bytes, "approximate payload size")
       ->check(CLI::Range(80, 1000000))
       ->capture_default_str();
-  bench->add_option("--shared-buffers", bench_options.shared_buffers,
-                    "the embedded PostgreSQL's shared_buffers (a tuned server's, not initdb's 128MB)")
+  bench
+      ->add_option(
+          "--shared-buffers", bench_options.shared_buffers,
+          "the embedded PostgreSQL's shared_buffers (a tuned server's, not initdb's 128MB)")
       ->check([](const std::string& v) {
         return std::regex_match(v, std::regex("[0-9]+(kB|MB|GB|TB)"))
                    ? std::string()
                    : "--shared-buffers takes a size such as 128MB or 1GB, not \"" + v + "\"";
       })
       ->capture_default_str();
-  bench->add_option("--kafka-property", bench_options.kafka_properties,
-                    "librdkafka property key=value for the relays (e.g. linger.ms=1)")
+  bench
+      ->add_option("--kafka-property", bench_options.kafka_properties,
+                   "librdkafka property key=value for the relays (e.g. linger.ms=1)")
       ->check([](const std::string& v) {
         return v.find('=') == std::string::npos || v.front() == '='
                    ? "--kafka-property \"" + v + "\": expected key=value, e.g. linger.ms=1"
@@ -403,8 +462,17 @@ int main(int argc, char** argv) {
   bench->add_option("--out", bench_options.out_dir, "folder for results.json, plots, relay logs")
       ->capture_default_str();
 
+  std::string password_file;
+  for (CLI::App* command : {migrate, relay, status, quarantine, cleanup}) {
+    command->add_option("--db-password-file", password_file,
+                        "the database password, from the first line of this file (default: "
+                        "$OUTBOX_DATABASE_PASSWORD_FILE; libpq's PGPASSFILE works too)");
+  }
+  decimal_integers_only(app);
   CLI11_PARSE(app, argc, argv);
+  set_database_password_file(password_file);
   try {
+    outbox::fault::arm_from_environment();  // tests only: the crash campaign arms the relays
     if (*migrate) return cmd_migrate(db, schema, migrate_lock_timeout_ms);
     if (*relay) return cmd_relay(relay_flags);
     if (*status) return cmd_status(db, schema);
@@ -413,7 +481,7 @@ int main(int argc, char** argv) {
       return run_quarantine(quarantine_flags);
     }
     if (*cleanup) return run_cleanup(cleanup_flags);
-    if (*mock) return cmd_kafka_mock(mock_brokers);
+    if (*mock) return cmd_kafka_mock(mock_brokers, mock_partitions, mock_topics);
     if (*postgres) return cmd_postgres();
     if (*demo) return run_demo(demo_options);
     if (*bench) return run_bench(bench_options);

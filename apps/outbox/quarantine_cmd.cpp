@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 namespace outbox::cli {
 namespace {
 
+// In the order given, each id once: `retry ID ID` is one event, not "1 of 2 released".
 std::vector<EventId> parse_ids(const std::vector<std::string>& texts) {
   std::vector<EventId> ids;
   for (const std::string& text : texts) {
@@ -22,7 +24,7 @@ std::vector<EventId> parse_ids(const std::vector<std::string>& texts) {
                             "\" is not an event id (a UUID such as "
                             "0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b); see `outbox quarantine list`");
     }
-    ids.push_back(*id);
+    if (std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
   }
   return ids;
 }

@@ -23,8 +23,13 @@ struct KafkaSinkOptions {
   // "outbox.{aggregate_type}".
   std::string topic_template = "outbox.{aggregate_type}";
   // Extra librdkafka properties (e.g. security.protocol, linger.ms). enable.idempotence=true and
-  // acks=all are always set; a property that would weaken them is a ConfigError.
+  // acks=all are always set; a property that would weaken a guarantee is a ConfigError (another
+  // acks or idempotence, a partitioner that does not map a key to one partition, a
+  // transactional.id, a LIFO queue, a message timeout of 0 or not below max_message_timeout).
   std::map<std::string, std::string> properties;
+  // The relay's lease: a send must time out before it, or another relay could publish the event
+  // and its successor first. 0: not checked. The default message timeout is 20 s.
+  std::chrono::milliseconds max_message_timeout{0};
 };
 
 // Throws ConfigError for an unknown or contradictory property, or an unusable topic template.

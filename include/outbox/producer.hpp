@@ -77,7 +77,8 @@ class Producer {
   //    (retryable: nothing committed).
   //  - CommitOutcomeUnknown: the connection broke after the COMMIT was sent. Resolve it with
   //    resolve_commit(new_conn, schema, error) before running the transaction again.
-  std::vector<EnqueuedEvent> enqueue_and_commit(PGconn* conn, std::span<const NewEvent> events) const;
+  std::vector<EnqueuedEvent> enqueue_and_commit(PGconn* conn,
+                                                std::span<const NewEvent> events) const;
   EnqueuedEvent enqueue_and_commit(PGconn* conn, const NewEvent& event) const;
 
   // Checks one event without any I/O; throws InvalidArgument naming the field and the rule.

@@ -39,18 +39,19 @@ struct RelayOptions {
 
 // Counters since the relay started. Read from any thread.
 struct RelayStats {
-  std::uint64_t claimed = 0;      // rows claimed (a retried row counts each time)
-  std::uint64_t published = 0;    // rows marked published
-  std::uint64_t failed = 0;       // sends that failed or had an unknown outcome (rescheduled)
-  std::uint64_t fenced = 0;       // marks refused because the row no longer carried our claim
-  std::uint64_t quarantined = 0;  // set aside: permanent failure or attempt limit reached
+  std::uint64_t claimed = 0;        // rows claimed (a retried row counts each time)
+  std::uint64_t published = 0;      // rows marked published
+  std::uint64_t failed = 0;         // sends that failed or had an unknown outcome (rescheduled)
+  std::uint64_t fenced = 0;         // marks refused because the row no longer carried our claim
+  std::uint64_t quarantined = 0;    // set aside: permanent failure or attempt limit reached
   std::uint64_t claim_queries = 0;  // claim statements run (each looks for up to a batch of heads)
   std::uint64_t mark_queries = 0;   // mark statements run (each completes a group of acks)
-  std::uint64_t successors = 0;  // of the claimed: taken by the mark of their predecessor
-  std::uint64_t in_flight = 0;   // right now
-  std::uint64_t reconnects = 0;  // times the relay got PostgreSQL back after losing it
+  std::uint64_t successors = 0;     // of the claimed: taken by the mark of their predecessor
+  std::uint64_t in_flight = 0;      // right now
+  std::uint64_t reconnects = 0;     // times the relay got PostgreSQL back after losing it
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)
+  std::chrono::milliseconds last_error_age{0};  // how long ago last_error happened
 };
 
 // Thread safety: run() and run_until_idle() from one thread at a time; request_stop(), stats()

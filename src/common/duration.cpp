@@ -5,7 +5,6 @@
 #include <cctype>
 #include <charconv>
 #include <cstdint>
-#include <limits>
 
 #include "outbox/error.hpp"
 
@@ -20,7 +19,9 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
   };
   if (text.empty()) throw fail("empty");
   if (text == "0") return std::chrono::milliseconds(0);
-  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max() / 4;
+  // Ten years. Every duration ends up added to a clock that counts nanoseconds in 64 bits (about
+  // 292 years from its epoch): a longer one would overflow it and a wait would end at once.
+  constexpr std::int64_t kMax = kMaxDurationDays * 24 * 3600 * 1000;
   std::int64_t total = 0;
   std::string_view rest = text;
   while (!rest.empty()) {
@@ -58,7 +59,9 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
     } else {
       throw fail(fmt::format("unknown unit \"{}\"", unit));
     }
-    if (number > (kMax - total) / scale) throw fail("too large");
+    if (number > (kMax - total) / scale) {
+      throw fail(fmt::format("too large: at most {}d", kMaxDurationDays));
+    }
     total += number * scale;
   }
   return std::chrono::milliseconds(total);

@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -52,6 +54,12 @@ Armed parse_entry(const std::string& entry) {
   }
   Armed armed;
   armed.point = entry.substr(0, eq);
+  if (std::find(std::begin(kPoints), std::end(kPoints), armed.point) == std::end(kPoints)) {
+    std::string known;
+    for (const char* point : kPoints) known += (known.empty() ? "" : ", ") + std::string(point);
+    throw InvalidArgument("OUTBOX_FAULTS entry \"" + entry + "\": no fault point \"" + armed.point +
+                          "\"; the points are " + known);
+  }
   std::string action = entry.substr(eq + 1);
   if (const auto at = action.find('@'); at != std::string::npos) {
     armed.fire_on = parse_number(std::string_view(action).substr(at + 1), entry);
@@ -83,18 +91,14 @@ Armed parse_entry(const std::string& entry) {
 
 std::atomic<bool> g_armed{false};  // constant-initialized: valid before any dynamic initializer
 
-namespace {
-// Arms from OUTBOX_FAULTS while the process starts. A malformed spec stops the process there
-// (uncaught InvalidArgument): better than a campaign that silently injects nothing.
-const bool g_armed_from_environment = [] {
-  const char* spec = std::getenv("OUTBOX_FAULTS");
-  if (spec == nullptr || *spec == '\0') return false;
-  arm(spec);
-  return true;
-}();
-}  // namespace
+bool compiled_in() noexcept { return OUTBOX_FAULT_INJECTION != 0; }
 
 void arm(const std::string& spec) {
+  if (!compiled_in() && !spec.empty()) {
+    throw ConfigError(
+        "OUTBOX_FAULTS is set, but this build has no fault injection "
+        "(-DOUTBOX_FAULT_INJECTION=OFF); unset it");
+  }
   std::vector<Armed> parsed;
   std::size_t start = 0;
   while (start < spec.size()) {
@@ -108,6 +112,14 @@ void arm(const std::string& spec) {
   std::lock_guard lock(mutex());
   points() = std::move(parsed);
   g_armed.store(!points().empty(), std::memory_order_relaxed);
+}
+
+std::string arm_from_environment() {
+  const char* spec = std::getenv("OUTBOX_FAULTS");
+  if (spec == nullptr || *spec == '\0') return {};
+  arm(spec);
+  detail::log().warn("fault injection armed from OUTBOX_FAULTS: {} (for tests only)", spec);
+  return spec;
 }
 
 long hits(std::string_view point) {

@@ -27,7 +27,10 @@ namespace detail {
 void HealthBoard::set(Health health, const std::string& error) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
-  if (!error.empty()) last_error_ = error;
+  if (!error.empty()) {
+    last_error_ = error;
+    last_error_at_ = now;
+  }
   if (health == health_) return;
   const auto lasted = std::chrono::duration_cast<std::chrono::milliseconds>(now - since_);
   const bool healthy =
@@ -50,6 +53,13 @@ Health HealthBoard::health() const {
 std::pair<Health, std::string> HealthBoard::snapshot() const {
   std::lock_guard lock(mutex_);
   return {health_, last_error_};
+}
+
+std::chrono::milliseconds HealthBoard::last_error_age() const {
+  std::lock_guard lock(mutex_);
+  if (last_error_.empty()) return std::chrono::milliseconds(0);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               last_error_at_);
 }
 
 std::string HealthBoard::last_error() const {

@@ -22,12 +22,15 @@ class HealthBoard {
   [[nodiscard]] std::string last_error() const;  // the latest error, kept after recovery
   // Both, read together.
   [[nodiscard]] std::pair<Health, std::string> snapshot() const;
+  // How long ago the latest error was set; zero when there was none.
+  [[nodiscard]] std::chrono::milliseconds last_error_age() const;
 
  private:
   const std::string component_;
   mutable std::mutex mutex_;
   Health health_ = Health::starting;
   std::string last_error_;
+  std::chrono::steady_clock::time_point last_error_at_{};
   std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
 };
 

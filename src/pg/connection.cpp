@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "common/log.hpp"
+#include "common/redact.hpp"
 
 namespace outbox::pg {
 
@@ -21,8 +22,8 @@ std::string first_line(const std::string& sql) {
   const auto start = sql.find_first_not_of(" \t\r\n");
   if (start == std::string::npos) return {};
   const auto end = sql.find('\n', start);
-  return sql.substr(start, std::min<std::size_t>(
-                               (end == std::string::npos ? sql.size() : end) - start, 60));
+  return sql.substr(
+      start, std::min<std::size_t>((end == std::string::npos ? sql.size() : end) - start, 60));
 }
 
 }  // namespace
@@ -189,7 +190,6 @@ std::string statement_name(const std::string& sql) {
   hash ^= hash >> 33;
   return fmt::format("outbox_{:016x}", hash);
 }
-
 
 }  // namespace
 
@@ -397,6 +397,44 @@ void rollback_quietly(PGconn* conn) noexcept {
   PQclear(PQexec(conn, "ROLLBACK"));
 }
 
+namespace {
+
+struct ConnectFailure {
+  std::string sqlstate;
+  bool retryable = true;
+  std::string hint;
+};
+
+// libpq exposes no SQLSTATE for a failed connection attempt (the server's error stays inside the
+// PGconn), so the refusals no retry can fix are told by what libpq says. Servers send these
+// messages in English unless lc_messages says otherwise; anything not recognised stays
+// retryable, as before.
+ConnectFailure classify_connect_failure(PGconn* conn, const std::string& message) {
+  auto has = [&](std::string_view part) { return message.find(part) != std::string::npos; };
+  if (PQconnectionNeedsPassword(conn) != 0 || has("no password supplied")) {
+    return {"28P01", false,
+            "the server wants a password and none was given: use --db-password-file, PGPASSFILE "
+            "or PGPASSWORD (not the command line, where ps shows it)"};
+  }
+  if (has("password authentication failed") || has("SASL authentication failed")) {
+    return {"28P01", false, "wrong user name or password"};
+  }
+  if (has("no pg_hba.conf entry") || (has("role \"") && has("does not exist"))) {
+    return {"28000", false, "the server does not let this user in from here (pg_hba.conf)"};
+  }
+  if (has("database \"") && has("does not exist")) {
+    return {"3D000", false, "no such database: check the dbname in --db"};
+  }
+  if (message.starts_with("invalid ") || has("missing \"=\"") || has("unterminated quoted") ||
+      has("certificate") || has("SSL was required") || has("does not support SSL") ||
+      has("sslmode value")) {
+    return {"08001", false, "the connection settings are wrong; no retry will fix them"};
+  }
+  return {"08001", true, ""};
+}
+
+}  // namespace
+
 Connection Connection::open(const std::string& database_url, std::string_view application_name) {
   // With expand_dbname, settings in the user's string override the keywords before "dbname":
   // these are defaults. Keepalives make a half-open TCP connection fail within about a minute
@@ -415,12 +453,21 @@ Connection Connection::open(const std::string& database_url, std::string_view ap
   ConnHandle handle(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
   if (!handle) throw DatabaseError("cannot connect: out of memory", "", true);
   if (PQstatus(handle.get()) != CONNECTION_OK) {
-    std::string message = PQerrorMessage(handle.get());
-    while (!message.empty() && message.back() == '\n') message.pop_back();
-    throw DatabaseError("cannot connect to PostgreSQL (" +
-                            (database_url.empty() ? std::string("PG* environment") : database_url) +
-                            "): " + message + ". Check --db / OUTBOX_DATABASE_URL.",
-                        "08001", true);
+    // Neither the string nor libpq's message (which may quote a part it could not parse) is
+    // printed with its password.
+    std::string message =
+        detail::scrub(PQerrorMessage(handle.get()), detail::connection_secrets(database_url));
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+      message.pop_back();
+    }
+    const ConnectFailure failure = classify_connect_failure(handle.get(), message);
+    throw DatabaseError(
+        "cannot connect to PostgreSQL (" +
+            (database_url.empty() ? std::string("PG* environment")
+                                  : detail::redact_connection_string(database_url)) +
+            "): " + message + (failure.hint.empty() ? "" : " (" + failure.hint + ")") +
+            ". Check --db / OUTBOX_DATABASE_URL.",
+        failure.sqlstate, failure.retryable);
   }
   return Connection(std::move(handle));
 }

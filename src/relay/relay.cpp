@@ -297,6 +297,7 @@ class Relay::Impl {
     s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
     s.reconnects = reconnects_.load(std::memory_order_relaxed);
     std::tie(s.health, s.last_error) = health_.snapshot();
+    s.last_error_age = health_.last_error_age();
     return s;
   }
 

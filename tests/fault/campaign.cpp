@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/fault.hpp"
 #include "fault/history.hpp"
 #include "fault/process.hpp"
 #include "fault/scenarios.hpp"
@@ -440,6 +441,7 @@ int main(int argc, char** argv) {
   hot->add_flag("--keep", scenario.keep);
   CLI11_PARSE(app, argc, argv);
   try {
+    outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
     if (*stalled || *hot) {

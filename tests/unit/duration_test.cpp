@@ -42,6 +42,10 @@ TEST(Duration, RefusesWhatIsNotADurationAndSaysWhy) {
   EXPECT_TRUE(contains(error_of("5s "), "expected a number"));
   EXPECT_TRUE(contains(error_of("99999999999999999999d"), "too large"));
   EXPECT_TRUE(contains(error_of("9999999999999d"), "too large"));
+  // Accepted before, and then overflowed the clock a wait added it to (a reporter that spun).
+  EXPECT_TRUE(contains(error_of("200000d"), "at most 3650d"));
+  EXPECT_TRUE(contains(error_of("3650d1ms"), "at most 3650d"));
+  EXPECT_EQ(parse_duration("3650d"), std::chrono::hours(24 * 3650));
   EXPECT_TRUE(contains(error_of("1.5h"), "whole numbers only"));
   EXPECT_TRUE(contains(error_of("7D"), "unknown unit \"D\""));
   EXPECT_TRUE(contains(error_of("7x"), "e.g. 500ms"));

@@ -8,6 +8,7 @@
 
 #include "common/event_headers.hpp"
 #include "common/holder.hpp"
+#include "common/redact.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::kafka {
@@ -19,12 +20,18 @@ using PartitionListHandle =
     detail::Holder<rd_kafka_topic_partition_list_t, &rd_kafka_topic_partition_list_destroy>;
 using MessageHandle = detail::Holder<rd_kafka_message_t, &rd_kafka_message_destroy>;
 
-// Sets one property; throws ConfigError naming the property and librdkafka's reason.
+// Sets one property; throws ConfigError naming the property and librdkafka's reason. The value is
+// shown only for a known property that holds no secret: a misspelt "sasl.pasword" is unknown, and
+// its value is a password all the same.
 inline void set(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
   char error[512] = {};
-  if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), error, sizeof(error)) !=
-      RD_KAFKA_CONF_OK) {
-    throw ConfigError("Kafka property " + key + "=" + value + ": " + error);
+  const rd_kafka_conf_res_t result =
+      rd_kafka_conf_set(conf, key.c_str(), value.c_str(), error, sizeof(error));
+  if (result != RD_KAFKA_CONF_OK) {
+    const bool show = result != RD_KAFKA_CONF_UNKNOWN && !detail::is_secret_kafka_property(key);
+    throw ConfigError("Kafka property " + key + "=" +
+                      (show ? value : std::string(detail::kRedacted)) + ": " +
+                      detail::scrub(error, {value}));
   }
 }
 

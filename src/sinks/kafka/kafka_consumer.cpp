@@ -117,7 +117,14 @@ class KafkaInboxConsumer::Impl {
     kafka::set(conf.get(), "bootstrap.servers", options_.brokers);
     kafka::set(conf.get(), "group.id", options_.group_id);
     kafka::set(conf.get(), "auto.offset.reset", "earliest");
-    for (const auto& [key, value] : options_.properties) kafka::set(conf.get(), key, value);
+    for (const auto& [key, value] : options_.properties) {
+      if (key == "enable.auto.offset.store" && value != "false" && value != "0") {
+        throw ConfigError("Kafka property " + key + "=" + value +
+                          " is refused: an offset stored before the inbox transaction that "
+                          "applied its message committed would skip the message after a failure");
+      }
+      kafka::set(conf.get(), key, value);
+    }
     // Offsets are stored by us, after the inbox transaction committed; the background commit only
     // ever sends stored offsets.
     kafka::set(conf.get(), "enable.auto.offset.store", "false");

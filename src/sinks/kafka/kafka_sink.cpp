@@ -54,24 +54,78 @@ void check_template(const std::string& topic_template) {
   }
 }
 
+// What librdkafka does unless told otherwise; below the relay's default lease (30 s), so a send
+// normally ends before its lease could.
+constexpr const char* kDefaultMessageTimeoutMs = "20000";
+
+// Refuses every property that would weaken a guarantee, saying which and why. librdkafka refuses
+// what it does not know or cannot combine with idempotence itself (kafka::set, kafka::create).
+void check_properties(const KafkaSinkOptions& options) {
+  auto refuse = [](const std::string& key, const std::string& value, const std::string& why) {
+    throw ConfigError(
+        "Kafka property " + key + "=" +
+        (detail::is_secret_kafka_property(key) ? std::string(detail::kRedacted) : value) +
+        " is refused: " + why);
+  };
+  std::string message_timeout = kDefaultMessageTimeoutMs;
+  for (const auto& [key, value] : options.properties) {
+    if (key == "enable.idempotence" && value != "true" && value != "1") {
+      refuse(key, value,
+             "without the idempotent producer a retried request can duplicate or reorder "
+             "messages; outbox always sets enable.idempotence=true");
+    } else if ((key == "acks" || key == "request.required.acks") && value != "all" &&
+               value != "-1") {
+      refuse(key, value,
+             "an ack before every in-sync replica has the message can lose it in a broker "
+             "failover after outbox marked it published; outbox always sets acks=all");
+    } else if (key == "partitioner" && value != "consistent" && value != "consistent_random" &&
+               value != "murmur2" && value != "murmur2_random" && value != "fnv1a" &&
+               value != "fnv1a_random") {
+      refuse(key, value,
+             "only a partitioner that maps one key to one partition keeps an aggregate's events "
+             "in order (consistent, murmur2 or fnv1a, with or without _random)");
+    } else if (key == "transactional.id") {
+      refuse(key, value,
+             "outbox does not use Kafka transactions; every send would fail without one");
+    } else if (key == "queuing.strategy" && value != "fifo") {
+      refuse(key, value, "a queue that is not first-in first-out reorders an aggregate's events");
+    } else if (key == "message.timeout.ms" || key == "delivery.timeout.ms") {
+      message_timeout = value;
+    }
+  }
+  long timeout_ms = -1;
+  try {
+    std::size_t used = 0;
+    timeout_ms = std::stol(message_timeout, &used);
+    if (used != message_timeout.size()) timeout_ms = -1;
+  } catch (const std::exception&) {
+  }
+  if (timeout_ms < 0) return;  // not a number: librdkafka refuses it with its own words
+  if (timeout_ms == 0) {
+    refuse("message.timeout.ms", message_timeout,
+           "0 means a send never times out, so it could outlive its lease: another relay would "
+           "publish the event and its successor, and this copy would arrive after both");
+  }
+  if (options.max_message_timeout.count() > 0 &&
+      timeout_ms >= options.max_message_timeout.count()) {
+    refuse("message.timeout.ms", message_timeout,
+           fmt::format("a send must end before its claim's lease ({} ms) can expire, or another "
+                       "relay publishes the event and its successor and this copy arrives after "
+                       "both; set it below the lease (--lease-ms)",
+                       options.max_message_timeout.count()));
+  }
+}
+
 class KafkaSink final : public Sink {
  public:
   explicit KafkaSink(const KafkaSinkOptions& options)
       : topic_template_(options.topic_template), brokers_(options.brokers) {
     check_template(topic_template_);
     if (brokers_.empty()) throw ConfigError("Kafka sink: no brokers (--kafka-brokers host:port)");
-    for (const auto& [key, value] : options.properties) {
-      if ((key == "enable.idempotence" && value != "true" && value != "1") ||
-          ((key == "acks" || key == "request.required.acks") && value != "all" && value != "-1")) {
-        throw ConfigError("Kafka property " + key + "=" + value +
-                          " would allow lost or reordered events; outbox requires "
-                          "enable.idempotence=true and acks=all");
-      }
-    }
+    check_properties(options);
     kafka::ConfHandle conf(rd_kafka_conf_new());
     kafka::set(conf.get(), "bootstrap.servers", brokers_);
-    // Below the relay's default lease (30 s), so a send normally ends before its lease could.
-    kafka::set(conf.get(), "message.timeout.ms", "20000");
+    kafka::set(conf.get(), "message.timeout.ms", kDefaultMessageTimeoutMs);
     // A short linger: at 1,000 events/s commit->ack p50 was 5.8 ms with 2 ms, 3.6 ms with 0.5 ms
     // (0 gave 2.8 ms but a p95 of 12 ms); a backlog drains as fast either way, because batches
     // form behind the in-flight requests (docs/PERFORMANCE.md). Override with linger.ms.
