@@ -37,12 +37,12 @@
 #include <unordered_map>
 
 #include "cli_common.hpp"
-#include "servers.hpp"
 #include "common/json_text.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka_mock.hpp"
 #include "outbox/producer.hpp"
 #include "pg/connection.hpp"
+#include "servers.hpp"
 #include "svg_plot.hpp"
 
 extern char** environ;
@@ -429,7 +429,8 @@ json bench_producer(const Setup& setup) {
   }
   const Percentiles a = percentiles(without.latencies_ms);
   const Percentiles b = percentiles(with.latencies_ms);
-  setup.drop_schema(schema);  // its ~100,000 unpublished events: autovacuum work for later scenarios
+  setup.drop_schema(
+      schema);  // its ~100,000 unpublished events: autovacuum work for later scenarios
   return {{"scenario", "producer"},
           {"clients", o.clients},
           {"without_event_tx_per_s", without.rate()},
@@ -524,7 +525,8 @@ json bench_backlog(const Setup& setup, bool discard,
 
 // The relay's PostgreSQL sessions (pg::Connection names them) in the benchmark's database.
 constexpr const char* kRelaySessions =
-    "FROM pg_stat_activity WHERE application_name = 'outbox-relay' AND datname = current_database()";
+    "FROM pg_stat_activity WHERE application_name = 'outbox-relay' AND datname = "
+    "current_database()";
 
 // Waits until no event of `schema` is pending, at most `timeout` (or until `relay` exits).
 // Returns whether none is.
@@ -577,8 +579,8 @@ double producers_alone_here(const Setup& setup, const SchemaName& schema, Child&
     // A statement the relay sent just before it stopped still runs (a heartbeat could write its
     // row back): wait until its session is idle, at most 2 s.
     for (int i = 0; i < 200; ++i) {
-      if (pg::exec(c.get(), std::string("SELECT count(*) ") + kRelaySessions +
-                                " AND state <> 'idle'")
+      if (pg::exec(c.get(),
+                   std::string("SELECT count(*) ") + kRelaySessions + " AND state <> 'idle'")
               .int64(0, 0) == 0) {
         break;
       }
@@ -815,12 +817,9 @@ int run_bench(const BenchOptions& options) {
                   [](const std::string& text) { progress(text); });
   const std::string& url = servers.database_url();
   const std::string& brokers = servers.brokers();
-  const Setup setup{options,
-                    url,
-                    brokers,
-                    std::filesystem::canonical("/proc/self/exe").string(),
-                    options.out_dir,
-                    servers.kafka()};
+  const Setup setup{options,         url,
+                    brokers,         std::filesystem::canonical("/proc/self/exe").string(),
+                    options.out_dir, servers.kafka()};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;

@@ -25,6 +25,8 @@ CleanupOptions to_options(const CleanupFlags& flags) {
   options.batch_size = flags.batch_size;
   options.pause = parse_duration(flags.pause);
   options.dry_run = flags.dry_run;
+  options.allow_short_retention = flags.allow_short_retention;
+  check_cleanup_options(options);
   return options;
 }
 
@@ -60,7 +62,7 @@ int run_cleanup(const CleanupFlags& flags) {
     throw InvalidArgument("--every must be at least 1s");
   }
   if (every.count() == 0) {
-    auto connection = pg::Connection::open(database_url(flags.db), "outbox-cleanup");
+    auto connection = open_cli_connection(flags.db, "outbox-cleanup");
     const auto started = std::chrono::steady_clock::now();
     const CleanupReport report = cleanup(connection.get(), options);
     print(flags, report,
@@ -79,7 +81,7 @@ int run_cleanup(const CleanupFlags& flags) {
   for (;;) {
     const auto started = std::chrono::steady_clock::now();
     try {
-      auto connection = pg::Connection::open(database_url(flags.db), "outbox-cleanup");
+      auto connection = open_cli_connection(flags.db, "outbox-cleanup");
       const CleanupReport report = cleanup(connection.get(), options);
       print(flags, report,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());

@@ -1,12 +1,16 @@
 #pragma once
 // Shared by the CLI's subcommands: where the database is, how to stop on a signal.
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "pg/connection.hpp"
 
 namespace outbox::cli {
 
@@ -19,6 +23,15 @@ void set_database_password_file(const std::string& path);
 // cannot be read or the string already has a password.
 std::string database_url(const std::string& flag);
 
+// An operator's command gives up rather than hang: a lock held elsewhere (LOCK TABLE, a migration,
+// VACUUM FULL) for longer than kCliLockTimeout, or a statement that runs longer than
+// kCliStatementTimeout, ends it with an error that says so (SQLSTATE 55P03 or 57014).
+inline constexpr std::chrono::milliseconds kCliLockTimeout{5000};
+inline constexpr std::chrono::milliseconds kCliStatementTimeout{300000};
+
+// Connects for status, quarantine and cleanup, with the timeouts above.
+pg::Connection open_cli_connection(const std::string& db_flag, std::string_view application_name);
+
 // Reads a secret from a file: its first line, without the line end. Warns on stderr when others
 // may read the file. Throws ConfigError naming the file (never its content).
 std::string read_secret_file(const std::string& path, const std::string& what);
@@ -27,8 +40,8 @@ std::string read_secret_file(const std::string& path, const std::string& what);
 // secrets that must not stand on a command line. Throws ConfigError naming the file and line.
 std::map<std::string, std::string> read_properties_file(const std::string& path);
 
-// Blocks SIGINT and SIGTERM in every thread started after this call and runs `on_signal` on a
-// dedicated thread when one arrives (so it may take locks, unlike a signal handler).
+// Blocks SIGINT, SIGTERM and SIGHUP in every thread started after this call and runs `on_signal` on
+// a dedicated thread when one arrives (so it may take locks, unlike a signal handler).
 void on_termination_signal(std::function<void()> on_signal);
 
 struct DemoOptions {
@@ -60,7 +73,8 @@ struct CleanupFlags {
   std::string db;
   std::string schema = "outbox";
   std::string retention = "7d";
-  std::string inbox_retention;  // empty: keep inbox ids
+  std::string inbox_retention;         // empty: keep inbox ids
+  bool allow_short_retention = false;  // tests only: below 1h
   std::size_t batch_size = 5000;
   std::string pause = "0";
   std::string every;  // empty: once

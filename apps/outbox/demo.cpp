@@ -14,7 +14,6 @@
 #include <unordered_set>
 
 #include "cli_common.hpp"
-#include "servers.hpp"
 #include "common/json_text.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka.hpp"
@@ -22,6 +21,7 @@
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
 #include "pg/connection.hpp"
+#include "servers.hpp"
 
 namespace outbox::cli {
 namespace {

@@ -29,6 +29,7 @@ void on_termination_signal(std::function<void()> on_signal) {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);  // a closed terminal or a supervisor's hangup: stop in order too
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread([set, on_signal = std::move(on_signal)] {
     int signal_number = 0;
@@ -223,7 +224,7 @@ int cmd_relay(const RelayFlags& flags) {
 
 int cmd_status(const std::string& db, const std::string& schema_text) {
   const SchemaName schema(schema_text);
-  auto connection = pg::Connection::open(database_url(db), "outbox-status");
+  auto connection = open_cli_connection(db, "outbox-status");
   const auto result = pg::exec(
       connection.get(),
       "WITH pending AS (SELECT * FROM " + schema.table("outbox_events") +
@@ -277,6 +278,9 @@ int cmd_postgres() {
 
 int main(int argc, char** argv) {
   using namespace outbox::cli;
+  // Output to a closed pipe (`outbox relay | head`, a log shipper that died) fails that write; it
+  // must not kill a relay between its ack and its mark.
+  ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"outbox: transactional outbox for PostgreSQL"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows every default
@@ -374,6 +378,8 @@ int main(int argc, char** argv) {
   cleanup->add_option("--every", cleanup_flags.every,
                       "repeat at this interval until stopped (default: once)");
   cleanup->add_flag("--dry-run", cleanup_flags.dry_run, "count what would be deleted");
+  cleanup->add_flag("--allow-short-retention", cleanup_flags.allow_short_retention,
+                    "accept a retention below 1h (tests only: events published moments ago go)");
   cleanup->add_flag("--json", cleanup_flags.json, "print the report as JSON");
 
   auto* mock =
@@ -485,6 +491,17 @@ int main(int argc, char** argv) {
     if (*postgres) return cmd_postgres();
     if (*demo) return run_demo(demo_options);
     if (*bench) return run_bench(bench_options);
+  } catch (const outbox::DatabaseError& e) {
+    std::string hint;
+    if (e.sqlstate() == "55P03") {
+      hint =
+          "; another session holds a lock on outbox's tables (LOCK TABLE, a migration, VACUUM "
+          "FULL): find it in pg_locks and pg_stat_activity, then try again";
+    } else if (e.sqlstate() == "57014") {
+      hint = "; the statement ran out of time (statement_timeout)";
+    }
+    std::cerr << "outbox: " << e.what() << hint << (e.retryable() ? " (retryable)" : "") << "\n";
+    return 2;
   } catch (const outbox::Error& e) {
     std::cerr << "outbox: " << e.what() << (e.retryable() ? " (retryable)" : "") << "\n";
     return 2;

@@ -41,7 +41,7 @@ std::string actor_or_user(const std::string& actor) {
 
 int run_quarantine(const QuarantineFlags& flags) {
   const SchemaName schema(flags.schema);
-  auto connection = pg::Connection::open(database_url(flags.db), "outbox-quarantine");
+  auto connection = open_cli_connection(flags.db, "outbox-quarantine");
   if (flags.action == "list") {
     const auto events = list_quarantined(connection.get(), schema);
     for (const QuarantinedEvent& e : events) {

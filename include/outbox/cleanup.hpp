@@ -16,10 +16,17 @@ typedef struct pg_conn PGconn;
 
 namespace outbox {
 
+// The shortest retention cleanup accepts (unless CleanupOptions::allow_short_retention).
+inline constexpr std::chrono::milliseconds kMinimumRetention = std::chrono::hours(1);
+
 struct CleanupOptions {
   SchemaName schema;
   // Published and skipped events stay this long after they were finished: the replay horizon.
+  // At least kMinimumRetention.
   std::chrono::milliseconds retention = std::chrono::hours(24 * 7);
+  // Accept a retention below kMinimumRetention. For tests that must see rows deleted within
+  // seconds; never in production (events published moments ago would go).
+  bool allow_short_retention = false;
   // Inbox ids (processed_events) stay this long after they were processed; empty: forever. Must
   // be at least `retention`, or replaying a kept event could apply it a second time.
   std::optional<std::chrono::milliseconds> inbox_retention;
@@ -37,7 +44,12 @@ struct CleanupReport {
   std::uint64_t batches = 0;
 };
 
-// Runs until nothing more is due. `conn` must be idle (no open transaction). Concurrent relays,
+// Throws InvalidArgument saying what is wrong with `options` (cleanup() checks them too).
+void check_cleanup_options(const CleanupOptions& options);
+
+// Runs until nothing more is due. Every batch that deletes records its cutoff in
+// outbox_cleanup_horizon, so that resolve_commit never takes a deleted event for a rolled-back
+// one. `conn` must be idle (no open transaction). Concurrent relays,
 // producers, consumers and other cleanups are safe. Throws InvalidArgument for bad options (before
 // anything is deleted) and DatabaseError; batches committed before an error stay deleted.
 CleanupReport cleanup(PGconn* conn, const CleanupOptions& options);

@@ -34,7 +34,8 @@ enum class TransactionStatus {
   committed,    // both the business change and its events are durable
   aborted,      // neither happened: safe to run the whole transaction again
   in_progress,  // the server has not yet noticed the broken connection: ask again shortly
-  unknown,      // the id is too old to look up (or from another cluster)
+  unknown,      // the id is too old to look up (or from another cluster), or the event may
+                // have been deleted by retention cleanup: the outcome can no longer be told
 };
 
 [[nodiscard]] const char* to_string(TransactionStatus status) noexcept;
@@ -57,9 +58,11 @@ TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id)
 
 // The robust answer: waits (up to `timeout`) until `transaction_id` is no longer in progress,
 // then looks for the event the transaction enqueued. The event row exists if and only if the
-// transaction committed (events are immutable; cleanup removes only published rows past the
-// replay horizon, so resolve soon after the failure). Returns committed or aborted, or
-// in_progress when `timeout` passed first. Throws DatabaseError.
+// transaction committed (events are immutable), unless retention cleanup has deleted it since:
+// an event missing that is not clearly younger than the cleanup horizon (by its UUIDv7 time, with
+// 10 minutes for clock skew; cleanup keeps at least an hour) is `unknown`, never `aborted`.
+// Returns committed, aborted or unknown, or in_progress when `timeout` passed first. Throws
+// DatabaseError.
 TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
                                  std::uint64_t transaction_id, const EventId& event_id,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
@@ -67,7 +70,8 @@ TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,
 // Resolves a lost enqueue_and_commit: waits (up to `timeout`) until the server session that ran
 // the transaction (error.backend_pid()) has ended, after which its transaction can neither be in
 // progress nor commit any more, then looks for its first event: present if and only if it
-// committed. Returns committed or aborted, or in_progress when the session outlived `timeout`
+// committed (unknown when cleanup may have deleted it, as above). Returns committed, aborted or
+// unknown, or in_progress when the session outlived `timeout`
 // (a half-open connection the server has not noticed yet: `SELECT pg_terminate_backend(pid)`
 // ends it, and the next call answers; a new session that reused the process id keeps it
 // in_progress too, never wrong). Run on a new connection to the same server. Throws DatabaseError.

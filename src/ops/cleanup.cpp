@@ -14,10 +14,12 @@ namespace {
 // roughly oldest first) and deletes those finished before the cutoff. Walking the key instead of
 // searching for finished rows keeps every batch an index range scan that never revisits the dead
 // rows of earlier batches, without an index on published_at that every mark would have to update.
+// Every batch that deletes also raises the cleanup horizon to its cutoff, in its own transaction
+// (resolve_commit must know that a missing event may have been deleted, not rolled back).
 constexpr const char* kEventsBatch = R"SQL(WITH page AS (
   SELECT event_id FROM {events} WHERE event_id > $1::uuid AND event_id <= $4::uuid
   ORDER BY event_id LIMIT $2::bigint
-), doomed AS (
+){horizon}, doomed AS (
   {action} {events} e {using} page p
   WHERE e.event_id = p.event_id
     AND (e.published_at < now() - $3::bigint * interval '1 millisecond'
@@ -43,26 +45,44 @@ constexpr const char* kInboxBatch = R"SQL(WITH page AS (
 SELECT (SELECT consumer_name FROM last), (SELECT event_id::text FROM last),
        (SELECT count(*) FROM doomed))SQL";
 
-// A dry run selects what the batch would delete, from the same page and condition.
+constexpr const char* kRaiseHorizon = R"SQL(, horizon AS (
+  INSERT INTO {table} AS h (deleted_before) VALUES (now() - $3::bigint * interval '1 millisecond')
+  ON CONFLICT (singleton) DO UPDATE
+  SET deleted_before = greatest(h.deleted_before, excluded.deleted_before)
+))SQL";
+
+// A dry run selects what the batch would delete, from the same page and condition, and leaves the
+// horizon alone.
 std::string statement(const char* sql, const std::string& table, const char* table_key,
-                      bool dry_run) {
+                      bool dry_run, const std::string& horizon_table = {}) {
   return fmt::format(fmt::runtime(sql), fmt::arg(table_key, table),
                      fmt::arg("action", dry_run ? "SELECT 1 FROM" : "DELETE FROM"),
                      fmt::arg("using", dry_run ? "," : "USING"),
-                     fmt::arg("returning", dry_run ? "" : "RETURNING 1"));
+                     fmt::arg("returning", dry_run ? "" : "RETURNING 1"),
+                     fmt::arg("horizon", dry_run || horizon_table.empty()
+                                             ? std::string()
+                                             : fmt::format(fmt::runtime(kRaiseHorizon),
+                                                           fmt::arg("table", horizon_table))));
 }
 
-void check(PGconn* conn, const CleanupOptions& options) {
-  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
-    throw InvalidArgument(
-        "cleanup needs an idle connection: it commits every batch in its own transaction");
-  }
+}  // namespace
+
+void check_cleanup_options(const CleanupOptions& options) {
   if (options.batch_size == 0 || options.batch_size > 1000000) {
     throw InvalidArgument(
         fmt::format("cleanup: batch_size must be 1 to 1000000, not {}", options.batch_size));
   }
   if (options.retention.count() < 0 || options.pause.count() < 0) {
     throw InvalidArgument("cleanup: retention and pause cannot be negative");
+  }
+  if (options.retention < kMinimumRetention && !options.allow_short_retention) {
+    throw InvalidArgument(fmt::format(
+        "cleanup: a retention of {} ms is below the minimum of {} min: events published moments "
+        "ago would be deleted, so a replay, an audit or resolve_commit could no longer find "
+        "them. Keep at least an hour (the default is 7 days); tests may set "
+        "allow_short_retention (--allow-short-retention)",
+        options.retention.count(),
+        std::chrono::duration_cast<std::chrono::minutes>(kMinimumRetention).count()));
   }
   if (options.inbox_retention && *options.inbox_retention < options.retention) {
     throw InvalidArgument(fmt::format(
@@ -71,6 +91,16 @@ void check(PGconn* conn, const CleanupOptions& options) {
         "long as events",
         options.inbox_retention->count(), options.retention.count()));
   }
+}
+
+namespace {
+
+void check(PGconn* conn, const CleanupOptions& options) {
+  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    throw InvalidArgument(
+        "cleanup needs an idle connection: it commits every batch in its own transaction");
+  }
+  check_cleanup_options(options);
 }
 
 // One batch in its own transaction; a crash at the fault point rolls the batch back.
@@ -99,7 +129,8 @@ CleanupReport cleanup(PGconn* conn, const CleanupOptions& options) {
   };
 
   const std::string events_sql =
-      statement(kEventsBatch, options.schema.table("outbox_events"), "events", options.dry_run);
+      statement(kEventsBatch, options.schema.table("outbox_events"), "events", options.dry_run,
+                options.schema.table("outbox_cleanup_horizon"));
   // Events written while the cleanup runs are too young to be due: stop at today's newest key.
   const auto newest =
       pg::exec(conn, "SELECT event_id::text FROM " + options.schema.table("outbox_events") +

@@ -38,6 +38,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <random>
 #include <regex>
 #include <utility>
 #include <vector>
@@ -346,8 +347,9 @@ class EmbeddedPostgres::Impl {
   void stop_immediate() { stop_server("immediate"); }
   void start_again() { start_server(/*may_change_port=*/false); }
   [[nodiscard]] std::string connection_string(const std::string& database) const {
-    return fmt::format("host={} port={} user={} dbname={}", conninfo_value(socket_dir_.string()),
-                       port_, kSuperuser, conninfo_value(database));
+    return fmt::format("host={} port={} user={} dbname={} passfile={}",
+                       conninfo_value(socket_dir_.string()), port_, kSuperuser,
+                       conninfo_value(database), conninfo_value(passfile_.string()));
   }
   [[nodiscard]] int port() const noexcept { return port_; }
   [[nodiscard]] const fs::path& data_dir() const noexcept { return data_dir_; }
@@ -355,6 +357,7 @@ class EmbeddedPostgres::Impl {
 
  private:
   void make_folders();
+  void write_password_files(const fs::path& initdb_pwfile);
   void run_initdb();
   void start_server(bool may_change_port);
   void stop_server(const char* mode);
@@ -376,6 +379,8 @@ class EmbeddedPostgres::Impl {
   fs::path data_dir_;
   fs::path socket_dir_;
   fs::path log_path_;
+  fs::path passfile_;  // libpq password file with the superuser's password; ours, mode 0600
+  std::string password_;
   int port_ = 0;
   int watcher_socket_ = -1;  // our end of the socket the watcher waits on; see start_watcher
   pid_t watcher_pid_ = -1;   // as the watcher reported it; not our child
@@ -425,11 +430,14 @@ void EmbeddedPostgres::Impl::make_folders() {
         "path allows; use a shorter parent_dir or $TMPDIR",
         socket_dir_.string(), kMaxSocketDirLength));
   }
+  passfile_ = root_dir_ / "pgpass";
   std::error_code error;
   if (!fs::create_directory(socket_dir_, error)) {
     throw Error(fmt::format("embedded PostgreSQL: cannot create {}: {}", socket_dir_.string(),
                             error.message()));
   }
+  // Only the server's user (and root) may reach the socket; the folder itself is 0700 (mkdtemp).
+  fs::permissions(socket_dir_, fs::perms::owner_all, error);
   if (user_.switch_user) {
     for (const fs::path& dir : {root_dir_, socket_dir_}) {
       if (::chown(dir.c_str(), user_.uid, user_.gid) != 0) {
@@ -541,10 +549,41 @@ void EmbeddedPostgres::Impl::dismiss_watcher() noexcept {
   watcher_socket_ = -1;
 }
 
+// A random password for the superuser: with trust authentication any local OS user could log in
+// over 127.0.0.1 as superuser and run programs as the server's user (COPY ... TO PROGRAM).
+// initdb reads it from a file the server's user can read, removed right after; clients find it in
+// a libpq password file (passfile=, in the connection string) that only this process's user can
+// read, so it never stands in a connection string, a log or a process list.
+void EmbeddedPostgres::Impl::write_password_files(const fs::path& initdb_pwfile) {
+  std::random_device random;
+  for (int i = 0; i < 4; ++i) password_ += fmt::format("{:08x}", random());
+  auto write_private = [this](const fs::path& path, const std::string& content, bool for_server) {
+    ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (fd.get() < 0 ||
+        ::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size()) ||
+        (for_server && user_.switch_user && ::fchown(fd.get(), user_.uid, user_.gid) != 0)) {
+      throw Error(fmt::format("embedded PostgreSQL: cannot write {}: {}", path.string(),
+                              std::strerror(errno)));
+    }
+  };
+  write_private(initdb_pwfile, password_ + "\n", /*for_server=*/true);
+  write_private(passfile_, fmt::format("*:*:*:{}:{}\n", kSuperuser, password_),
+                /*for_server=*/false);
+}
+
 void EmbeddedPostgres::Impl::run_initdb() {
-  std::vector<std::string> args{"-D",       data_dir_.string(), "-U",
-                                kSuperuser, "--auth=trust",     "-E",
-                                "UTF8",     "--no-sync",        "--locale=C.UTF-8"};
+  const fs::path pwfile = root_dir_ / "initdb-password";
+  write_password_files(pwfile);
+  std::vector<std::string> args{"-D",
+                                data_dir_.string(),
+                                "-U",
+                                kSuperuser,
+                                "--auth=scram-sha-256",
+                                "--pwfile=" + pwfile.string(),
+                                "-E",
+                                "UTF8",
+                                "--no-sync",
+                                "--locale=C.UTF-8"};
   ToolResult result = run("initdb", args);
   if (result.status != 0 && result.output.find("locale") != std::string::npos) {
     // Minimal systems lack C.UTF-8; the tests only need UTF8 encoding, not a locale.
@@ -553,6 +592,8 @@ void EmbeddedPostgres::Impl::run_initdb() {
     args.back() = "--no-locale";
     result = run("initdb", args);
   }
+  std::error_code ignored;
+  fs::remove(pwfile, ignored);
   if (result.status != 0) {
     throw Error(fmt::format("embedded PostgreSQL: initdb in {} failed (exit {}):\n{}",
                             data_dir_.string(), result.status, tail_lines(result.output)));
@@ -563,7 +604,8 @@ void EmbeddedPostgres::Impl::start_server(bool may_change_port) {
   for (int attempt = 1;; ++attempt) {
     if (may_change_port) port_ = pick_free_port();
     const std::string server_options = fmt::format(
-        "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} -c fsync=on "
+        "-c listen_addresses=127.0.0.1 -c port={} -c unix_socket_directories={} "
+        "-c unix_socket_permissions=0700 -c fsync=on "
         "-c synchronous_commit=on -c max_connections={} -c shared_buffers={} "
         "-c wal_level=logical -c max_wal_senders=10 -c max_replication_slots=10 "
         "-c logging_collector=off",

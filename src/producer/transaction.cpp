@@ -1,5 +1,6 @@
 #include "outbox/transaction.hpp"
 
+#include <cstdint>
 #include <thread>
 
 #include "common/fault.hpp"
@@ -54,14 +55,41 @@ TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id)
 
 namespace {
 
-// Once the transaction has ended: its event row exists if and only if it committed.
+// How far apart the clocks of the producer (which timed the UUIDv7) and PostgreSQL (which timed
+// the cleanup's cutoff) may be before resolve_commit could mistake a deleted event for one that
+// never committed.
+constexpr std::int64_t kClockSkewMarginMs = 10 * 60 * 1000;
+
+// The UUIDv7's creation time in Unix milliseconds (its first 48 bits), or -1 for another version
+// (an id the caller made itself): then its age is unknown.
+std::int64_t created_unix_ms(const EventId& id) {
+  if (id.version() != 7) return -1;
+  std::int64_t ms = 0;
+  for (int i = 0; i < 6; ++i) ms = (ms << 8) | id.bytes()[static_cast<std::size_t>(i)];
+  return ms;
+}
+
+// Once the transaction has ended: its event row exists if and only if it committed, unless
+// retention cleanup deleted it after it was published. An event missing that may be older than
+// the cleanup horizon (outbox_cleanup_horizon, raised by every deleting batch) is unknown: calling
+// it aborted would make the caller run a committed transaction again.
 TransactionStatus outcome_by_event(PGconn* conn, const SchemaName& schema,
                                    const EventId& event_id) {
   const std::string id = event_id.to_string();
-  const auto found = pg::exec(
-      conn, "SELECT count(*) FROM " + schema.table("outbox_events") + " WHERE event_id = $1::uuid",
-      {id.c_str()});
-  return found.int64(0, 0) > 0 ? TransactionStatus::committed : TransactionStatus::aborted;
+  const auto found =
+      pg::exec(conn,
+               "SELECT (SELECT count(*) FROM " + schema.table("outbox_events") +
+                   " WHERE event_id = $1::uuid),"
+                   " (SELECT (extract(epoch FROM deleted_before) * 1000)::bigint FROM " +
+                   schema.table("outbox_cleanup_horizon") + ")",
+               {id.c_str()});
+  if (found.int64(0, 0) > 0) return TransactionStatus::committed;
+  if (found.is_null(0, 1)) return TransactionStatus::aborted;  // cleanup never deleted anything
+  const std::int64_t created = created_unix_ms(event_id);
+  if (created < 0 || created <= found.int64(0, 1) + kClockSkewMarginMs) {
+    return TransactionStatus::unknown;
+  }
+  return TransactionStatus::aborted;
 }
 
 }  // namespace

@@ -11,8 +11,8 @@ namespace {
 // read) by its ctid, a TID scan that descends no index (on a table never analyzed the planner
 // once preferred scanning a partial index whose predicate the conditions implied; where it
 // believes the table empty, only the session's enable_seqscan = off keeps it from a sequential
-// scan, see session_settings). FOR UPDATE follows a row that changed since the statement's snapshot to
-// its newest version and locks that; such a row is left for the next claim (its ctid differs,
+// scan, see session_settings). FOR UPDATE follows a row that changed since the statement's snapshot
+// to its newest version and locks that; such a row is left for the next claim (its ctid differs,
 // and the UPDATE below, which sees only the snapshot, could not reach it). The conditions and the
 // event id are checked on the locked version. Then claim what is pending, due and not leased
 // with token `token_param` for `lease_param` milliseconds, again by ctid: no one can change a
@@ -88,9 +88,14 @@ std::string sent(const SchemaName& schema, const char* arrays, const char* colum
 //   A statement with no other way to run still scans; none of these has one.
 // RelaySqlPlans checks every statement's generic plan under these settings, for an empty table
 // never analyzed, an emptied and vacuumed one, three rows, a backlog and a history.
+// - A lock timeout. No relay statement waits for a row lock (claims skip locked rows; marks touch
+//   rows this relay claimed), but each needs the table's own lock, which LOCK TABLE, a migration's
+//   DDL or VACUUM FULL hold: without a limit the relay stood still for as long, and SIGTERM waited
+//   behind the statement (33 s in a test). With it the statement fails retryably (55P03), the
+//   relay reports database_unavailable, backs off, and sees a stop request within seconds.
 std::vector<std::string> session_settings() {
   return {"SET synchronous_commit = off", "SET plan_cache_mode = force_generic_plan",
-          "SET enable_seqscan = off"};
+          "SET enable_seqscan = off", "SET lock_timeout = 5000"};
 }
 
 std::string claim(const SchemaName& schema) {

@@ -171,6 +171,17 @@ CREATE OR REPLACE TRIGGER outbox_events_notify AFTER INSERT ON {s}.outbox_events
   WHEN (current_setting('outbox.wake_checked', true) IS DISTINCT FROM '{channel}')
   EXECUTE FUNCTION {s}.outbox_events_notify();
 )SQL"},
+    Migration{8, "the cleanup horizon", R"SQL(
+-- How far retention cleanup has deleted: every batch that deletes raises deleted_before to its own
+-- cutoff in the same transaction. resolve_commit looks an event up to tell a committed transaction
+-- from an aborted one; an event missing because cleanup deleted it would read as aborted, and the
+-- caller would run a committed transaction again. An event made before this horizon (by its
+-- UUIDv7 time) that is missing is "unknown", never "aborted". One row; older builds ignore it.
+CREATE TABLE {s}.outbox_cleanup_horizon (
+  singleton      boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+  deleted_before timestamptz NOT NULL
+);
+)SQL"},
 };
 
 }  // namespace

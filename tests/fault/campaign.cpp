@@ -141,7 +141,8 @@ struct Campaign {
     std::map<std::string, std::string> env;
     if (!faults.empty()) env["OUTBOX_FAULTS"] = faults;
     return Process({outbox_binary, "cleanup", "--db", url, "--schema", kSchema, "--retention",
-                    fmt::format("{}ms", kCleanupRetention.count()), "--batch-size", "20"},
+                    fmt::format("{}ms", kCleanupRetention.count()), "--allow-short-retention",
+                    "--batch-size", "20"},
                    env, log("cleanup"));
   }
 

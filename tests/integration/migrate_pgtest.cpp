@@ -54,6 +54,7 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
   migrate(conn, schema);
   // Roll the schema back to what version 1 created, as an older build would have left it.
   pg::exec(conn, R"SQL(
+    DROP TABLE migrate_upgrade.outbox_cleanup_horizon;
     DROP TABLE migrate_upgrade.outbox_relays;
     CREATE OR REPLACE FUNCTION migrate_upgrade.outbox_events_notify() RETURNS trigger
       LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('migrate_upgrade_outbox', ''); RETURN NULL; END $$;
@@ -87,10 +88,11 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   " AND prosrc LIKE '%outbox_relays%'"),
             1)
       << "migration 3 makes the trigger ask whether a relay is awake";
-  EXPECT_EQ(count(conn,
-                  "SELECT count(*) FROM pg_class WHERE oid = 'migrate_upgrade.outbox_events'::regclass"
-                  " AND reloptions @> ARRAY['fillfactor=50']"),
-            1)
+  EXPECT_EQ(
+      count(conn,
+            "SELECT count(*) FROM pg_class WHERE oid = 'migrate_upgrade.outbox_events'::regclass"
+            " AND reloptions @> ARRAY['fillfactor=50']"),
+      1)
       << "migration 4 leaves room on each page for the claim's HOT update";
   EXPECT_EQ(count(conn,
                   "SELECT count(*) FROM pg_constraint WHERE conrelid = "
@@ -115,6 +117,8 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   " AND pg_get_triggerdef(oid) LIKE '%WHEN%outbox.wake_checked%'"),
             1)
       << "migration 7 lets the trigger skip itself when the producer has decided";
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_upgrade.outbox_cleanup_horizon"), 0)
+      << "migration 8 creates the cleanup horizon, empty";
 }
 
 // A migration whose DDL waits behind a writer's open transaction gives up after its lock timeout,
@@ -126,7 +130,8 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
   PGconn* conn = connection.get();
   migrate(conn, schema);
   // As a build before migration 7 left it (7 only redefines the trigger, so it can run again).
-  pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version = 7");
+  pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version >= 7");
+  pg::exec(conn, "DROP TABLE migrate_lock.outbox_cleanup_horizon");
   auto writer = connect();
   pg::exec(writer.get(), "BEGIN");
   pg::exec(writer.get(),

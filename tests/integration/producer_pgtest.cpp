@@ -318,10 +318,11 @@ TEST_F(ProducerTest, TwoPendingEventsOfAnAggregateCannotShareASequence) {
   const auto first = producer_->enqueue(conn(), order_event("o1"));
   pg::commit(conn());
   try {
-    pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_events") +
-                         " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
-                         " payload) VALUES (gen_random_uuid(), 'order', 'o1', $1, 'X', '{}')",
-                     {std::to_string(first.aggregate_sequence).c_str()});
+    pg::exec(conn(),
+             "INSERT INTO " + schema_.table("outbox_events") +
+                 " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
+                 " payload) VALUES (gen_random_uuid(), 'order', 'o1', $1, 'X', '{}')",
+             {std::to_string(first.aggregate_sequence).c_str()});
     FAIL() << "expected a unique violation";
   } catch (const DatabaseError& e) {
     EXPECT_EQ(e.sqlstate(), "23505");

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <thread>
 
+#include "outbox/cleanup.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/transaction.hpp"
 #include "support/test_env.hpp"
@@ -70,6 +72,41 @@ TEST_F(TransactionTest, ABrokenCommitIsOutcomeUnknownAndResolvesByTransactionId)
   EXPECT_EQ(events(), 0);
 }
 
+// Before the cleanup horizon, a committed event that cleanup deleted read as "aborted", and the
+// caller would have run a committed transaction again. It must never be called aborted.
+TEST_F(TransactionTest, AnEventRetentionCleanupDeletedIsNeverCalledAborted) {
+  pg::exec(conn(), "BEGIN");
+  const auto enqueued = enqueue(conn());
+  pg::commit(conn());
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") + " SET published_at = now()");
+  CleanupOptions options;
+  options.schema = schema_;
+  options.retention = std::chrono::milliseconds(0);
+  EXPECT_THROW(cleanup(conn(), options), InvalidArgument) << "below the minimum retention";
+  EXPECT_EQ(events(), 1);
+  options.allow_short_retention = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(cleanup(conn(), options).events_deleted, 1U);
+  EXPECT_EQ(resolve_commit(conn(), schema_, enqueued.transaction_id, enqueued.event_id),
+            TransactionStatus::unknown);
+  EXPECT_EQ(resolve_commit(conn(), schema_,
+                           CommitOutcomeUnknown("lost", {enqueued.event_id}, 2147483647)),
+            TransactionStatus::unknown);
+  // An id the caller made itself (not a UUIDv7) has no age: unknown as well.
+  const EventId own = *EventId::parse("6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b");
+  EXPECT_EQ(resolve_commit(conn(), schema_, CommitOutcomeUnknown("lost", {own}, 2147483647)),
+            TransactionStatus::unknown);
+  // A transaction that rolled back after the horizon is still told apart.
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_cleanup_horizon") +
+                       " SET deleted_before = now() - interval '1 hour'");
+  auto other = connect();
+  pg::exec(other.get(), "BEGIN");
+  const auto rolled_back = enqueue(other.get());
+  pg::exec(other.get(), "ROLLBACK");
+  EXPECT_EQ(resolve_commit(conn(), schema_, rolled_back.transaction_id, rolled_back.event_id),
+            TransactionStatus::aborted);
+}
+
 // enqueue_and_commit: the inserts and COMMIT in one round trip, with every outcome of both.
 class EnqueueAndCommitTest : public TransactionTest {
  protected:
@@ -113,8 +150,7 @@ TEST_F(EnqueueAndCommitTest, CommitsTheBusinessChangeAndTheEventsTogether) {
     EXPECT_EQ(enqueued[0].aggregate_sequence, 2 * round + 1);
     EXPECT_EQ(enqueued[1].aggregate_sequence, round + 1);
     EXPECT_EQ(enqueued[2].aggregate_sequence, 2 * round + 2);
-    EXPECT_EQ(transaction_status(conn(), enqueued[0].transaction_id),
-              TransactionStatus::committed);
+    EXPECT_EQ(transaction_status(conn(), enqueued[0].transaction_id), TransactionStatus::committed);
   }
   EXPECT_EQ(orders(), 3);
   EXPECT_EQ(events(), 9);
@@ -213,8 +249,8 @@ TEST_F(EnqueueAndCommitTest, ResolvingBySessionWaitsForTheSessionThenLooksForThe
   other = pg::Connection::open(database_url());  // the old session ends
   EXPECT_EQ(resolve_commit(conn(), schema_, as_if_lost, std::chrono::seconds(10)),
             TransactionStatus::committed);
-  const CommitOutcomeUnknown never(
-      "test", {EventId::generate()}, PQbackendPID(other.get()) + 1000000);
+  const CommitOutcomeUnknown never("test", {EventId::generate()},
+                                   PQbackendPID(other.get()) + 1000000);
   EXPECT_EQ(resolve_commit(conn(), schema_, never), TransactionStatus::aborted);
 }
 

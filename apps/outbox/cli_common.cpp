@@ -1,6 +1,10 @@
-// Secrets for the CLI: database passwords and Kafka properties from files, so that they never
-// stand on a command line (where `ps` shows them to every user) nor in a log line.
+// What the CLI's subcommands share: where the database is and how to connect to it, and secrets
+// from files (database passwords, Kafka properties), so that they never stand on a command line
+// (where `ps` shows them to every user) nor in a log line.
 
+#include "cli_common.hpp"
+
+#include <fmt/format.h>
 #include <libpq-fe.h>
 #include <sys/stat.h>
 
@@ -9,9 +13,9 @@
 #include <iostream>
 #include <memory>
 
-#include "cli_common.hpp"
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
+#include "pg/connection.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -69,6 +73,14 @@ std::string database_url(const std::string& flag) {
   }
   if (file.empty()) return url;
   return with_password(url, read_secret_file(file, "database password"));
+}
+
+pg::Connection open_cli_connection(const std::string& db_flag, std::string_view application_name) {
+  auto connection = pg::Connection::open(database_url(db_flag), application_name);
+  pg::exec(connection.get(), fmt::format("SET lock_timeout = {}", kCliLockTimeout.count()));
+  pg::exec(connection.get(),
+           fmt::format("SET statement_timeout = {}", kCliStatementTimeout.count()));
+  return connection;
 }
 
 std::string read_secret_file(const std::string& path, const std::string& what) {
