@@ -290,6 +290,7 @@ GROUP BY aggregate_type, aggregate_id)SQL",
                                   std::to_string(options.batch_size),
                                   "--max-in-flight",
                                   std::to_string(options.max_in_flight)};
+    if (options.durable_marks) args.emplace_back("--durable-marks");
     if (discard) {
       args.insert(args.end(), {"--sink", "discard"});
     } else {

@@ -101,6 +101,7 @@ struct BenchOptions {
   std::size_t max_in_flight = 10000;          // relay
   int timeout_seconds = 900;                  // per backlog
   std::vector<std::string> only;              // scenarios to run; empty: all
+  bool durable_marks = false;                 // relays commit marks synchronously
   std::string out_dir = "bench-results";
 };
 

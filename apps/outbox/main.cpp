@@ -9,10 +9,12 @@
 #include <iostream>
 #include <mutex>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "cli_common.hpp"
 #include "common/fault.hpp"
+#include "common/redact.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/error.hpp"
@@ -66,6 +68,23 @@ std::map<std::string, std::string> parse_properties(const std::vector<std::strin
   return properties;
 }
 
+// Every secret an argument may hold: passwords of connection strings, values of Kafka properties
+// that hold secrets.
+std::vector<std::string> argument_secrets(int argc, char** argv) {
+  std::vector<std::string> secrets;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view argument = argv[i];
+    for (std::string& secret : detail::connection_secrets(argument)) {
+      secrets.push_back(std::move(secret));
+    }
+    if (const auto eq = argument.find('=');
+        eq != std::string_view::npos && detail::is_secret_kafka_property(argument.substr(0, eq))) {
+      secrets.emplace_back(argument.substr(eq + 1));
+    }
+  }
+  return secrets;
+}
+
 // CLI11 reads integers with strtoll base 0: "010" would be 8 and "0x10" 16. Every integer flag
 // takes plain decimal only (leading zeros allowed and read as decimal).
 void decimal_integers_only(CLI::App& app) {
@@ -113,6 +132,7 @@ struct RelayFlags {
   int max_attempts = 25;
   std::string sink = "kafka";
   std::string stats_every;  // empty: only at the end
+  bool durable_marks = false;
 };
 
 // One line a log collector or a person can read; printed every --stats-every and at the end. The
@@ -140,8 +160,8 @@ int cmd_relay(const RelayFlags& flags) {
   }
   const auto stats_every =
       flags.stats_every.empty() ? std::chrono::milliseconds(0) : parse_duration(flags.stats_every);
-  if (!flags.stats_every.empty() && stats_every < std::chrono::seconds(1)) {
-    throw ConfigError("relay: --stats-every must be at least 1s, not \"" + flags.stats_every +
+  if (!flags.stats_every.empty() && stats_every < std::chrono::milliseconds(100)) {
+    throw ConfigError("relay: --stats-every must be at least 100ms, not \"" + flags.stats_every +
                       "\"");
   }
   RelayOptions options;
@@ -154,6 +174,7 @@ int cmd_relay(const RelayFlags& flags) {
   options.backoff_base = std::chrono::milliseconds(flags.backoff_base_ms);
   options.backoff_max = std::chrono::milliseconds(flags.backoff_max_ms);
   options.max_attempts = flags.max_attempts;
+  options.durable_marks = flags.durable_marks;
   KafkaSinkOptions sink;
   sink.brokers = flags.brokers;
   sink.topic_template = flags.topic_template;
@@ -333,6 +354,9 @@ int main(int argc, char** argv) {
                    "kafka, or discard: acknowledge every event at once without sending it "
                    "(measures the database side alone; nothing reaches a broker)")
       ->capture_default_str();
+  relay->add_flag("--durable-marks", relay_flags.durable_marks,
+                  "commit marks synchronously: after a PostgreSQL crash no topic shows an "
+                  "aggregate's k+1 before a repeat of k (docs/GUARANTEES.md)");
   relay->add_option("--stats-every", relay_flags.stats_every,
                     "print a stats line (health, counts, last error) at this interval, e.g. 30s");
 
@@ -463,6 +487,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   bench->add_option("--max-in-flight", bench_options.max_in_flight, "relay send window")
       ->check(CLI::Range(1, 1000000));
+  bench->add_flag("--durable-marks", bench_options.durable_marks,
+                  "relays commit marks synchronously (relay --durable-marks)");
   bench->add_option("--only", bench_options.only, "producer, ceiling, drain, live (comma list)")
       ->delimiter(',');
   bench->add_option("--out", bench_options.out_dir, "folder for results.json, plots, relay logs")
@@ -475,7 +501,19 @@ int main(int argc, char** argv) {
                         "$OUTBOX_DATABASE_PASSWORD_FILE; libpq's PGPASSFILE works too)");
   }
   decimal_integers_only(app);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 quotes the arguments it could not place, and one may be a --db URI with its password
+    // or a secret Kafka property.
+    std::ostringstream out;
+    std::ostringstream err;
+    const int code = app.exit(e, out, err);
+    const auto secrets = argument_secrets(argc, argv);
+    std::cout << outbox::detail::scrub(out.str(), secrets);
+    std::cerr << outbox::detail::scrub(err.str(), secrets);
+    return code;
+  }
   set_database_password_file(password_file);
   try {
     outbox::fault::arm_from_environment();  // tests only: the crash campaign arms the relays

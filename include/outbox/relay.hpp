@@ -35,6 +35,12 @@ struct RelayOptions {
   // After PostgreSQL fails: first reconnect delay, doubled per failed try up to the max.
   std::chrono::milliseconds reconnect_backoff_base{100};
   std::chrono::milliseconds reconnect_backoff_max{5000};
+  // Commit claims, marks and failure records synchronously (wait for the WAL flush). Off, a
+  // PostgreSQL crash can undo the last few hundred milliseconds of marks after their successors
+  // were sent: a consumer without an inbox then sees "k, k+1, k, k+1" (the first publications stay
+  // in order). On, that cannot happen, for one WAL flush per mark statement (docs/GUARANTEES.md
+  // has the measured cost).
+  bool durable_marks = false;
 };
 
 // Counters since the relay started. Read from any thread.

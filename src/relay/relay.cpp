@@ -45,7 +45,7 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
 // in relay_sql.cpp, next to the statements they are for.
 pg::Connection open_connection(const RelayOptions& options) {
   auto connection = pg::Connection::open(options.database_url, "outbox-relay");
-  for (const std::string& setting : relay_sql::session_settings()) {
+  for (const std::string& setting : relay_sql::session_settings(options.durable_marks)) {
     pg::exec(connection.get(), setting);
   }
   return connection;
@@ -201,13 +201,12 @@ class Relay::Impl {
         const bool can_claim = in_flight_.size() < options_.max_in_flight;
         const bool busy = claimed > 0 || (claim_wanted && can_claim && !paced);
         // Wait for reports until our own next look is due, at most 5 ms.
-        const milliseconds wait =
-            !can_claim ? milliseconds(5)
-            : busy     ? milliseconds(0)
-                       : std::clamp(until_look(paced     ? detail::ClaimSchedule::kGap
-                                               : stalled ? kStalledPoll
-                                                         : kAwakePoll),
-                                    milliseconds(0), milliseconds(5));
+        const milliseconds wait = !can_claim ? milliseconds(5)
+                                  : busy     ? milliseconds(0)
+                                         : std::clamp(until_look(paced ? detail::ClaimSchedule::kGap
+                                                                 : stalled ? kStalledPoll
+                                                                           : kAwakePoll),
+                                                      milliseconds(0), milliseconds(5));
         if (!in_flight_.empty()) {
           sink_->poll(wait, reports);
         } else if (paced && connection_.wait_for_notifications(wait) > 0) {
@@ -273,7 +272,7 @@ class Relay::Impl {
         schedule.announced();
         last_renewal = Clock::now();
         last_report = Clock::now();  // reports taken during the outage are written by now
-        registered = false;  // say again that we are awake, on the new connection
+        registered = false;          // say again that we are awake, on the new connection
       }
     }
     drain();
@@ -319,8 +318,8 @@ class Relay::Impl {
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
     const auto result = pg::exec_prepared(connection_.get(), claim_sql_,
-                                 {token.c_str(), limit_text.c_str(), lease_text.c_str(),
-                                  cursor_type_.c_str(), cursor_id_.c_str()});
+                                          {token.c_str(), limit_text.c_str(), lease_text.c_str(),
+                                           cursor_type_.c_str(), cursor_id_.c_str()});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
     ClaimResult outcome;
     const int rows = result.rows();
@@ -432,10 +431,9 @@ class Relay::Impl {
       const std::string lease_text = std::to_string(options_.lease.count());
       // A stopping relay takes nothing new.
       const char* claim_successors = draining_ ? "false" : "true";
-      const auto results =
-          complete(mark_published_sql_, unrecorded_published_, [&](const auto&) {
-            return std::vector<std::string>{token, lease_text, claim_successors};
-          });
+      const auto results = complete(mark_published_sql_, unrecorded_published_, [&](const auto&) {
+        return std::vector<std::string>{token, lease_text, claim_successors};
+      });
       unrecorded_published_.clear();
       mark_queries_.fetch_add(results.size(), std::memory_order_relaxed);
       OUTBOX_FAULT(fault::kRelayAfterMark);
@@ -457,18 +455,17 @@ class Relay::Impl {
       in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
     }
     if (!unrecorded_failed_.empty()) {
-      const auto results =
-          complete(mark_failed_sql_, unrecorded_failed_, [&](const std::vector<const Outcome*>& of) {
+      const auto results = complete(
+          mark_failed_sql_, unrecorded_failed_, [&](const std::vector<const Outcome*>& of) {
             detail::ArrayLiteral errors, permanent;
             for (const Outcome* outcome : of) {
               errors.add(utf8_prefix(outcome->error, 2000));
               permanent.add_plain(outcome->permanent ? "t" : "f");
             }
-            return std::vector<std::string>{errors.text(),
-                                            std::to_string(options_.backoff_base.count()),
-                                            std::to_string(options_.backoff_max.count()),
-                                            std::to_string(options_.max_attempts),
-                                            permanent.text()};
+            return std::vector<std::string>{
+                errors.text(), std::to_string(options_.backoff_base.count()),
+                std::to_string(options_.backoff_max.count()), std::to_string(options_.max_attempts),
+                permanent.text()};
           });
       failed_.fetch_add(unrecorded_failed_.size(), std::memory_order_relaxed);
       unrecorded_failed_.clear();
@@ -587,7 +584,7 @@ class Relay::Impl {
   // Records in outbox_relays whether producers must wake us (true) or we look by ourselves.
   void set_listening(bool listening) {
     pg::exec_prepared(connection_.get(), set_listening_sql_,
-             {options_.relay_id.c_str(), listening ? "true" : "false"});
+                      {options_.relay_id.c_str(), listening ? "true" : "false"});
     listening_ = listening;
     last_heartbeat_ = Clock::now();
   }
@@ -613,8 +610,9 @@ class Relay::Impl {
       tokens.add(item.token);
     }
     const std::string lease_text = std::to_string(options_.lease.count());
-    const auto result = pg::exec_prepared(connection_.get(), renew_sql_,
-                                 {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str()});
+    const auto result =
+        pg::exec_prepared(connection_.get(), renew_sql_,
+                          {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str()});
     if (static_cast<std::size_t>(result.rows()) < in_flight_.size()) {
       detail::log().warn("relay {}: {} in-flight row(s) lost their lease to another relay",
                          relay_id(), in_flight_.size() - static_cast<std::size_t>(result.rows()));

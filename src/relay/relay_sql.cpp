@@ -75,7 +75,8 @@ std::string sent(const SchemaName& schema, const char* arrays, const char* colum
 //   for an fsync each. A PostgreSQL crash can undo the last few hundred milliseconds of them, and
 //   each undo only ever repeats work: an undone claim or mark makes the row claimable again (a
 //   republish, same event id), an undone failure record a retry. Nothing the producers committed
-//   depends on it.
+//   depends on it. But an undone mark whose successor was already sent shows on the topic as
+//   "k, k+1, k": RelayOptions::durable_marks turns it on for whoever must never see that.
 // - Generic plans, made once per connection (and again after an ANALYZE or DDL of the table):
 //   planning a claim took 0.34 ms against 0.05 ms to run one that found nothing, and under live
 //   load the relay runs hundreds a second.
@@ -93,9 +94,10 @@ std::string sent(const SchemaName& schema, const char* arrays, const char* colum
 //   DDL or VACUUM FULL hold: without a limit the relay stood still for as long, and SIGTERM waited
 //   behind the statement (33 s in a test). With it the statement fails retryably (55P03), the
 //   relay reports database_unavailable, backs off, and sees a stop request within seconds.
-std::vector<std::string> session_settings() {
-  return {"SET synchronous_commit = off", "SET plan_cache_mode = force_generic_plan",
-          "SET enable_seqscan = off", "SET lock_timeout = 5000"};
+std::vector<std::string> session_settings(bool durable_marks) {
+  return {durable_marks ? "SET synchronous_commit = on" : "SET synchronous_commit = off",
+          "SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off",
+          "SET lock_timeout = 5000"};
 }
 
 std::string claim(const SchemaName& schema) {

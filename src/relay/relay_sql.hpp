@@ -9,7 +9,7 @@
 namespace outbox::relay_sql {
 
 // What the relay sets on its connection before it prepares anything (relay_sql.cpp says why).
-std::vector<std::string> session_settings();
+std::vector<std::string> session_settings(bool durable_marks = false);
 
 // $1 claim token, $2 aggregates to visit (the batch size), $3 lease in ms, $4/$5 the cursor (the
 // last aggregate visited by the previous claim; '' and '' to start over). Claims due rows that
@@ -18,8 +18,8 @@ std::vector<std::string> session_settings();
 // Returns the claimed rows, then one cursor row (event_id NULL; see relay_sql.cpp).
 std::string claim(const SchemaName& schema);
 // $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them,
-// and (when $5) claims their successors with token $3 and lease $4 ms. Rows: the claim's ten columns plus
-// a kind, 'marked' (only event_id set) or 'claimed'.
+// and (when $5) claims their successors with token $3 and lease $4 ms. Rows: the claim's ten
+// columns plus a kind, 'marked' (only event_id set) or 'claimed'.
 std::string mark_published(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 error[], $4 backoff base ms, $5 backoff cap ms, $6 attempt limit
 // (0: none), $7 permanent bool[]. Returns (event_id, quarantined) of the rows it changed.

@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# The `outbox` command line against a hostile or careless user: every input of the hardening
+# issue's list that reaches the CLI, each with what it must get (a clear refusal, no echoed
+# secret, no hang, no spin). docs/GUARANTEES.md ("Hostile inputs") lists them with this test.
+#
+# Usage: hostile_input.sh /path/to/outbox
+# Needs: psql on PATH, PostgreSQL server binaries (found by `outbox postgres`).
+set -euo pipefail
+
+readonly outbox_binary="${1:?usage: hostile_input.sh /path/to/outbox}"
+readonly schema=hostile
+readonly startup_timeout_s=30
+# Planted secrets: no output of any command below may contain them.
+readonly db_secret="Planted-Db-Secret-7f3a"
+readonly kafka_secret="Planted-Kafka-Secret-91c2"
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init hostile_input outbox-hostile-test
+
+sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+all_output="$work_dir/all-output.log"
+: >"$all_output"
+
+# run_collect OUTFILE TIMEOUT COMMAND...: runs COMMAND with a time limit, its stdout and stderr
+# into OUTFILE and appended to all_output (searched for secrets at the end); sets rc.
+run_collect() {
+  local out="$1" limit="$2"
+  shift 2
+  rc=0
+  timeout --kill-after=10 "$limit" "$@" >"$out" 2>&1 || rc=$?
+  cat "$out" >>"$all_output"
+}
+
+# expect_refusal DESCRIPTION EXPECTED COMMAND...: a non-zero exit within 30 s whose output holds
+# EXPECTED and no "terminate called" (an uncaught exception).
+expect_refusal() {
+  local description="$1" expected="$2"
+  shift 2
+  run_collect "$work_dir/out" 30 "$@"
+  local output
+  output="$(cat "$work_dir/out")"
+  if ((rc == 0)); then
+    fail "$description: expected a refusal, exit 0; output: $output"
+  elif ((rc == 124 || rc == 137)); then
+    fail "$description: still running after 30 s"
+  elif [[ "$output" != *"$expected"* ]]; then
+    fail "$description: exit $rc, output lacks \"$expected\": $output"
+  elif [[ "$output" == *"terminate called"* ]]; then
+    fail "$description: an uncaught exception: $output"
+  else
+    pass
+  fi
+}
+
+# --- servers --------------------------------------------------------------------------------------
+: >"$work_dir/postgres.out"
+: >"$work_dir/kafka.out"
+"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
+postgres_pid=$!
+track_background "$postgres_pid" "outbox postgres"
+"$outbox_binary" kafka-mock --brokers 010 >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
+kafka_pid=$!
+track_background "$kafka_pid" "outbox kafka-mock"
+db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
+  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
+brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
+  fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers"
+"$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
+port="$(sql -c "SHOW port")"
+
+# --- numbers are decimal: 010 brokers are ten, not eight ------------------------------------------
+broker_count="$(tr ',' '\n' <<<"$brokers" | grep -c .)"
+if ((broker_count == 10)); then pass; else fail "kafka-mock --brokers 010 started $broker_count brokers, not 10"; fi
+expect_refusal "a hexadecimal number" "whole decimal number" \
+  "$outbox_binary" relay --db "$db" --kafka-brokers "$brokers" --max-attempts 0x10
+# kafka-mock says what it forgets.
+if grep -q "at most 5 MiB" "$work_dir/kafka.err"; then pass; else fail "kafka-mock should state its 5 MiB per partition limit"; fi
+# --help shows the defaults.
+help="$("$outbox_binary" relay --help)"
+if [[ "$help" == *"=500"* && "$help" == *"=30000"* ]]; then pass; else fail "relay --help should show the defaults (batch 500, lease 30000): $help"; fi
+
+# --- the embedded cluster takes no one without its password -----------------------------------------
+if [[ "$db" == *passfile=* && "$db" != *password=* ]]; then pass; else fail "the connection string should name a passfile, not hold a password: $db"; fi
+intruder="host=127.0.0.1 port=$port user=postgres dbname=outbox"
+if PGPASSFILE=/nonexistent psql "$intruder" -X -c "COPY (SELECT 1) TO PROGRAM 'touch $work_dir/owned'" \
+     >"$work_dir/intruder.out" 2>&1; then
+  fail "a connection without the password was let in: $(cat "$work_dir/intruder.out")"
+elif [[ -e "$work_dir/owned" ]]; then
+  fail "a program ran through COPY TO PROGRAM"
+else
+  pass
+fi
+if [[ "$(id -u)" == 0 ]] && command -v runuser >/dev/null; then
+  # The report's exact attack: another OS user, over TCP, as superuser.
+  if runuser -u nobody -- env HOME=/nonexistent psql "$intruder" -X -c "SELECT 1" >/dev/null 2>&1; then
+    fail "OS user nobody logged in to the embedded cluster"
+  else
+    pass
+  fi
+fi
+
+# --- secrets are never printed ----------------------------------------------------------------------
+unreachable="postgresql://app:${db_secret}@127.0.0.1:1/outbox?connect_timeout=2"
+for command in "status" "quarantine" "cleanup" "migrate"; do
+  # shellcheck disable=SC2046  # quarantine's options come before its subcommand
+  run_collect "$work_dir/out" 30 "$outbox_binary" $command --db "$unreachable" $([[ $command == quarantine ]] && echo list)
+  if ((rc != 0)) && grep -q "cannot connect" "$work_dir/out"; then pass; else fail "$command against an unreachable database: exit $rc: $(cat "$work_dir/out")"; fi
+done
+# A misplaced argument is quoted back by the parser: without its password.
+run_collect "$work_dir/out" 30 "$outbox_binary" quarantine list --db "$unreachable"
+if ((rc != 0)) && grep -q "not expected" "$work_dir/out"; then pass; else fail "a misplaced --db should be a parse error: $(cat "$work_dir/out")"; fi
+# A wrong password is refused at once, not retried forever (the relay used to).
+wrong="postgresql://postgres:${db_secret}@127.0.0.1:${port}/outbox"
+run_collect "$work_dir/out" 30 "$outbox_binary" relay --db "$wrong" --schema "$schema" --sink discard
+if ((rc == 2)) && grep -q "password authentication failed" "$work_dir/out"; then pass; else fail "relay with a wrong password: exit $rc (124: still retrying after 30 s): $(cat "$work_dir/out")"; fi
+run_collect "$work_dir/out" 30 "$outbox_binary" relay --db "${db/dbname=outbox/dbname=no_such_db}" --sink discard
+if ((rc == 2)) && grep -q "does not exist" "$work_dir/out"; then pass; else fail "relay against an unknown database: exit $rc: $(cat "$work_dir/out")"; fi
+# From a file instead of the command line: the password file wins over nothing, and works.
+printf '%s\n' "$db_secret" >"$work_dir/pw"
+chmod 600 "$work_dir/pw"
+run_collect "$work_dir/out" 30 "$outbox_binary" status --db "host=127.0.0.1 port=$port user=postgres dbname=outbox" --db-password-file "$work_dir/pw" --schema "$schema"
+if ((rc == 2)) && grep -q "password authentication failed" "$work_dir/out"; then pass; else fail "status with a password file: exit $rc: $(cat "$work_dir/out")"; fi
+# Kafka secrets: misspelt on the command line, and in a properties file with a stats line.
+run_collect "$work_dir/out" 30 "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --kafka-property "sasl.pasword=${kafka_secret}"
+if ((rc == 2)) && grep -q "sasl.pasword" "$work_dir/out"; then pass; else fail "a misspelt Kafka property should be refused: $(cat "$work_dir/out")"; fi
+printf '# secrets\nsasl.username=outbox\nsasl.password=%s\nsecurity.protocol=plaintext\n' "$kafka_secret" >"$work_dir/kafka.properties"
+chmod 600 "$work_dir/kafka.properties"
+run_collect "$work_dir/out" 8 "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --kafka-properties-file "$work_dir/kafka.properties" --stats-every 1s
+if grep -q "health running" "$work_dir/out"; then pass; else fail "relay with a properties file should run and print stats: $(cat "$work_dir/out")"; fi
+
+# --- properties that weaken a guarantee --------------------------------------------------------------
+for property in partitioner=random transactional.id=x acks=1 enable.idempotence=false \
+  queuing.strategy=lifo message.timeout.ms=0 message.timeout.ms=30000; do
+  expect_refusal "--kafka-property $property" "is refused" \
+    "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --kafka-property "$property"
+done
+
+# --- fault injection is for tests, and says so when misused ------------------------------------------
+expect_refusal "OUTBOX_FAULTS malformed" "OUTBOX_FAULTS entry" \
+  env OUTBOX_FAULTS=garbage "$outbox_binary" status --db "$db" --schema "$schema"
+expect_refusal "OUTBOX_FAULTS with a misspelt point" "no fault point \"relay.after_clam\"" \
+  env OUTBOX_FAULTS=relay.after_clam=kill "$outbox_binary" status --db "$db" --schema "$schema"
+
+# --- durations ----------------------------------------------------------------------------------------
+expect_refusal "--stats-every 200000d" "at most 3650d" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --sink discard --stats-every 200000d
+expect_refusal "cleanup --every 200000d" "at most 3650d" \
+  "$outbox_binary" cleanup --db "$db" --schema "$schema" --every 200000d
+expect_refusal "cleanup --retention 0" "below the minimum" \
+  "$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 0
+
+# --- quarantine retry of one id given twice ----------------------------------------------------------
+poison="$(sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, payload, quarantined_at, quarantine_reason, available_at)
+  VALUES (gen_random_uuid(), 'order', 'q1', 1, 'X', '{}', now(), 'permanent failure', 'infinity')
+  RETURNING event_id")"
+run_collect "$work_dir/out" 30 "$outbox_binary" quarantine --db "$db" --schema "$schema" retry --actor ci "$poison" "$poison"
+if ((rc == 0)) && grep -q "1 of 1 event(s) released" "$work_dir/out"; then pass; else fail "retry ID ID: exit $rc: $(cat "$work_dir/out")"; fi
+sql -c "UPDATE $schema.outbox_events SET published_at = now()" >/dev/null
+
+# --- a held lock: commands give up with a clear error; the relay still stops on SIGTERM ---------------
+(
+  echo "BEGIN; LOCK TABLE $schema.outbox_events IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60); COMMIT;" |
+    psql "$db" -X -q >/dev/null 2>&1
+) &
+locker_pid=$!
+track_background "$locker_pid" "the lock holder"
+for _ in $(seq 50); do
+  [[ "$(sql -c "SELECT count(*) FROM pg_locks WHERE mode = 'AccessExclusiveLock' AND granted
+                AND relation = '$schema.outbox_events'::regclass")" == 1 ]] && break
+  sleep 0.1
+done
+for command in "status" "quarantine" "cleanup --dry-run"; do
+  # shellcheck disable=SC2086,SC2046
+  run_collect "$work_dir/out" 30 "$outbox_binary" $command --db "$db" --schema "$schema" $([[ $command == quarantine ]] && echo list)
+  if ((rc == 2)) && grep -q "holds a lock" "$work_dir/out"; then pass; else fail "$command behind a held lock: exit $rc (124: hung 30 s): $(cat "$work_dir/out")"; fi
+done
+"$outbox_binary" relay --db "$db" --schema "$schema" --sink discard >"$work_dir/relay.out" 2>&1 &
+relay_pid=$!
+track_background "$relay_pid" "relay behind the lock"
+sleep 2
+kill -TERM "$relay_pid"
+stop_started=$SECONDS
+while kill -0 "$relay_pid" 2>/dev/null && ((SECONDS - stop_started < 20)); do sleep 0.1; done
+if kill -0 "$relay_pid" 2>/dev/null; then
+  fail "the relay behind a held lock still ran 20 s after SIGTERM"
+else
+  pass
+fi
+kill "$locker_pid" 2>/dev/null || true
+sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()" >/dev/null
+
+# --- SIGHUP drains like SIGTERM; a closed stdout does not kill the relay -------------------------------
+"$outbox_binary" relay --db "$db" --schema "$schema" --sink discard --relay-id hup >"$work_dir/hup.out" 2>&1 &
+hup_pid=$!
+track_background "$hup_pid" "relay for SIGHUP"
+for _ in $(seq 100); do
+  [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_relays WHERE relay_id = 'hup'")" == 1 ]] && break
+  sleep 0.1
+done
+kill -HUP "$hup_pid"
+hup_rc=0
+wait "$hup_pid" || hup_rc=$?
+if ((hup_rc == 0)) && [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_relays WHERE relay_id = 'hup'")" == 0 ]]; then
+  pass
+else
+  fail "after SIGHUP the relay should exit 0 and remove its row; exit $hup_rc: $(cat "$work_dir/hup.out")"
+fi
+mkfifo "$work_dir/pipe"
+(exec 3<"$work_dir/pipe"; sleep 0.5) &  # a reader that goes away
+"$outbox_binary" relay --db "$db" --schema "$schema" --sink discard --stats-every 1s >"$work_dir/pipe" 2>"$work_dir/pipe.err" &
+pipe_pid=$!
+track_background "$pipe_pid" "relay writing to a closed pipe"
+sleep 3
+if kill -0 "$pipe_pid" 2>/dev/null; then
+  pass
+else
+  pipe_rc=0
+  wait "$pipe_pid" || pipe_rc=$?
+  fail "the relay died writing to a closed stdout (exit $pipe_rc)"
+fi
+
+# --- nothing above printed a planted secret ----------------------------------------------------------
+cat "$work_dir"/*.out "$work_dir"/*.err >>"$all_output" 2>/dev/null || true
+if grep -q -e "$db_secret" -e "$kafka_secret" "$all_output"; then
+  fail "a planted secret was printed:"
+  grep -n -e "$db_secret" -e "$kafka_secret" "$all_output" | head -5 >&2
+else
+  pass
+fi
+
+summary_and_exit
