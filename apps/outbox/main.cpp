@@ -21,6 +21,7 @@
 #include "outbox/kafka.hpp"
 #include "outbox/kafka_mock.hpp"
 #include "outbox/relay.hpp"
+#include "outbox/roles.hpp"
 #include "outbox/schema.hpp"
 #include "pg/connection.hpp"
 
@@ -108,11 +109,19 @@ void decimal_integers_only(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) decimal_integers_only(*sub);
 }
 
-int cmd_migrate(const std::string& db, const std::string& schema, std::int64_t lock_timeout_ms) {
-  const auto report =
-      migrate(database_url(db), SchemaName(schema), std::chrono::milliseconds(lock_timeout_ms));
-  std::cout << "schema " << schema << ": version " << report.from_version << " -> "
+int cmd_migrate(const std::string& db, const std::string& schema_text, std::int64_t lock_timeout_ms,
+                bool create_roles_too) {
+  const SchemaName schema(schema_text);
+  auto connection = pg::Connection::open(database_url(db), "outbox-migrate");
+  const auto report = migrate(connection.get(), schema, std::chrono::milliseconds(lock_timeout_ms));
+  std::cout << "schema " << schema.name() << ": version " << report.from_version << " -> "
             << report.to_version << " (" << report.applied << " migration(s) applied)\n";
+  if (create_roles_too) {
+    const RoleNames roles = create_roles(connection.get(), schema);
+    std::cout << fmt::format(
+        "roles {}, {}, {}, {}: privileges set (GRANT them to your login roles)\n", roles.writer,
+        roles.relay, roles.inbox, roles.admin);
+  }
   return 0;
 }
 
@@ -319,6 +328,10 @@ int main(int argc, char** argv) {
                    "behind a waiting migration")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{3'600'000}));
+  bool create_roles_too = false;
+  migrate->add_flag("--create-roles", create_roles_too,
+                    "also create the roles <schema>_writer, _relay, _inbox, _admin with exactly "
+                    "the privileges each part needs (again after every upgrade)");
 
   RelayFlags relay_flags;
   auto* relay = app.add_subcommand("relay", "publish committed events to Kafka (polling relay)");
@@ -517,7 +530,7 @@ int main(int argc, char** argv) {
   set_database_password_file(password_file);
   try {
     outbox::fault::arm_from_environment();  // tests only: the crash campaign arms the relays
-    if (*migrate) return cmd_migrate(db, schema, migrate_lock_timeout_ms);
+    if (*migrate) return cmd_migrate(db, schema, migrate_lock_timeout_ms, create_roles_too);
     if (*relay) return cmd_relay(relay_flags);
     if (*status) return cmd_status(db, schema);
     if (*quarantine) {

@@ -66,8 +66,15 @@ db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_tim
   fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
 brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
   fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers"
-"$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
-port="$(sql -c "SHOW port")"
+port="$(psql "$db" -X -q -A -t -c "SHOW port")"
+# Least privilege from the command line: the roles exist and a writer cannot read payloads.
+output="$("$outbox_binary" migrate --db "$db" --schema "$schema" --create-roles 2>&1)" || true
+if [[ "$output" == *"roles ${schema}_writer, ${schema}_relay, ${schema}_inbox, ${schema}_admin"* ]] &&
+   ! psql "$db options='-c role=${schema}_writer'" -X -q -c "SELECT payload FROM $schema.outbox_events" >/dev/null 2>&1; then
+  pass
+else
+  fail "migrate --create-roles should create the four roles, the writer unable to read payloads: $output"
+fi
 
 # --- numbers are decimal: 010 brokers are ten, not eight ------------------------------------------
 broker_count="$(tr ',' '\n' <<<"$brokers" | grep -c .)"
