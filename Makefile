@@ -1,9 +1,16 @@
 # Entry points for people and CI: `make test` installs missing packages, builds and runs every test.
-# Variables: WERROR=ON|OFF, BUILD_TYPE, BUILD_DIR, JOBS, ARGS (for demo), CTEST_ARGS (for test).
+# Variables: WERROR=ON|OFF, BUILD_TYPE, BUILD_DIR, JOBS, ARGS (for demo), CTEST_ARGS (for test),
+# SANITIZE (address,undefined or thread: builds in build-<sanitizers>/ and tests that build).
 
 WERROR     ?= ON
 BUILD_TYPE ?= RelWithDebInfo
+SANITIZE   ?=
+ifeq ($(SANITIZE),)
 BUILD_DIR  ?= build
+else
+BUILD_DIR  ?= build-$(subst $(comma),-,$(SANITIZE))
+endif
+comma := ,
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 
 SOURCE_DIRS  := src include apps tests
@@ -19,7 +26,8 @@ deps:
 	./scripts/install-deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DOUTBOX_WERROR=$(WERROR)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DOUTBOX_WERROR=$(WERROR) \
+	  -DOUTBOX_SANITIZE=$(SANITIZE)
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
 demo: build

@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format clang-tidy
   python3  # the bench smoke test reads results.json
+  openssl  # the TLS test makes its own CA
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -1,6 +1,8 @@
 #pragma once
 // A private PostgreSQL cluster for the demo and the tests: initdb into a folder of its own, a unix
-// socket in that folder, a free TCP port on 127.0.0.1, fsync on. Removed again on destruction.
+// socket in that folder, a free TCP port on 127.0.0.1, fsync on, a random superuser password that
+// only this process's OS user can read (a libpq password file the connection string names),
+// optionally TLS. Removed again on destruction.
 // Should the owning process die without running destructors (SIGKILL, abort, a test timeout), a
 // small watcher process it started stops the server and removes the folder (unless keep_data).
 
@@ -24,6 +26,11 @@ struct EmbeddedPostgresOptions {
   // PostgreSQL's buffer cache (a size such as "128MB" or "1GB"); memory is taken as it is used.
   // Tests keep the small default; the benchmark sizes it as a tuned server would be.
   std::string shared_buffers = "128MB";
+  // TLS: a PEM certificate (chain) and its private key. When both are given the server turns ssl
+  // on with them (copied into the cluster's folder, readable by the server alone), and clients
+  // may connect with sslmode=verify-full against the CA that signed them.
+  std::filesystem::path tls_certificate;
+  std::filesystem::path tls_private_key;
 };
 
 // Thread safety: construct and destroy from one thread; the accessors are const and shareable.

@@ -359,6 +359,7 @@ class EmbeddedPostgres::Impl {
   void make_folders();
   void write_password_files(const fs::path& initdb_pwfile);
   void run_initdb();
+  void configure_tls();
   void start_server(bool may_change_port);
   void stop_server(const char* mode);
   void create_database();
@@ -402,6 +403,7 @@ void EmbeddedPostgres::Impl::start() {
   // one.
   start_watcher();
   run_initdb();
+  configure_tls();
   start_server(/*may_change_port=*/true);
   create_database();
   detail::log().info("embedded PostgreSQL from {} listening on 127.0.0.1:{} and {} (folder {})",
@@ -597,6 +599,38 @@ void EmbeddedPostgres::Impl::run_initdb() {
   if (result.status != 0) {
     throw Error(fmt::format("embedded PostgreSQL: initdb in {} failed (exit {}):\n{}",
                             data_dir_.string(), result.status, tail_lines(result.output)));
+  }
+}
+
+// The certificate and key go into the data folder, owned by the server's user, the key 0600
+// (PostgreSQL refuses a key others can read); postgresql.conf names them (settings in the file,
+// not on pg_ctl's shell command line).
+void EmbeddedPostgres::Impl::configure_tls() {
+  if (options_.tls_certificate.empty() && options_.tls_private_key.empty()) return;
+  if (options_.tls_certificate.empty() || options_.tls_private_key.empty()) {
+    throw ConfigError("embedded PostgreSQL: TLS needs both tls_certificate and tls_private_key");
+  }
+  auto copy_private = [this](const fs::path& from, const char* name) {
+    const std::string content = read_file_from(from);
+    if (content.empty()) {
+      throw ConfigError(
+          fmt::format("embedded PostgreSQL: cannot read {} (or it is empty)", from.string()));
+    }
+    const fs::path to = data_dir_ / name;
+    ScopedFd fd(::open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (fd.get() < 0 ||
+        ::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size()) ||
+        (user_.switch_user && ::fchown(fd.get(), user_.uid, user_.gid) != 0)) {
+      throw Error(fmt::format("embedded PostgreSQL: cannot write {}: {}", to.string(),
+                              std::strerror(errno)));
+    }
+  };
+  copy_private(options_.tls_certificate, "server.crt");
+  copy_private(options_.tls_private_key, "server.key");
+  std::ofstream conf(data_dir_ / "postgresql.conf", std::ios::app);
+  conf << "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n";
+  if (!conf) {
+    throw Error("embedded PostgreSQL: cannot append the TLS settings to postgresql.conf");
   }
 }
 
