@@ -74,13 +74,19 @@ TEST(ProducerValidate, AcceptsASuppliedEventId) {
   EXPECT_NO_THROW(Producer().validate(event));
 }
 
-TEST(ProducerValidate, AcceptsPayloadPlusHeadersExactlyAtTheLimit) {
+// What an event becomes as a message: key 4711 (4 bytes), outbox's five headers (names 64 bytes,
+// values: id 36, "OrderPlaced" 11, "order" 5, the longest sequence 19, version "1" 1 = 136).
+constexpr std::size_t kValidEventFixedBytes = 4 + 136;
+
+TEST(ProducerValidate, AcceptsAMessageExactlyAtTheLimit) {
   NewEvent event = valid_event();
-  event.payload = R"({"k":"v"})";  // 9 bytes
-  event.headers = "{}";            // 2 bytes
+  event.payload = R"({"k":"v"})";  // jsonb prints {"k": "v"}: 10 bytes
+  event.headers = "{}";
   ProducerOptions options;
-  options.max_payload_bytes = 11;
+  options.max_payload_bytes = kValidEventFixedBytes + 10;
   EXPECT_NO_THROW(Producer(options).validate(event));
+  options.max_payload_bytes -= 1;
+  EXPECT_TRUE(contains(rejection_of(event, options), "would be a message of 150 bytes"));
 }
 
 // --- names ---
@@ -225,15 +231,17 @@ TEST(ProducerValidate, RejectsHeaderValueThatIsNotAString) {
 
 // --- size ---
 
-TEST(ProducerValidate, RejectsPayloadPlusHeadersOverTheLimit) {
+TEST(ProducerValidate, RejectsAMessageOverTheLimitSayingWhatCounts) {
   ProducerOptions options;
-  options.max_payload_bytes = 16;
+  options.max_payload_bytes = kValidEventFixedBytes + 19;
   NewEvent event = valid_event();
-  event.payload = R"({"k":"0123456"})";  // 15 bytes: fits alone
-  event.headers = "{}";                  // 2 bytes: together 17
+  event.payload = R"({"k":"0123456"})";  // jsonb: {"k": "0123456"}, 16 bytes
+  event.headers = R"({"ab":"cd"})";      // 4 bytes of name and value
   const std::string message = rejection_of(event, options);
-  EXPECT_TRUE(contains(message, "payload and headers"));
-  EXPECT_TRUE(contains(message, "are 17 bytes; the limit is 16"));
+  EXPECT_TRUE(contains(message, "OrderPlaced 4711 would be a message of 160 bytes"));
+  EXPECT_TRUE(contains(message, "payload 16 bytes as PostgreSQL's jsonb prints it"));
+  EXPECT_TRUE(contains(message, "(the text given is 15 bytes;"));
+  EXPECT_TRUE(contains(message, "headers 140, key 4; the limit is 159"));
   EXPECT_TRUE(contains(message, "max_payload_bytes"));
 }
 
@@ -241,10 +249,48 @@ TEST(ProducerValidate, DefaultLimitStaysBelowKafkasMessageMaxBytes) {
   EXPECT_EQ(ProducerOptions().max_payload_bytes, 900U * 1024U);
   NewEvent event = valid_event();
   event.headers = "{}";
-  event.payload = "\"" + std::string(900 * 1024 - 4, 'x') + "\"";  // 2 + 900 KiB - 4 + 2
+  const std::size_t largest_string = 900 * 1024 - kValidEventFixedBytes - 2;  // minus the quotes
+  event.payload = "\"" + std::string(largest_string, 'x') + "\"";
   EXPECT_NO_THROW(Producer().validate(event));
-  event.payload = "\"" + std::string(900 * 1024 - 3, 'x') + "\"";
+  event.payload = "\"" + std::string(largest_string + 1, 'x') + "\"";
   EXPECT_TRUE(contains(rejection_of(event), "the limit is 921600"));
+}
+
+// Issue "Hardening" #9: the relay sends payload::text, which jsonb prints with a space after
+// every comma. This array is 921,597 bytes as written, within 900 KiB, and 1,382,395 as sent:
+// librdkafka refused it (message.max.bytes) and the relay quarantined it. 460,798 ones, 460,797
+// separators of two bytes, two brackets: 1,382,394 bytes.
+TEST(ProducerValidate, CountsThePayloadAsJsonbPrintsItNotAsWritten) {
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.payload = "[1";
+  while (event.payload.size() < 921597 - 1) event.payload += ",1";
+  event.payload += "]";
+  ASSERT_EQ(event.payload.size(), 921597U);
+  const std::string message = rejection_of(event);
+  EXPECT_TRUE(contains(message, "payload 1382394 bytes as PostgreSQL's jsonb prints it"));
+  EXPECT_TRUE(contains(message, "the text given is 921597 bytes"));
+}
+
+// numeric_out prints every digit: eight bytes of JSON, 131072 bytes as sent.
+TEST(ProducerValidate, CountsNumbersAsNumericPrintsThem) {
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.payload = "[1e131071,1e131071,1e131071,1e131071,1e131071,1e131071,1e131071,1e131071]";
+  EXPECT_TRUE(contains(rejection_of(event), "payload 1048592 bytes as PostgreSQL's jsonb prints"))
+      << "8 x 131072 digits, 2 brackets, 7 separators of 2 bytes";
+  event.payload = R"({"x": 1e999})";  // beyond a double, within numeric: jsonb stores it
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
+// The other way round: what jsonb drops does not count against the limit.
+TEST(ProducerValidate, AcceptsTextThatJsonbStoresSmaller) {
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.payload = "{\"a\": 1" + std::string(1024 * 1024, ' ') + "}";  // 1 MiB of blanks
+  EXPECT_NO_THROW(Producer().validate(event));
+  event.payload = R"({"big": ")" + std::string(950 * 1024, 'x') + R"(", "big": "small"})";
+  EXPECT_NO_THROW(Producer().validate(event)) << "jsonb keeps only the last \"big\"";
 }
 
 // --- event_id ---
