@@ -68,10 +68,10 @@ class Producer {
   //
   // Blocks for one round trip (plus any wait for that aggregate's sequence lock).
   // Throws:
-  //  - InvalidArgument when the event is malformed (empty names, payload or headers not JSON or
-  //    not storable as jsonb, schema_version < 1, too large as published) or `conn` is not
-  //    inside an open transaction. Nothing was sent; the caller's transaction is untouched and
-  //    still usable.
+  //  - InvalidArgument when the event is malformed (empty names, names with control characters
+  //    or not UTF-8, payload or headers not JSON or not storable as jsonb, schema_version < 1,
+  //    too large as published) or `conn` is not inside an open transaction. Nothing was sent;
+  //    the caller's transaction is untouched and still usable.
   //  - DatabaseError when PostgreSQL refuses (e.g. a duplicate event_id, missing migrations).
   //    The caller's transaction is then aborted and must be rolled back.
   EnqueuedEvent enqueue(PGconn* conn, const NewEvent& event) const;

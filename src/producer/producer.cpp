@@ -9,6 +9,7 @@
 #include "common/fault.hpp"
 #include "common/json_text.hpp"
 #include "common/jsonb_scan.hpp"
+#include "common/printable.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
 
@@ -17,6 +18,8 @@ namespace {
 
 constexpr std::size_t kMaxNameBytes = 255;
 
+// Names end up in topic names, Kafka keys and headers, log lines and `outbox quarantine list`:
+// refuse what a terminal would act on instead of showing (see common/printable.hpp).
 void check_name(std::string_view field, const std::string& value) {
   if (value.empty()) {
     throw InvalidArgument(fmt::format("{} is empty; every event needs one", field));
@@ -25,9 +28,23 @@ void check_name(std::string_view field, const std::string& value) {
     throw InvalidArgument(
         fmt::format("{} is {} bytes; at most {} are allowed", field, value.size(), kMaxNameBytes));
   }
-  if (value.find('\0') != std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("{} contains a NUL byte, which PostgreSQL text cannot hold", field));
+  if (const auto hostile = detail::find_hostile_character(value)) {
+    if (hostile->what == "a NUL byte") {
+      throw InvalidArgument(
+          fmt::format("{} contains a NUL byte at byte {}, which PostgreSQL text "
+                      "cannot hold",
+                      field, hostile->offset));
+    }
+    if (hostile->what.starts_with("a byte that is not UTF-8")) {
+      throw InvalidArgument(
+          fmt::format("{} \"{}\" is not valid UTF-8 at byte {}: {}; send UTF-8 "
+                      "text",
+                      field, detail::printable(value), hostile->offset, hostile->what));
+    }
+    throw InvalidArgument(fmt::format(
+        "{} \"{}\" contains {} at byte {}, which terminals and log viewers act on instead of "
+        "showing; use printable characters",
+        field, detail::printable(value), hostile->what, hostile->offset));
   }
 }
 
@@ -141,8 +158,8 @@ void Producer::validate(const NewEvent& event) const {
   }
   const detail::HeaderScan headers = detail::scan_header_object(event.headers);
   if (!headers.problem.empty()) {
-    throw InvalidArgument(
-        fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id, headers.problem));
+    throw InvalidArgument(fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id,
+                                      detail::printable(headers.problem)));
   }
   // What the relay will send: the payload as jsonb prints it (payload::text), not the caller's
   // text, which can be much shorter (1e999 is 5 bytes and prints as 1000 digits).

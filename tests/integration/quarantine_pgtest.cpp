@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "outbox/quarantine.hpp"
+#include "outbox/quarantine_format.hpp"
 #include "support/relay_fixture.hpp"
 
 namespace outbox::testing {
@@ -111,6 +112,33 @@ TEST_F(QuarantineTest, TheAttemptLimitQuarantinesAndRetryDeliversOnceTheCauseIsG
                               " WHERE action = 'retry' AND actor = 'bob'"),
             1);
   expect_on_broker_in_order(ids);
+}
+
+// Issue "Hardening" #3: another writer inserts a row whose names carry terminal escapes (the
+// producer refuses them, plain SQL does not). Its topic cannot be a Kafka topic, so the relay
+// quarantines it; `outbox quarantine list` then shows every field escaped, and nothing in the
+// output acts on the operator's terminal.
+TEST_F(QuarantineTest, AQuarantinedRowWithTerminalEscapesIsListedEscaped) {
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_events") +
+                       " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
+                       "  schema_version, payload, headers)"
+                       " VALUES (gen_random_uuid(), E'order\\x1b[2J', E'4711\\n2026-12-01 forged',"
+                       " 1, E'Paid\\u202e', 1, '{}', '{}')");
+  // Topics by aggregate type, as outbox's default template has them.
+  Relay relay(options("r"), make_kafka_sink(KafkaSinkOptions{
+                                kafka().bootstrap_servers(), topic_ + ".{aggregate_type}", {}}));
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  EXPECT_EQ(relay.stats().quarantined, 1U);
+  const auto listed = list_quarantined(conn(), schema_);
+  ASSERT_EQ(listed.size(), 1U);
+  ASSERT_EQ(listed[0].aggregate_type, "order\x1b[2J") << "the row holds the raw escape";
+  const std::string text = cli::quarantined_text(listed[0]);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos) << text;
+  EXPECT_NE(text.find("order\\x1b[2J 4711\\x0a2026-12-01 forged #1 Paid\\u202e"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(".order\\x1b[2J\" rendered"), std::string::npos) << "last error: " << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
 }
 
 }  // namespace

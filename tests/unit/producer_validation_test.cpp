@@ -119,19 +119,80 @@ TEST(ProducerValidate, Rejects256ByteNamesNamingTheFieldAndTheLimit) {
   EXPECT_TRUE(contains(rejection_of(event), "event_type is 256 bytes; at most 255"));
 }
 
+// Issue "Hardening" #3: names are printed by `outbox quarantine list` and in log lines, where
+// an ESC sequence clears the screen and a newline forges a line.
+TEST(ProducerValidate, RejectsTerminalControlsInNamesNamingFieldCharacterAndOffset) {
+  struct Case {
+    std::string value, what;
+  };
+  const std::vector<Case> cases = {
+      {"a\x1b[2Jb", "the control character U+001B at byte 1"},
+      {"line\nforged", "the control character U+000A at byte 4"},
+      {"tab\there", "the control character U+0009 at byte 3"},
+      {"del\x7f", "the control character U+007F at byte 3"},
+      {"c1\xc2\x85", "the control character U+0085 at byte 2"},
+      {"c1\xc2\x9b"
+       "31m",
+       "the control character U+009B at byte 2"},
+      {"gpj\xe2\x80\xae.exe", "the bidirectional control U+202E at byte 3"},
+      {"\xe2\x80\xaa"
+       "x",
+       "the bidirectional control U+202A at byte 0"},
+      {"x\xe2\x81\xa6", "the bidirectional control U+2066 at byte 1"},
+      {"x\xe2\x81\xa9", "the bidirectional control U+2069 at byte 1"},
+      {"x\xe2\x80\xa8y", "the line break U+2028 at byte 1"},
+  };
+  for (const char* field : {"aggregate_type", "aggregate_id", "event_type"}) {
+    for (const Case& c : cases) {
+      NewEvent event = valid_event();
+      if (std::string(field) == "aggregate_type") event.aggregate_type = c.value;
+      if (std::string(field) == "aggregate_id") event.aggregate_id = c.value;
+      if (std::string(field) == "event_type") event.event_type = c.value;
+      const std::string message = rejection_of(event);
+      EXPECT_TRUE(contains(message, std::string(field) + " \"")) << message;
+      EXPECT_TRUE(contains(message, c.what)) << message;
+      EXPECT_TRUE(contains(message, "use printable characters")) << message;
+      EXPECT_EQ(message.find('\x1b'), std::string::npos) << "the message itself must be safe";
+      EXPECT_EQ(message.find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(ProducerValidate, RejectsNamesThatAreNotUtf8) {
+  NewEvent event = valid_event();
+  event.aggregate_id = "ord\xff";
+  EXPECT_TRUE(
+      contains(rejection_of(event), "aggregate_id \"ord\\xff\" is not valid UTF-8 at byte 3"));
+  event = valid_event();
+  event.event_type = "\xc3\x28";  // a lead byte without its continuation
+  EXPECT_TRUE(contains(rejection_of(event), "event_type"));
+  event = valid_event();
+  event.aggregate_type = "\xed\xa0\x80";  // an encoded surrogate: PostgreSQL refuses it too
+  EXPECT_TRUE(contains(rejection_of(event), "not valid UTF-8 at byte 0"));
+}
+
+TEST(ProducerValidate, AcceptsPrintableUnicodeInNames) {
+  NewEvent event = valid_event();
+  event.aggregate_type = "Bestellung";
+  event.aggregate_id =
+      "M\xc3\xbcller-\xe6\xb3\xa8\xe6\x96\x87-\xf0\x9f\x93\xa6 #1";  // Müller-注文-📦 #1
+  event.event_type = "\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7";     // Заказ
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
 TEST(ProducerValidate, RejectsNulBytesInNames) {
   const std::string with_nul("ord\0er", 6);
   NewEvent event = valid_event();
   event.aggregate_type = with_nul;
-  EXPECT_TRUE(contains(rejection_of(event), "aggregate_type contains a NUL byte"));
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_type contains a NUL byte at byte 3"));
 
   event = valid_event();
   event.aggregate_id = with_nul;
-  EXPECT_TRUE(contains(rejection_of(event), "aggregate_id contains a NUL byte"));
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_id contains a NUL byte at byte 3"));
 
   event = valid_event();
   event.event_type = std::string(1, '\0');
-  EXPECT_TRUE(contains(rejection_of(event), "event_type contains a NUL byte"));
+  EXPECT_TRUE(contains(rejection_of(event), "event_type contains a NUL byte at byte 0"));
 }
 
 // libpq would send the document only up to the NUL and the JSON check stops there too, so
