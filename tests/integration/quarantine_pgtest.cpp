@@ -141,5 +141,37 @@ TEST_F(QuarantineTest, AQuarantinedRowWithTerminalEscapesIsListedEscaped) {
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
 }
 
+// Issue "Hardening" #13: the template "{aggregate_type}" is fine, but an aggregate type can make
+// it Kafka's internal __consumer_offsets, or a topic Kafka refuses. Such an event can never be
+// sent: quarantined on its first attempt, not retried for an hour; other aggregates flow.
+TEST_F(QuarantineTest, AnEventWhoseTopicIsInternalOrIllegalIsQuarantinedOnItsFirstAttempt) {
+  const Producer producer(ProducerOptions{schema_, 4096});
+  const std::string too_long(250, 't');
+  pg::exec(conn(), "BEGIN");
+  for (const std::string& type : {std::string("__consumer_offsets"), too_long}) {
+    producer.enqueue(conn(), NewEvent{type, "a1", "Step", "{}", "{}", 1, {}});
+  }
+  producer.enqueue(conn(), NewEvent{topic_ + ".fine", "a1", "Step", "{}", "{}", 1, {}});
+  pg::commit(conn());
+  Relay relay(options("r"), make_kafka_sink(KafkaSinkOptions{
+                                kafka().bootstrap_servers(), "{aggregate_type}", {}}));
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  EXPECT_EQ(relay.stats().published, 1U);
+  EXPECT_EQ(relay.stats().quarantined, 2U);
+  const auto listed = list_quarantined(conn(), schema_);
+  ASSERT_EQ(listed.size(), 2U);
+  for (const QuarantinedEvent& event : listed) {
+    EXPECT_EQ(event.reason, "permanent failure");
+    EXPECT_EQ(event.attempt_count, 1) << "no retries for what can never succeed";
+    if (event.aggregate_type == "__consumer_offsets") {
+      EXPECT_NE(event.last_error.find("Kafka reserves for its internal topics"), std::string::npos)
+          << event.last_error;
+    } else {
+      EXPECT_NE(event.last_error.find("is 250 characters long"), std::string::npos)
+          << event.last_error;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace outbox::testing
