@@ -24,13 +24,14 @@ inline constexpr std::size_t kMaxEnqueueStatementBytes = 64 * 1024 * 1024;
 
 struct ProducerOptions {
   SchemaName schema;
-  // The largest message an event may become, counted as the Kafka sink sends it: the key
-  // (aggregate_id), the value (the payload as PostgreSQL's jsonb prints it, payload::text: a
-  // space after every comma and colon, one of repeated keys, escapes decoded, numbers in full,
-  // so 1e999 counts 1000 bytes) and every header name and value, outbox's five included.
+  // The largest message an event may become, counted as librdkafka counts a message against
+  // its message.max.bytes: the key (aggregate_id), the value (the payload as PostgreSQL's jsonb
+  // prints it, payload::text: a space after every comma and colon, one of repeated keys, escapes
+  // decoded, numbers in full, so 1e999 counts 1000 bytes), every header's name and value with
+  // their lengths (outbox's five included, the sequence at its longest) and 36 bytes of framing.
   // Larger is InvalidArgument. The default stays below librdkafka's message.max.bytes
-  // (1,000,000) with room for Kafka's framing (under 40 bytes plus ~10 per header), so an
-  // accepted event can also be published.
+  // (1,000,000), so an accepted event can also be published; set it to that property's value
+  // when you change it.
   std::size_t max_payload_bytes = 900 * 1024;
   // Run the enqueue statement as a prepared statement, prepared once per connection (libpq
   // instance data remembers which): it is then not parsed and planned on every call, which costs

@@ -32,7 +32,7 @@ HeaderScan scan_header_object(std::string_view text) {
                        "\": outbox sets it from the event itself; choose another header name";
       return result;
     }
-    result.name_and_value_bytes += key.size() + member.value_bytes;
+    result.message_bytes += kafka_header_bytes(key.size(), member.value_bytes);
   }
   result.text_bytes = scan.text_bytes;
   return result;

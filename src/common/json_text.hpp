@@ -17,8 +17,9 @@ std::string check_jsonb_document(std::string_view text);
 struct HeaderScan {
   std::string problem;           // empty when the headers are acceptable
   std::uint64_t text_bytes = 0;  // octet_length(headers::jsonb::text)
-  // What a sink sends: every name and value once (jsonb keeps the last of a repeated name).
-  std::uint64_t name_and_value_bytes = 0;
+  // What the headers add to a Kafka message: every name and value once (jsonb keeps the last of
+  // a repeated name), each with its length, as librdkafka counts them (kafka_header_bytes).
+  std::uint64_t message_bytes = 0;
 };
 
 // A JSON object of string values with non-empty names that outbox does not reserve.

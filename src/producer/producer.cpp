@@ -164,9 +164,10 @@ void Producer::validate(const NewEvent& event) const {
   // What the relay will send: the payload as jsonb prints it (payload::text), not the caller's
   // text, which can be much shorter (1e999 is 5 bytes and prints as 1000 digits).
   const std::uint64_t header_bytes =
-      headers.name_and_value_bytes +
+      headers.message_bytes +
       detail::outbox_header_bytes(event.event_type, event.aggregate_type, event.schema_version);
-  const std::uint64_t size = payload.text_bytes + header_bytes + event.aggregate_id.size();
+  const std::uint64_t size =
+      detail::kKafkaMessageFraming + event.aggregate_id.size() + payload.text_bytes + header_bytes;
   if (size > options_.max_payload_bytes) {
     const std::string as_written =
         payload.text_bytes == event.payload.size()
@@ -178,10 +179,11 @@ void Producer::validate(const NewEvent& event) const {
                   event.payload.size());
     throw InvalidArgument(fmt::format(
         "{} {} would be a message of {} bytes: payload {} bytes as PostgreSQL's jsonb prints "
-        "it{}, headers {}, key {}; the limit is {} (ProducerOptions::max_payload_bytes). Store "
-        "large documents elsewhere and send a reference",
+        "it{}, headers {}, key {}, Kafka's framing {}; the limit is {} "
+        "(ProducerOptions::max_payload_bytes). Store large documents elsewhere and send a "
+        "reference",
         event.event_type, event.aggregate_id, size, payload.text_bytes, as_written, header_bytes,
-        event.aggregate_id.size(), options_.max_payload_bytes));
+        event.aggregate_id.size(), detail::kKafkaMessageFraming, options_.max_payload_bytes));
   }
   if (event.event_id && event.event_id->is_nil()) {
     throw InvalidArgument("event_id is the nil UUID; leave it unset to get a fresh UUIDv7");

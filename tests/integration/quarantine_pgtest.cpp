@@ -173,5 +173,49 @@ TEST_F(QuarantineTest, AnEventWhoseTopicIsInternalOrIllegalIsQuarantinedOnItsFir
   }
 }
 
+// The producer counts an event as librdkafka counts a message against message.max.bytes
+// (1,000,000 by default), except that it counts the sequence at its longest (19 digits; this one
+// has 1). So: counted at the limit, it is published; 18 bytes over the limit it is still within
+// librdkafka's; 19 over it is refused by librdkafka and quarantined. Headers with one-, two- and
+// three-byte lengths, an escaped payload and a repeated header name make every rule count.
+TEST_F(QuarantineTest, TheProducersCountIsLibrdkafkasToTheByte) {
+  constexpr std::size_t kMessageMaxBytes = 1'000'000;
+  const std::string headers = R"({"tenant": "t1", ")" + std::string(70, 'n') + R"(": ")" +
+                              std::string(9000, 'v') + R"(", "tenant": "t\u00e9"})";
+  // A payload of `printed` bytes as jsonb prints it: {"d": "\né/xxx..."}, its escapes decoded
+  // and written again (\n stays two bytes, \u00e9 becomes two, \/ one). Keys of equal length.
+  auto event_of = [&](std::size_t printed, const std::string& id) {
+    const std::string payload = R"({"d":"\n\u00e9\/)" + std::string(printed - 9 - 5, 'x') + R"("})";
+    return NewEvent{"order", id, "Big", payload, headers, 1, {}};
+  };
+  ProducerOptions at_limit{schema_, kMessageMaxBytes};
+  // The largest payload the producer accepts under the limit.
+  std::size_t low = 14, high = kMessageMaxBytes;  // 14: the payload's fixed part
+  while (low + 1 < high) {
+    const std::size_t middle = (low + high) / 2;
+    try {
+      Producer(at_limit).validate(event_of(middle, "probe---"));
+      low = middle;
+    } catch (const InvalidArgument&) {
+      high = middle;
+    }
+  }
+  const Producer lenient(ProducerOptions{schema_, 2 * kMessageMaxBytes});
+  pg::exec(conn(), "BEGIN");
+  Producer(at_limit).enqueue(conn(), event_of(low, "atlimit-"));
+  lenient.enqueue(conn(), event_of(low + 18, "within--"));
+  const auto over = lenient.enqueue(conn(), event_of(low + 19, "over----"));
+  pg::commit(conn());
+  EXPECT_THROW(Producer(at_limit).validate(event_of(low + 1, "oneover-")), InvalidArgument);
+
+  Relay relay(options("r"), sink());
+  ASSERT_TRUE(relay.run_until_idle(60s));
+  EXPECT_EQ(relay.stats().published, 2U);
+  const auto listed = list_quarantined(conn(), schema_);
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].event_id, over.event_id);
+  EXPECT_NE(listed[0].last_error.find("too large"), std::string::npos) << listed[0].last_error;
+}
+
 }  // namespace
 }  // namespace outbox::testing

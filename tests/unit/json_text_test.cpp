@@ -109,12 +109,14 @@ TEST(CheckHeaderObject, SaysWhenNotValidJsonAndWhere) {
 TEST(ScanHeaderObject, CountsNamesAndValuesOnceTheLastRepeatWins) {
   const HeaderScan scan = scan_header_object(R"({"tenant": "a-long-value", "tenant": "b"})");
   EXPECT_EQ(scan.problem, "");
-  EXPECT_EQ(scan.name_and_value_bytes, 7U);  // tenant + b
-  EXPECT_EQ(scan.text_bytes, 15U);           // {"tenant": "b"}
+  EXPECT_EQ(scan.message_bytes, 9U);  // tenant, b and their one-byte lengths
+  EXPECT_EQ(scan.text_bytes, 15U);    // {"tenant": "b"}
   EXPECT_EQ(check_header_object(R"({"n": 1, "n": "one"})"), "");
   EXPECT_EQ(check_header_object(R"({"n": "one", "n": 1})"), "value of \"n\" must be a string");
   // Escapes count as the bytes they stand for: é is two.
-  EXPECT_EQ(scan_header_object(R"({"k": "\u00e9"})").name_and_value_bytes, 3U);
+  EXPECT_EQ(scan_header_object(R"({"k": "\u00e9"})").message_bytes, 5U);
+  // A length of 64 or more takes two bytes as a zig-zag varint.
+  EXPECT_EQ(scan_header_object("{\"" + std::string(64, 'n') + "\": \"\"}").message_bytes, 67U);
 }
 
 // --- PostgreSQL array literals ---

@@ -74,9 +74,10 @@ TEST(ProducerValidate, AcceptsASuppliedEventId) {
   EXPECT_NO_THROW(Producer().validate(event));
 }
 
-// What an event becomes as a message: key 4711 (4 bytes), outbox's five headers (names 64 bytes,
-// values: id 36, "OrderPlaced" 11, "order" 5, the longest sequence 19, version "1" 1 = 136).
-constexpr std::size_t kValidEventFixedBytes = 4 + 136;
+// What an event becomes as a message, counted as librdkafka counts it: key 4711 (4 bytes),
+// framing 36, outbox's five headers (names 64, values: id 36, "OrderPlaced" 11, "order" 5, the
+// longest sequence 19, version "1" 1; ten one-byte lengths: 146).
+constexpr std::size_t kValidEventFixedBytes = 4 + 36 + 146;
 
 TEST(ProducerValidate, AcceptsAMessageExactlyAtTheLimit) {
   NewEvent event = valid_event();
@@ -86,7 +87,7 @@ TEST(ProducerValidate, AcceptsAMessageExactlyAtTheLimit) {
   options.max_payload_bytes = kValidEventFixedBytes + 10;
   EXPECT_NO_THROW(Producer(options).validate(event));
   options.max_payload_bytes -= 1;
-  EXPECT_TRUE(contains(rejection_of(event, options), "would be a message of 150 bytes"));
+  EXPECT_TRUE(contains(rejection_of(event, options), "would be a message of 196 bytes"));
 }
 
 // --- names ---
@@ -294,15 +295,15 @@ TEST(ProducerValidate, RejectsHeaderValueThatIsNotAString) {
 
 TEST(ProducerValidate, RejectsAMessageOverTheLimitSayingWhatCounts) {
   ProducerOptions options;
-  options.max_payload_bytes = kValidEventFixedBytes + 19;
+  options.max_payload_bytes = kValidEventFixedBytes + 21;
   NewEvent event = valid_event();
   event.payload = R"({"k":"0123456"})";  // jsonb: {"k": "0123456"}, 16 bytes
-  event.headers = R"({"ab":"cd"})";      // 4 bytes of name and value
+  event.headers = R"({"ab":"cd"})";      // with their lengths: 6 bytes
   const std::string message = rejection_of(event, options);
-  EXPECT_TRUE(contains(message, "OrderPlaced 4711 would be a message of 160 bytes"));
+  EXPECT_TRUE(contains(message, "OrderPlaced 4711 would be a message of 208 bytes"));
   EXPECT_TRUE(contains(message, "payload 16 bytes as PostgreSQL's jsonb prints it"));
   EXPECT_TRUE(contains(message, "(the text given is 15 bytes;"));
-  EXPECT_TRUE(contains(message, "headers 140, key 4; the limit is 159"));
+  EXPECT_TRUE(contains(message, "headers 152, key 4, Kafka's framing 36; the limit is 207"));
   EXPECT_TRUE(contains(message, "max_payload_bytes"));
 }
 
