@@ -9,7 +9,7 @@ artifacts="$(dirname "$corpus")/../artifacts"
 mkdir -p "$corpus" "$artifacts"
 log="$(dirname "$corpus")/../${name}.log"
 status=0
-"$binary" -max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+"$binary" -max_total_time="$seconds" -print_final_stats=1 -timeout=60 -rss_limit_mb=2048 \
   -max_len=8192 -artifact_prefix="$artifacts/${name}-" "$corpus" "$seeds" >"$log" 2>&1 || status=$?
 grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$log" || true
 corpus_files="$(find "$corpus" -type f | wc -l)"
