@@ -1,6 +1,7 @@
 # Entry points for people and CI: `make test` installs missing packages, builds and runs every test.
 # Variables: WERROR=ON|OFF, BUILD_TYPE, BUILD_DIR, JOBS, ARGS (for demo), CTEST_ARGS (for test),
-# SANITIZE (address,undefined or thread: builds in build-<sanitizers>/ and tests that build).
+# SANITIZE (address,undefined or thread: builds in build-<sanitizers>/ and tests that build),
+# FUZZ_SECONDS (per target, for fuzz).
 
 WERROR     ?= ON
 BUILD_TYPE ?= RelWithDebInfo
@@ -12,13 +13,14 @@ BUILD_DIR  ?= build-$(subst $(comma),-,$(SANITIZE))
 endif
 comma := ,
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SECONDS ?= 300
 
 SOURCE_DIRS  := src include apps tests
 FORMAT_FILES  = $(shell find $(SOURCE_DIRS) -type f \( -name '*.cpp' -o -name '*.hpp' \) 2>/dev/null)
 TIDY_FILES    = $(shell find src -type f -name '*.cpp' 2>/dev/null)
 RUN_CLANG_TIDY := $(shell command -v run-clang-tidy 2>/dev/null)
 
-.PHONY: all deps build demo bench test format format-check tidy clean
+.PHONY: all deps build demo bench test fuzz format format-check tidy clean
 
 all: build
 
@@ -38,9 +40,18 @@ demo: build
 bench: build
 	./$(BUILD_DIR)/outbox bench $(ARGS)
 
-# The tests start their own embedded PostgreSQL and Kafka mock; nothing else needs to run.
+# The tests start their own embedded PostgreSQL and Kafka mock; nothing else needs to run. The
+# fuzz tests (label fuzz, 20 s per target) build tests/fuzz with clang++ in $(BUILD_DIR)/fuzz.
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600 -j2 $(CTEST_ARGS)
+
+# Every fuzz target for FUZZ_SECONDS each (default 300), with its figures; the corpus grows in
+# $(BUILD_DIR)/fuzz/corpus, crashes land in $(BUILD_DIR)/fuzz/artifacts.
+fuzz: deps
+	cmake -S tests/fuzz -B $(BUILD_DIR)/fuzz -DCMAKE_CXX_COMPILER=clang++ \
+	  -DOUTBOX_FUZZ_SECONDS=$(FUZZ_SECONDS)
+	cmake --build $(BUILD_DIR)/fuzz -j$(JOBS)
+	cd $(BUILD_DIR)/fuzz && ctest -L fuzz --output-on-failure -V
 
 format:
 	clang-format -i $(FORMAT_FILES)

@@ -9,6 +9,7 @@ packages=(
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format clang-tidy
+  clang libclang-rt-14-dev  # the fuzz tests (tests/fuzz): clang++ -fsanitize=fuzzer,address,undefined
   python3  # the bench smoke test reads results.json
   openssl  # the TLS test makes its own CA
 )

@@ -4,12 +4,13 @@
 
 #include <algorithm>
 #include <iostream>
-#include <nlohmann/json.hpp>
 
 #include "cli_common.hpp"
+#include "common/printable.hpp"
 #include "outbox/error.hpp"
 #include "outbox/quarantine.hpp"
 #include "pg/connection.hpp"
+#include "quarantine_format.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -20,7 +21,7 @@ std::vector<EventId> parse_ids(const std::vector<std::string>& texts) {
   for (const std::string& text : texts) {
     const auto id = EventId::parse(text);
     if (!id) {
-      throw InvalidArgument("\"" + text +
+      throw InvalidArgument("\"" + detail::printable(text) +
                             "\" is not an event id (a UUID such as "
                             "0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b); see `outbox quarantine list`");
     }
@@ -45,25 +46,7 @@ int run_quarantine(const QuarantineFlags& flags) {
   if (flags.action == "list") {
     const auto events = list_quarantined(connection.get(), schema);
     for (const QuarantinedEvent& e : events) {
-      if (flags.json) {
-        std::cout << nlohmann::json{{"event_id", e.event_id.to_string()},
-                                    {"aggregate_type", e.aggregate_type},
-                                    {"aggregate_id", e.aggregate_id},
-                                    {"aggregate_sequence", e.aggregate_sequence},
-                                    {"event_type", e.event_type},
-                                    {"attempt_count", e.attempt_count},
-                                    {"reason", e.reason},
-                                    {"last_error", e.last_error},
-                                    {"quarantined_at", e.quarantined_at},
-                                    {"blocked_events", e.blocked_events}}
-                         .dump()
-                  << "\n";
-      } else {
-        std::cout << fmt::format(
-            "{}  {} {} #{} {}  {} ({} attempts), {} blocked behind it\n    {}\n",
-            e.event_id.to_string(), e.aggregate_type, e.aggregate_id, e.aggregate_sequence,
-            e.event_type, e.reason, e.attempt_count, e.blocked_events, e.last_error);
-      }
+      std::cout << (flags.json ? quarantined_json(e) : quarantined_text(e));
     }
     if (!flags.json) std::cout << events.size() << " quarantined event(s)\n";
     return 0;

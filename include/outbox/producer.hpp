@@ -11,10 +11,27 @@
 
 namespace outbox {
 
+// The most one enqueue statement may carry: the events of one aggregate in one enqueue() or
+// enqueue_and_commit() call go to PostgreSQL as one statement, and their payloads, headers and
+// event types as sent (array literals, quotes escaped) may come to at most 64 MiB; more is
+// InvalidArgument before anything is sent, saying to split the batch (several calls in the same
+// transaction commit together just the same). Events of different aggregates are separate
+// statements and do not add up. The real limits are PostgreSQL's: it closes the connection on a
+// message of 1 GB or more (SQLSTATE 08006, retryable on its face, never succeeding) and refuses an
+// array whose stored form passes 1 GB (54000); jsonb stores [1,1,...] in six times its text, so
+// ~170 MB of such payloads already fail. 64 MiB keeps a sixteenth of the way below.
+inline constexpr std::size_t kMaxEnqueueStatementBytes = 64 * 1024 * 1024;
+
 struct ProducerOptions {
   SchemaName schema;
-  // payload + headers; larger is InvalidArgument. The default stays below librdkafka's
-  // message.max.bytes (1,000,000) so an accepted event can also be published.
+  // The largest message an event may become, counted as librdkafka counts a message against
+  // its message.max.bytes: the key (aggregate_id), the value (the payload as PostgreSQL's jsonb
+  // prints it, payload::text: a space after every comma and colon, one of repeated keys, escapes
+  // decoded, numbers in full, so 1e999 counts 1000 bytes), every header's name and value with
+  // their lengths (outbox's five included, the sequence at its longest) and 36 bytes of framing.
+  // Larger is InvalidArgument. The default stays below librdkafka's message.max.bytes
+  // (1,000,000), so an accepted event can also be published; set it to that property's value
+  // when you change it.
   std::size_t max_payload_bytes = 900 * 1024;
   // Run the enqueue statement as a prepared statement, prepared once per connection (libpq
   // instance data remembers which): it is then not parsed and planned on every call, which costs
@@ -52,16 +69,18 @@ class Producer {
   //
   // Blocks for one round trip (plus any wait for that aggregate's sequence lock).
   // Throws:
-  //  - InvalidArgument when the event is malformed (empty names, payload or headers not JSON,
-  //    schema_version < 1, too large) or `conn` is not inside an open transaction. Nothing was
-  //    sent; the caller's transaction is untouched and still usable.
+  //  - InvalidArgument when the event is malformed (empty names, names with control characters
+  //    or not UTF-8, payload or headers not JSON or not storable as jsonb, schema_version < 1,
+  //    too large as published) or `conn` is not inside an open transaction. Nothing was sent;
+  //    the caller's transaction is untouched and still usable.
   //  - DatabaseError when PostgreSQL refuses (e.g. a duplicate event_id, missing migrations).
   //    The caller's transaction is then aborted and must be rolled back.
   EnqueuedEvent enqueue(PGconn* conn, const NewEvent& event) const;
 
   // Enqueues several events, in order: events of one aggregate get consecutive sequences in the
   // order given. Every event is validated before anything is sent. One round trip per distinct
-  // aggregate. Same errors as above.
+  // aggregate. Same errors as above, and InvalidArgument when one aggregate's events pass
+  // kMaxEnqueueStatementBytes (split the batch).
   std::vector<EnqueuedEvent> enqueue(PGconn* conn, std::span<const NewEvent> events) const;
 
   // Enqueues `events` and COMMITs the transaction open on `conn` in ONE round trip: the insert

@@ -10,8 +10,9 @@ typedef struct pg_conn PGconn;  // from libpq-fe.h; repeated so this header need
 namespace outbox {
 
 // A validated PostgreSQL schema name: 1..48 bytes of [a-z0-9_], starting with a letter or '_',
-// not starting with "pg_". Stricter than PostgreSQL so the name never needs case folding games
-// and the derived names (the NOTIFY channel) stay within PostgreSQL's 63-byte limit.
+// none of PostgreSQL's own schemas (anything starting with "pg_", information_schema). Stricter
+// than PostgreSQL so the name never needs case folding games and the derived names (the NOTIFY
+// channel) stay within PostgreSQL's 63-byte limit.
 class SchemaName {
  public:
   // The default schema: "outbox".

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdint>
 
+#include "common/printable.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox {
@@ -15,7 +16,7 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
     return InvalidArgument(fmt::format(
         "duration \"{}\": {}; write a number and a unit (ms, s, m, h, d), e.g. 500ms, 30s, 7d, "
         "1h30m",
-        text, why));
+        detail::printable(text, 100), why));
   };
   if (text.empty()) throw fail("empty");
   if (text == "0") return std::chrono::milliseconds(0);
@@ -26,6 +27,8 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
   std::string_view rest = text;
   while (!rest.empty()) {
     std::int64_t number = 0;
+    // from_chars takes "-0" as 0: refuse the sign itself (the fuzzer found "-0s" accepted).
+    if (rest.front() == '-') throw fail("cannot be negative");
     const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), number);
     if (error == std::errc::result_out_of_range) throw fail("the number is too large");
     if (error != std::errc() || end == rest.data()) {

@@ -1,6 +1,7 @@
 #include "common/health_board.hpp"
 
 #include "common/log.hpp"
+#include "common/printable.hpp"
 
 namespace outbox {
 
@@ -39,7 +40,8 @@ void HealthBoard::set(Health health, const std::string& error) {
     log().info("{}: {} (was {} for {} ms)", component_, to_string(health), to_string(health_),
                lasted.count());
   } else {
-    log().warn("{}: {}: {}", component_, to_string(health), error);
+    // Errors quote values from the database and the broker (a key in a constraint's detail).
+    log().warn("{}: {}: {}", component_, to_string(health), printable(error));
   }
   health_ = health;
   since_ = now;

@@ -1,6 +1,7 @@
 #pragma once
 // Checks on JSON text supplied by callers, and PostgreSQL array literals for batched statements.
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -9,14 +10,29 @@
 namespace outbox::detail {
 
 // Empty when `text` is one JSON value that PostgreSQL's jsonb can store; otherwise says what is
-// wrong ("is not valid JSON", or a string holding \u0000, which jsonb refuses).
+// wrong ("is not valid JSON: ...", or a string holding \u0000, which jsonb refuses). See
+// scan_jsonb (common/jsonb_scan.hpp) for the stored text's length too.
 std::string check_jsonb_document(std::string_view text);
 
-// Empty when `text` is a JSON object whose values are all strings; otherwise says what is wrong.
+struct HeaderScan {
+  std::string problem;           // empty when the headers are acceptable
+  std::uint64_t text_bytes = 0;  // octet_length(headers::jsonb::text)
+  // What the headers add to a Kafka message: every name and value once (jsonb keeps the last of
+  // a repeated name), each with its length, as librdkafka counts them (kafka_header_bytes).
+  std::uint64_t message_bytes = 0;
+};
+
+// A JSON object of string values with non-empty names that outbox does not reserve.
+HeaderScan scan_header_object(std::string_view text);
+
+// scan_header_object(text).problem.
 std::string check_header_object(std::string_view text);
 
 // Appends `value` as one element of a PostgreSQL array literal ("..." with \ escapes).
 void append_array_element(std::string& literal, std::string_view value);
+
+// The bytes append_array_element adds for `value`.
+std::size_t array_element_bytes(std::string_view value);
 
 // {"a","b"} for text[], uuid[], jsonb[] ... parameters: one round trip for a whole batch.
 std::string to_array_literal(const std::vector<std::string>& values);

@@ -5,8 +5,11 @@
 #include <map>
 #include <utility>
 
+#include "common/event_headers.hpp"
 #include "common/fault.hpp"
 #include "common/json_text.hpp"
+#include "common/jsonb_scan.hpp"
+#include "common/printable.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
 
@@ -15,6 +18,8 @@ namespace {
 
 constexpr std::size_t kMaxNameBytes = 255;
 
+// Names end up in topic names, Kafka keys and headers, log lines and `outbox quarantine list`:
+// refuse what a terminal would act on instead of showing (see common/printable.hpp).
 void check_name(std::string_view field, const std::string& value) {
   if (value.empty()) {
     throw InvalidArgument(fmt::format("{} is empty; every event needs one", field));
@@ -23,9 +28,23 @@ void check_name(std::string_view field, const std::string& value) {
     throw InvalidArgument(
         fmt::format("{} is {} bytes; at most {} are allowed", field, value.size(), kMaxNameBytes));
   }
-  if (value.find('\0') != std::string::npos) {
-    throw InvalidArgument(
-        fmt::format("{} contains a NUL byte, which PostgreSQL text cannot hold", field));
+  if (const auto hostile = detail::find_hostile_character(value)) {
+    if (hostile->what == "a NUL byte") {
+      throw InvalidArgument(
+          fmt::format("{} contains a NUL byte at byte {}, which PostgreSQL text "
+                      "cannot hold",
+                      field, hostile->offset));
+    }
+    if (hostile->what.starts_with("a byte that is not UTF-8")) {
+      throw InvalidArgument(
+          fmt::format("{} \"{}\" is not valid UTF-8 at byte {}: {}; send UTF-8 "
+                      "text",
+                      field, detail::printable(value), hostile->offset, hostile->what));
+    }
+    throw InvalidArgument(fmt::format(
+        "{} \"{}\" contains {} at byte {}, which terminals and log viewers act on instead of "
+        "showing; use printable characters",
+        field, detail::printable(value), hostile->what, hostile->offset));
   }
 }
 
@@ -132,20 +151,39 @@ void Producer::validate(const NewEvent& event) const {
     throw InvalidArgument(
         fmt::format("schema_version is {}; it must be 1 or more", event.schema_version));
   }
-  const std::size_t size = event.payload.size() + event.headers.size();
+  const detail::JsonbScan payload = detail::scan_jsonb(event.payload);
+  if (!payload.problem.empty()) {
+    throw InvalidArgument(
+        fmt::format("payload of {} {} {}", event.event_type, event.aggregate_id, payload.problem));
+  }
+  const detail::HeaderScan headers = detail::scan_header_object(event.headers);
+  if (!headers.problem.empty()) {
+    throw InvalidArgument(fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id,
+                                      detail::printable(headers.problem)));
+  }
+  // What the relay will send: the payload as jsonb prints it (payload::text), not the caller's
+  // text, which can be much shorter (1e999 is 5 bytes and prints as 1000 digits).
+  const std::uint64_t header_bytes =
+      headers.message_bytes +
+      detail::outbox_header_bytes(event.event_type, event.aggregate_type, event.schema_version);
+  const std::uint64_t size =
+      detail::kKafkaMessageFraming + event.aggregate_id.size() + payload.text_bytes + header_bytes;
   if (size > options_.max_payload_bytes) {
-    throw InvalidArgument(
-        fmt::format("payload and headers of {} {} are {} bytes; the limit is {} (ProducerOptions::"
-                    "max_payload_bytes). Store large documents elsewhere and send a reference",
-                    event.event_type, event.aggregate_id, size, options_.max_payload_bytes));
-  }
-  if (const std::string problem = detail::check_jsonb_document(event.payload); !problem.empty()) {
-    throw InvalidArgument(
-        fmt::format("payload of {} {} {}", event.event_type, event.aggregate_id, problem));
-  }
-  if (const std::string problem = detail::check_header_object(event.headers); !problem.empty()) {
-    throw InvalidArgument(
-        fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id, problem));
+    const std::string as_written =
+        payload.text_bytes == event.payload.size()
+            ? std::string()
+            : fmt::format(
+                  " (the text given is {} bytes; jsonb stores it with a space after every "
+                  "comma and colon, keeps one of repeated keys, decodes escapes and prints "
+                  "numbers in full)",
+                  event.payload.size());
+    throw InvalidArgument(fmt::format(
+        "{} {} would be a message of {} bytes: payload {} bytes as PostgreSQL's jsonb prints "
+        "it{}, headers {}, key {}, Kafka's framing {}; the limit is {} "
+        "(ProducerOptions::max_payload_bytes). Store large documents elsewhere and send a "
+        "reference",
+        event.event_type, event.aggregate_id, size, payload.text_bytes, as_written, header_bytes,
+        event.aggregate_id.size(), detail::kKafkaMessageFraming, options_.max_payload_bytes));
   }
   if (event.event_id && event.event_id->is_nil()) {
     throw InvalidArgument("event_id is the nil UUID; leave it unset to get a fresh UUIDv7");
@@ -173,15 +211,49 @@ struct AggregateInsert {
   // Closes the array literals: call once all events are added.
   [[nodiscard]] std::vector<const char*> params() {
     if (lone != nullptr) {
-      return {aggregate_type.c_str(),     aggregate_id.c_str(), count.c_str(),
-              lone_id.c_str(),            lone->event_type.c_str(), lone_version.c_str(),
-              lone->payload.c_str(),      lone->headers.c_str()};
+      return {aggregate_type.c_str(), aggregate_id.c_str(),     count.c_str(),
+              lone_id.c_str(),        lone->event_type.c_str(), lone_version.c_str(),
+              lone->payload.c_str(),  lone->headers.c_str()};
     }
-    return {aggregate_type.c_str(), aggregate_id.c_str(),  count.c_str(),
-            ids.text().c_str(),     types.text().c_str(),  versions.text().c_str(),
+    return {aggregate_type.c_str(),  aggregate_id.c_str(),  count.c_str(),
+            ids.text().c_str(),      types.text().c_str(),  versions.text().c_str(),
             payloads.text().c_str(), headers.text().c_str()};
   }
 };
+
+// The events of one aggregate go to the server as one statement. PostgreSQL closes the
+// connection on a message of 1 GB or more (a retryable-looking 08006 that can never succeed) and
+// refuses a jsonb[] array whose stored form passes 1 GB (54000), which ~170 MB of text can reach
+// since jsonb stores [1,1,...] in six times its text. kMaxEnqueueStatementBytes keeps far below.
+void check_statement_size(std::span<const NewEvent> events, const std::vector<std::size_t>& group) {
+  std::size_t bytes = 0;
+  if (group.size() == 1) {
+    const NewEvent& event = events[group.front()];
+    bytes = event.payload.size() + event.headers.size() + event.event_type.size();
+  } else {
+    for (const std::size_t index : group) {
+      const NewEvent& event = events[index];
+      bytes += detail::array_element_bytes(event.payload) +
+               detail::array_element_bytes(event.headers) +
+               detail::array_element_bytes(event.event_type) + 36 + 12 + 5;  // id, version, commas
+    }
+  }
+  const NewEvent& first = events[group.front()];
+  bytes += first.aggregate_type.size() + first.aggregate_id.size();
+  if (bytes <= kMaxEnqueueStatementBytes) return;
+  if (group.size() == 1) {
+    throw InvalidArgument(fmt::format(
+        "{} {}: payload and headers as given are {} bytes; one event can be at most {} "
+        "(kMaxEnqueueStatementBytes). Store large documents elsewhere and send a reference",
+        first.event_type, first.aggregate_id, bytes, kMaxEnqueueStatementBytes));
+  }
+  throw InvalidArgument(fmt::format(
+      "the {} events of aggregate {} {} in this call come to {} bytes, sent as one statement; at "
+      "most {} can go in one (kMaxEnqueueStatementBytes: PostgreSQL refuses a message of 1 GB). "
+      "Split the batch into several enqueue calls, in the same transaction if they must commit "
+      "together",
+      group.size(), first.aggregate_type, first.aggregate_id, bytes, kMaxEnqueueStatementBytes));
+}
 
 // Groups by aggregate, keeping the caller's order inside each group, and gives every event its
 // id (the caller's or a fresh UUIDv7) in `enqueued`.
@@ -191,6 +263,7 @@ std::vector<AggregateInsert> plan_inserts(std::span<const NewEvent> events,
   for (std::size_t i = 0; i < events.size(); ++i) {
     groups[{events[i].aggregate_type, events[i].aggregate_id}].push_back(i);
   }
+  for (const auto& [aggregate, indexes] : groups) check_statement_size(events, indexes);
   enqueued.assign(events.size(), EnqueuedEvent{});
   std::vector<AggregateInsert> inserts(groups.size());
   std::size_t g = 0;
@@ -226,9 +299,9 @@ std::vector<AggregateInsert> plan_inserts(std::span<const NewEvent> events,
 void take_returned(const AggregateInsert& insert, const pg::Result& result,
                    std::vector<EnqueuedEvent>& enqueued) {
   if (result.rows() != static_cast<int>(insert.indexes.size())) {
-    throw DatabaseError(fmt::format("enqueue: expected {} rows back, got {}", insert.indexes.size(),
-                                    result.rows()),
-                        "", false);
+    throw DatabaseError(
+        fmt::format("enqueue: expected {} rows back, got {}", insert.indexes.size(), result.rows()),
+        "", false);
   }
   for (int row = 0; row < result.rows(); ++row) {
     const auto id = EventId::parse(result.text(row, 0));

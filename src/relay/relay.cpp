@@ -15,6 +15,7 @@
 #include "common/health_board.hpp"
 #include "common/json_text.hpp"
 #include "common/log.hpp"
+#include "common/printable.hpp"
 #include "pg/connection.hpp"
 #include "relay/claim_schedule.hpp"
 #include "relay/relay_sql.hpp"
@@ -392,19 +393,22 @@ class Relay::Impl {
       Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}, false};
       if (report.outcome == DeliveryOutcome::published) {
         detail::log().debug("relay {}: event {} ({} {} #{}) acknowledged at [{}]@{}", relay_id(),
-                            outcome.event_id.to_string(), it->second.event.aggregate_type,
-                            it->second.event.aggregate_id, it->second.event.aggregate_sequence,
-                            report.partition, report.offset);
+                            outcome.event_id.to_string(),
+                            detail::printable(it->second.event.aggregate_type),
+                            detail::printable(it->second.event.aggregate_id),
+                            it->second.event.aggregate_sequence, report.partition, report.offset);
         unrecorded_published_.push_back(std::move(outcome));
         any_published = true;
       } else {
         // Unknown outcomes count as failures: the row is retried with the same event id.
         outcome.error = fmt::format("{}: {}", to_string(report.outcome), report.error);
         outcome.permanent = report.outcome == DeliveryOutcome::permanent_failure;
+        // The ids come from the table, which any writer can fill: escaped (common/printable.hpp).
         detail::log().warn("relay {}: event {} ({} {} #{}) not published: {}", relay_id(),
-                           outcome.event_id.to_string(), it->second.event.aggregate_type,
-                           it->second.event.aggregate_id, it->second.event.aggregate_sequence,
-                           outcome.error);
+                           outcome.event_id.to_string(),
+                           detail::printable(it->second.event.aggregate_type),
+                           detail::printable(it->second.event.aggregate_id),
+                           it->second.event.aggregate_sequence, detail::printable(outcome.error));
         if (!outcome.permanent) broker_trouble = &report;
         unrecorded_failed_.push_back(std::move(outcome));
       }

@@ -41,7 +41,15 @@ std::string validate(std::string_view name) {
       fail("it contains the character '" + printable(std::string_view(&c, 1)) + "'");
     }
   }
-  if (name.starts_with("pg_")) fail("names starting with pg_ are reserved by PostgreSQL");
+  // PostgreSQL's own schemas: pg_catalog, pg_toast, pg_temp_N, pg_toast_temp_N and any future
+  // pg_ name (CREATE SCHEMA refuses them), and information_schema (the SQL standard's views,
+  // created by initdb: outbox's tables would sit among the catalog's).
+  if (name.starts_with("pg_")) {
+    fail("names starting with pg_ are reserved by PostgreSQL (pg_catalog, pg_toast, pg_temp...)");
+  }
+  if (name == "information_schema") {
+    fail("information_schema is PostgreSQL's own schema of catalog views; choose one of your own");
+  }
   return std::string(name);
 }
 }  // namespace

@@ -197,9 +197,12 @@ expect_failure "migrate against an unreachable database" "cannot connect" \
 
 
 # --- 7. quarantine commands ------------------------------------------------------------------------
-# A row set aside as the relay would after a permanent failure, then listed and skipped.
+# A row set aside as the relay would after a permanent failure, then listed and skipped. Its
+# last error carries terminal escapes (clear screen, set the window title, ring the bell), as any
+# writer of the table could leave: the listing must show them escaped, never send them.
 sql -c "UPDATE ${schema}.outbox_events SET published_at = NULL, quarantined_at = now(),
-       quarantine_reason = 'permanent failure', last_error = 'permanent_failure: too large',
+       quarantine_reason = 'permanent failure',
+       last_error = E'permanent_failure: too large \\x1b[2J\\x1b]0;owned\\x07',
        available_at = 'infinity'
      WHERE aggregate_id = (SELECT min(aggregate_id) FROM ${schema}.outbox_events)
        AND aggregate_sequence = 5" >/dev/null
@@ -209,6 +212,12 @@ if [[ "$list_output" == *"$poison_id"*"permanent failure"*"1 quarantined event(s
   pass
 else
   fail "quarantine list should show $poison_id as a permanent failure; output: $list_output"
+fi
+if [[ "$list_output" != *$'\e'* && "$list_output" != *$'\a'* &&
+      "$list_output" == *'too large \x1b[2J\x1b]0;owned\x07'* ]]; then
+  pass
+else
+  fail "quarantine list must show the escapes of last_error escaped; output: $(printf '%q' "$list_output")"
 fi
 expect_failure "quarantine skip without --reason" "--reason" \
   "$outbox_binary" quarantine --db "$db" --schema "$schema" skip --actor ci "$poison_id"

@@ -190,6 +190,75 @@ TEST_F(ProducerTest, PayloadsJsonbWouldRefuseAreRefusedBeforeTheTransactionBreak
   pg::exec(conn(), "ROLLBACK");
 }
 
+// Issue "Hardening" #9: an array of 921,597 bytes as written (under 900 KiB) is 1,382,394 as
+// jsonb prints it, which the relay sends; it was accepted, then refused by librdkafka and
+// quarantined. Now refused here, before anything is written, and the transaction goes on.
+TEST_F(ProducerTest, AnEventTooLargeAsPublishedIsRefusedAndTheTransactionStaysUsable) {
+  const Producer producer(ProducerOptions{schema_});  // the default limit, 900 KiB
+  NewEvent event = order_event("o1");
+  event.headers = "{}";  // 921,599 bytes as given: the old check let it through
+  event.payload = "[1";
+  while (event.payload.size() < 921597 - 1) event.payload += ",1";
+  event.payload += "]";
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("orders") + " VALUES ('o1')");
+  try {
+    producer.enqueue(conn(), event);
+    FAIL() << "an event of 1.38 MB as published was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_FALSE(e.retryable());
+    EXPECT_NE(std::string(e.what()).find("payload 1382394 bytes as PostgreSQL's jsonb prints it"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INTRANS);
+  const auto printed =
+      pg::exec(conn(), "SELECT octet_length($1::jsonb::text)", {event.payload.c_str()});
+  EXPECT_EQ(printed.int64(0, 0), 1382394) << "what the relay would have read";
+  producer.enqueue(conn(), order_event("o1"));
+  pg::commit(conn());
+  EXPECT_EQ(events(), 1);
+  EXPECT_EQ(orders(), 1);
+}
+
+// Issue "Hardening" #9: the events of one aggregate go as one statement; at 1 GB PostgreSQL
+// closed the connection (08006, retryable, never succeeding: 1,400 events of 800 KiB). Past
+// kMaxEnqueueStatementBytes the batch is refused up front; split, it commits in one transaction.
+TEST_F(ProducerTest, ABatchTooLargeForOneStatementIsRefusedUpFrontAndSplitItCommits) {
+  const Producer producer(ProducerOptions{schema_});
+  const std::size_t per_event = 800 * 1024;
+  const std::size_t count = kMaxEnqueueStatementBytes / per_event + 2;  // 83 events, 66 MB
+  std::vector<NewEvent> batch(count, order_event("big"));
+  for (NewEvent& event : batch) event.payload = "\"" + std::string(per_event, 'x') + "\"";
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("orders") + " VALUES ('big')");
+  for (const bool and_commit : {false, true}) {
+    try {
+      if (and_commit) {
+        producer.enqueue_and_commit(conn(), batch);
+      } else {
+        producer.enqueue(conn(), batch);
+      }
+      FAIL() << "a batch of " << count << " events of 800 KiB was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_FALSE(e.retryable());
+      const std::string message = e.what();
+      EXPECT_NE(message.find("the 83 events of aggregate order big in this call come to"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("Split the batch into several enqueue calls"), std::string::npos);
+    }
+    EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INTRANS);
+  }
+  const std::size_t half = count / 2;
+  producer.enqueue(conn(), std::span<const NewEvent>(batch.data(), half));
+  const auto last =
+      producer.enqueue(conn(), std::span<const NewEvent>(batch.data() + half, count - half));
+  pg::commit(conn());
+  EXPECT_EQ(events(), static_cast<long long>(count));
+  EXPECT_EQ(last.back().aggregate_sequence, static_cast<std::int64_t>(count));
+}
+
 TEST_F(ProducerTest, MissingMigrationsNameTheTable) {
   const Producer unmigrated(ProducerOptions{SchemaName("never_migrated"), 4096});
   pg::exec(conn(), "BEGIN");

@@ -51,5 +51,18 @@ TEST(Duration, RefusesWhatIsNotADurationAndSaysWhy) {
   EXPECT_TRUE(contains(error_of("7x"), "e.g. 500ms"));
 }
 
+// Found by tests/fuzz/duration_fuzz.cpp: from_chars reads "-0" as 0, so "-0s" and "1h-0m" passed.
+TEST(Duration, RefusesAMinusSignEvenOnZero) {
+  EXPECT_TRUE(contains(error_of("-0s"), "cannot be negative"));
+  EXPECT_TRUE(contains(error_of("1h-0m"), "cannot be negative"));
+}
+
+// The input is quoted back escaped: a flag value with ESC or a newline cannot act on the terminal.
+TEST(Duration, QuotesTheInputEscaped) {
+  const std::string message = error_of("5\x1b[2J");
+  EXPECT_TRUE(contains(message, "duration \"5\\x1b[2J\""));
+  EXPECT_EQ(message.find('\x1b'), std::string::npos);
+}
+
 }  // namespace
 }  // namespace outbox

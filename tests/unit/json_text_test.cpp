@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/jsonb_scan.hpp"
+
 namespace outbox::detail {
 namespace {
 
@@ -94,11 +96,27 @@ TEST(CheckHeaderObject, RejectsAnEmptyKey) {
   EXPECT_EQ(check_header_object(R"({"": "v"})"), "has an empty key");
 }
 
-TEST(CheckHeaderObject, SaysWhenNotValidJson) {
-  EXPECT_EQ(check_header_object(""), "is not valid JSON");
-  EXPECT_EQ(check_header_object("{"), "is not valid JSON");
-  EXPECT_EQ(check_header_object("{\"a\": \"b\"} trailing"), "is not valid JSON");
-  EXPECT_EQ(check_header_object("{a: b}"), "is not valid JSON");
+TEST(CheckHeaderObject, SaysWhenNotValidJsonAndWhere) {
+  EXPECT_TRUE(check_header_object("").starts_with("is not valid JSON: it ends where a value"));
+  EXPECT_TRUE(check_header_object("{").starts_with("is not valid JSON: it ends where a string"));
+  EXPECT_EQ(check_header_object("{\"a\": \"b\"} trailing"),
+            "is not valid JSON: expected the end of the document at byte 11");
+  EXPECT_EQ(check_header_object("{a: b}"),
+            "is not valid JSON: expected a string (an object key) or '}' at byte 1");
+}
+
+// jsonb keeps the last of repeated names, and so does the sink: the earlier values never count.
+TEST(ScanHeaderObject, CountsNamesAndValuesOnceTheLastRepeatWins) {
+  const HeaderScan scan = scan_header_object(R"({"tenant": "a-long-value", "tenant": "b"})");
+  EXPECT_EQ(scan.problem, "");
+  EXPECT_EQ(scan.message_bytes, 9U);  // tenant, b and their one-byte lengths
+  EXPECT_EQ(scan.text_bytes, 15U);    // {"tenant": "b"}
+  EXPECT_EQ(check_header_object(R"({"n": 1, "n": "one"})"), "");
+  EXPECT_EQ(check_header_object(R"({"n": "one", "n": 1})"), "value of \"n\" must be a string");
+  // Escapes count as the bytes they stand for: é is two.
+  EXPECT_EQ(scan_header_object(R"({"k": "\u00e9"})").message_bytes, 5U);
+  // A length of 64 or more takes two bytes as a zig-zag varint.
+  EXPECT_EQ(scan_header_object("{\"" + std::string(64, 'n') + "\": \"\"}").message_bytes, 67U);
 }
 
 // --- PostgreSQL array literals ---
@@ -354,6 +372,112 @@ TEST(CheckHeaderObject, RefusesOutboxsOwnHeaderNames) {
     EXPECT_NE(check_header_object(headers).find("reserved name"), std::string::npos) << name;
   }
   EXPECT_EQ(check_header_object(R"({"trace_id": "abc", "Event_Id": "x"})"), "");
+}
+
+}  // namespace
+}  // namespace outbox::detail
+
+namespace outbox::detail {
+namespace {
+
+// --- scan_jsonb: the length of jsonb's text output (checked against PostgreSQL itself by the
+// integration test JsonbScanTest.LengthsMatchPostgresOverAVariedCorpus) ---
+
+std::uint64_t printed(std::string_view text) {
+  const JsonbScan scan = scan_jsonb(text);
+  EXPECT_EQ(scan.problem, "") << text;
+  return scan.text_bytes;
+}
+
+TEST(ScanJsonb, PrintsASpaceAfterEveryCommaAndColonAndNoOtherBlank) {
+  EXPECT_EQ(printed(R"({"a":1,"b":[2,3]})"), std::string(R"({"a": 1, "b": [2, 3]})").size());
+  EXPECT_EQ(printed(" [ ] "), 2U);
+  EXPECT_EQ(printed("{ }"), 2U);
+  EXPECT_EQ(printed("[[],{},[[]]]"), std::string("[[], {}, [[]]]").size());
+  EXPECT_EQ(printed(" \"x\" "), 3U);
+  EXPECT_EQ(printed("true"), 4U);
+  EXPECT_EQ(printed("false"), 5U);
+  EXPECT_EQ(printed("null"), 4U);
+}
+
+TEST(ScanJsonb, KeepsTheLastOfRepeatedKeysAtEveryLevel) {
+  EXPECT_EQ(printed(R"({"a":"long value","a":1})"), std::string(R"({"a": 1})").size());
+  EXPECT_EQ(printed(R"({"o":{"x":1,"x":[1,2,3]},"o":{"y":2,"y":"z"}})"),
+            std::string(R"({"o": {"y": "z"}})").size());
+  EXPECT_EQ(printed(R"([{"k":1,"k":2},{"k":3}])"), std::string(R"([{"k": 2}, {"k": 3}])").size());
+  // Keys are compared decoded: "\u0061" is "a".
+  EXPECT_EQ(printed(R"({"a":1,"\u0061":22})"), std::string(R"({"a": 22})").size());
+}
+
+TEST(ScanJsonb, DecodesEscapesAndEscapesAgainAsEscapeJsonDoes) {
+  EXPECT_EQ(printed(R"("\u00e9")"), 4U);                           // "é": two bytes
+  EXPECT_EQ(printed(R"("\ud83d\udce6")"), 6U);                     // "📦": four bytes
+  EXPECT_EQ(printed(R"("\/")"), 3U);                               // "/"
+  EXPECT_EQ(printed(R"("\u001b")"), 8U);                           // "\u001b"
+  EXPECT_EQ(printed(R"("\u0008\u000c\u000a\u000d\u0009")"), 12U);  // "\b\f\n\r\t"
+  EXPECT_EQ(printed(R"("\u0022\u005c")"), 6U);                     // "\"\\"
+  EXPECT_EQ(printed("\"\x7f\xc2\x85\""), 5U);  // DEL and U+0085 stay as they are
+  EXPECT_EQ(printed(R"("\u0041")"), 3U);       // "A"
+}
+
+TEST(ScanJsonb, PrintsNumbersAsNumericOutDoes) {
+  EXPECT_EQ(numeric_text_bytes("1e2"), 3);            // 100
+  EXPECT_EQ(numeric_text_bytes("-0"), 1);             // 0
+  EXPECT_EQ(numeric_text_bytes("-0.0"), 3);           // 0.0
+  EXPECT_EQ(numeric_text_bytes("0.000"), 5);          // 0.000
+  EXPECT_EQ(numeric_text_bytes("1E-5"), 7);           // 0.00001
+  EXPECT_EQ(numeric_text_bytes("123.4500e3"), 8);     // 123450.0
+  EXPECT_EQ(numeric_text_bytes("-12.5e3"), 6);        // -12500
+  EXPECT_EQ(numeric_text_bytes("0.5"), 3);            // 0.5
+  EXPECT_EQ(numeric_text_bytes("-0.05e1"), 4);        // -0.5
+  EXPECT_EQ(numeric_text_bytes("1e999"), 1000);       // a one and 999 zeros
+  EXPECT_EQ(numeric_text_bytes("1e131071"), 131072);  // the most digits before the point
+  EXPECT_EQ(numeric_text_bytes("1e131072"), -1);
+  EXPECT_EQ(numeric_text_bytes("1e-16383"), 16385);  // 0. and 16383 digits
+  EXPECT_EQ(numeric_text_bytes("1e-16384"), -1);
+  EXPECT_EQ(numeric_text_bytes("0e-16383"), 16385);  // a zero keeps its scale
+  EXPECT_EQ(numeric_text_bytes("0e-16384"), -1);
+  EXPECT_EQ(numeric_text_bytes("0e1073741822"), 1);
+  EXPECT_EQ(numeric_text_bytes("0e1073741823"), -1);  // numeric_in's exponent limit
+  EXPECT_EQ(numeric_text_bytes("1e+00000000000000000002"), 3);
+}
+
+TEST(ScanJsonb, RefusesWhatJsonbRefusesSayingWhere) {
+  EXPECT_TRUE(
+      scan_jsonb(R"(["\ud800"])")
+          .problem.starts_with(
+              "is not valid JSON: the high surrogate at byte 2 must be followed by a low one"));
+  EXPECT_TRUE(
+      scan_jsonb(R"("\udc00")")
+          .problem.starts_with(
+              "is not valid JSON: the low surrogate at byte 1 must follow a high surrogate"));
+  EXPECT_TRUE(scan_jsonb(R"("\ud800\u0041")").problem.find("high surrogate") != std::string::npos);
+  EXPECT_TRUE(scan_jsonb("\"a\x01\"").problem.find("raw control character 0x01 at byte 2") !=
+              std::string::npos);
+  EXPECT_TRUE(scan_jsonb("\"\xff\"").problem.starts_with("is not valid UTF-8 (at byte 1)"));
+  EXPECT_TRUE(scan_jsonb("\"\xc0\xaf\"").problem.starts_with("is not valid UTF-8"));  // overlong
+  EXPECT_TRUE(scan_jsonb("[1e131072]")
+                  .problem.starts_with(
+                      "has a number outside PostgreSQL's numeric range at byte 1 (1e131072)"));
+  EXPECT_NE(scan_jsonb("[1,]").problem, "");
+  EXPECT_NE(scan_jsonb("-").problem, "");
+  EXPECT_NE(scan_jsonb("1.").problem, "");
+  EXPECT_NE(scan_jsonb(".5").problem, "");
+  EXPECT_NE(scan_jsonb("+1").problem, "");
+  EXPECT_NE(scan_jsonb("1e").problem, "");
+  EXPECT_NE(scan_jsonb("truex").problem, "");
+  EXPECT_NE(scan_jsonb("\"\\x\"").problem, "");
+  EXPECT_NE(scan_jsonb("\"\\u12\"").problem, "");
+}
+
+TEST(ScanJsonb, CollectsTheTopLevelMembersOnlyWhenAsked) {
+  EXPECT_TRUE(scan_jsonb(R"({"a":"x"})").members.empty());
+  const JsonbScan scan = scan_jsonb(R"({"a":"x","b":{"c":"d"},"a":"yz"})", true);
+  ASSERT_EQ(scan.members.size(), 2U);
+  EXPECT_TRUE(scan.members.at("a").is_string);
+  EXPECT_EQ(scan.members.at("a").value_bytes, 2U);
+  EXPECT_FALSE(scan.members.at("b").is_string);
+  EXPECT_TRUE(scan.is_object);
 }
 
 }  // namespace

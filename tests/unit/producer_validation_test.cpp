@@ -74,13 +74,20 @@ TEST(ProducerValidate, AcceptsASuppliedEventId) {
   EXPECT_NO_THROW(Producer().validate(event));
 }
 
-TEST(ProducerValidate, AcceptsPayloadPlusHeadersExactlyAtTheLimit) {
+// What an event becomes as a message, counted as librdkafka counts it: key 4711 (4 bytes),
+// framing 36, outbox's five headers (names 64, values: id 36, "OrderPlaced" 11, "order" 5, the
+// longest sequence 19, version "1" 1; ten one-byte lengths: 146).
+constexpr std::size_t kValidEventFixedBytes = 4 + 36 + 146;
+
+TEST(ProducerValidate, AcceptsAMessageExactlyAtTheLimit) {
   NewEvent event = valid_event();
-  event.payload = R"({"k":"v"})";  // 9 bytes
-  event.headers = "{}";            // 2 bytes
+  event.payload = R"({"k":"v"})";  // jsonb prints {"k": "v"}: 10 bytes
+  event.headers = "{}";
   ProducerOptions options;
-  options.max_payload_bytes = 11;
+  options.max_payload_bytes = kValidEventFixedBytes + 10;
   EXPECT_NO_THROW(Producer(options).validate(event));
+  options.max_payload_bytes -= 1;
+  EXPECT_TRUE(contains(rejection_of(event, options), "would be a message of 196 bytes"));
 }
 
 // --- names ---
@@ -113,19 +120,80 @@ TEST(ProducerValidate, Rejects256ByteNamesNamingTheFieldAndTheLimit) {
   EXPECT_TRUE(contains(rejection_of(event), "event_type is 256 bytes; at most 255"));
 }
 
+// Issue "Hardening" #3: names are printed by `outbox quarantine list` and in log lines, where
+// an ESC sequence clears the screen and a newline forges a line.
+TEST(ProducerValidate, RejectsTerminalControlsInNamesNamingFieldCharacterAndOffset) {
+  struct Case {
+    std::string value, what;
+  };
+  const std::vector<Case> cases = {
+      {"a\x1b[2Jb", "the control character U+001B at byte 1"},
+      {"line\nforged", "the control character U+000A at byte 4"},
+      {"tab\there", "the control character U+0009 at byte 3"},
+      {"del\x7f", "the control character U+007F at byte 3"},
+      {"c1\xc2\x85", "the control character U+0085 at byte 2"},
+      {"c1\xc2\x9b"
+       "31m",
+       "the control character U+009B at byte 2"},
+      {"gpj\xe2\x80\xae.exe", "the bidirectional control U+202E at byte 3"},
+      {"\xe2\x80\xaa"
+       "x",
+       "the bidirectional control U+202A at byte 0"},
+      {"x\xe2\x81\xa6", "the bidirectional control U+2066 at byte 1"},
+      {"x\xe2\x81\xa9", "the bidirectional control U+2069 at byte 1"},
+      {"x\xe2\x80\xa8y", "the line break U+2028 at byte 1"},
+  };
+  for (const char* field : {"aggregate_type", "aggregate_id", "event_type"}) {
+    for (const Case& c : cases) {
+      NewEvent event = valid_event();
+      if (std::string(field) == "aggregate_type") event.aggregate_type = c.value;
+      if (std::string(field) == "aggregate_id") event.aggregate_id = c.value;
+      if (std::string(field) == "event_type") event.event_type = c.value;
+      const std::string message = rejection_of(event);
+      EXPECT_TRUE(contains(message, std::string(field) + " \"")) << message;
+      EXPECT_TRUE(contains(message, c.what)) << message;
+      EXPECT_TRUE(contains(message, "use printable characters")) << message;
+      EXPECT_EQ(message.find('\x1b'), std::string::npos) << "the message itself must be safe";
+      EXPECT_EQ(message.find('\n'), std::string::npos);
+    }
+  }
+}
+
+TEST(ProducerValidate, RejectsNamesThatAreNotUtf8) {
+  NewEvent event = valid_event();
+  event.aggregate_id = "ord\xff";
+  EXPECT_TRUE(
+      contains(rejection_of(event), "aggregate_id \"ord\\xff\" is not valid UTF-8 at byte 3"));
+  event = valid_event();
+  event.event_type = "\xc3\x28";  // a lead byte without its continuation
+  EXPECT_TRUE(contains(rejection_of(event), "event_type"));
+  event = valid_event();
+  event.aggregate_type = "\xed\xa0\x80";  // an encoded surrogate: PostgreSQL refuses it too
+  EXPECT_TRUE(contains(rejection_of(event), "not valid UTF-8 at byte 0"));
+}
+
+TEST(ProducerValidate, AcceptsPrintableUnicodeInNames) {
+  NewEvent event = valid_event();
+  event.aggregate_type = "Bestellung";
+  event.aggregate_id =
+      "M\xc3\xbcller-\xe6\xb3\xa8\xe6\x96\x87-\xf0\x9f\x93\xa6 #1";  // Müller-注文-📦 #1
+  event.event_type = "\xd0\x97\xd0\xb0\xd0\xba\xd0\xb0\xd0\xb7";     // Заказ
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
 TEST(ProducerValidate, RejectsNulBytesInNames) {
   const std::string with_nul("ord\0er", 6);
   NewEvent event = valid_event();
   event.aggregate_type = with_nul;
-  EXPECT_TRUE(contains(rejection_of(event), "aggregate_type contains a NUL byte"));
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_type contains a NUL byte at byte 3"));
 
   event = valid_event();
   event.aggregate_id = with_nul;
-  EXPECT_TRUE(contains(rejection_of(event), "aggregate_id contains a NUL byte"));
+  EXPECT_TRUE(contains(rejection_of(event), "aggregate_id contains a NUL byte at byte 3"));
 
   event = valid_event();
   event.event_type = std::string(1, '\0');
-  EXPECT_TRUE(contains(rejection_of(event), "event_type contains a NUL byte"));
+  EXPECT_TRUE(contains(rejection_of(event), "event_type contains a NUL byte at byte 0"));
 }
 
 // libpq would send the document only up to the NUL and the JSON check stops there too, so
@@ -225,15 +293,17 @@ TEST(ProducerValidate, RejectsHeaderValueThatIsNotAString) {
 
 // --- size ---
 
-TEST(ProducerValidate, RejectsPayloadPlusHeadersOverTheLimit) {
+TEST(ProducerValidate, RejectsAMessageOverTheLimitSayingWhatCounts) {
   ProducerOptions options;
-  options.max_payload_bytes = 16;
+  options.max_payload_bytes = kValidEventFixedBytes + 21;
   NewEvent event = valid_event();
-  event.payload = R"({"k":"0123456"})";  // 15 bytes: fits alone
-  event.headers = "{}";                  // 2 bytes: together 17
+  event.payload = R"({"k":"0123456"})";  // jsonb: {"k": "0123456"}, 16 bytes
+  event.headers = R"({"ab":"cd"})";      // with their lengths: 6 bytes
   const std::string message = rejection_of(event, options);
-  EXPECT_TRUE(contains(message, "payload and headers"));
-  EXPECT_TRUE(contains(message, "are 17 bytes; the limit is 16"));
+  EXPECT_TRUE(contains(message, "OrderPlaced 4711 would be a message of 208 bytes"));
+  EXPECT_TRUE(contains(message, "payload 16 bytes as PostgreSQL's jsonb prints it"));
+  EXPECT_TRUE(contains(message, "(the text given is 15 bytes;"));
+  EXPECT_TRUE(contains(message, "headers 152, key 4, Kafka's framing 36; the limit is 207"));
   EXPECT_TRUE(contains(message, "max_payload_bytes"));
 }
 
@@ -241,10 +311,48 @@ TEST(ProducerValidate, DefaultLimitStaysBelowKafkasMessageMaxBytes) {
   EXPECT_EQ(ProducerOptions().max_payload_bytes, 900U * 1024U);
   NewEvent event = valid_event();
   event.headers = "{}";
-  event.payload = "\"" + std::string(900 * 1024 - 4, 'x') + "\"";  // 2 + 900 KiB - 4 + 2
+  const std::size_t largest_string = 900 * 1024 - kValidEventFixedBytes - 2;  // minus the quotes
+  event.payload = "\"" + std::string(largest_string, 'x') + "\"";
   EXPECT_NO_THROW(Producer().validate(event));
-  event.payload = "\"" + std::string(900 * 1024 - 3, 'x') + "\"";
+  event.payload = "\"" + std::string(largest_string + 1, 'x') + "\"";
   EXPECT_TRUE(contains(rejection_of(event), "the limit is 921600"));
+}
+
+// Issue "Hardening" #9: the relay sends payload::text, which jsonb prints with a space after
+// every comma. This array is 921,597 bytes as written, within 900 KiB, and 1,382,395 as sent:
+// librdkafka refused it (message.max.bytes) and the relay quarantined it. 460,798 ones, 460,797
+// separators of two bytes, two brackets: 1,382,394 bytes.
+TEST(ProducerValidate, CountsThePayloadAsJsonbPrintsItNotAsWritten) {
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.payload = "[1";
+  while (event.payload.size() < 921597 - 1) event.payload += ",1";
+  event.payload += "]";
+  ASSERT_EQ(event.payload.size(), 921597U);
+  const std::string message = rejection_of(event);
+  EXPECT_TRUE(contains(message, "payload 1382394 bytes as PostgreSQL's jsonb prints it"));
+  EXPECT_TRUE(contains(message, "the text given is 921597 bytes"));
+}
+
+// numeric_out prints every digit: eight bytes of JSON, 131072 bytes as sent.
+TEST(ProducerValidate, CountsNumbersAsNumericPrintsThem) {
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.payload = "[1e131071,1e131071,1e131071,1e131071,1e131071,1e131071,1e131071,1e131071]";
+  EXPECT_TRUE(contains(rejection_of(event), "payload 1048592 bytes as PostgreSQL's jsonb prints"))
+      << "8 x 131072 digits, 2 brackets, 7 separators of 2 bytes";
+  event.payload = R"({"x": 1e999})";  // beyond a double, within numeric: jsonb stores it
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
+// The other way round: what jsonb drops does not count against the limit.
+TEST(ProducerValidate, AcceptsTextThatJsonbStoresSmaller) {
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.payload = "{\"a\": 1" + std::string(1024 * 1024, ' ') + "}";  // 1 MiB of blanks
+  EXPECT_NO_THROW(Producer().validate(event));
+  event.payload = R"({"big": ")" + std::string(950 * 1024, 'x') + R"(", "big": "small"})";
+  EXPECT_NO_THROW(Producer().validate(event)) << "jsonb keeps only the last \"big\"";
 }
 
 // --- event_id ---

@@ -78,6 +78,18 @@ TEST(SchemaName, RejectsPgPrefix) {
   EXPECT_TRUE(contains(rejection_of("pg_outbox"), "reserved by PostgreSQL"));
 }
 
+// Issue "Hardening" #13: `--schema information_schema` was accepted.
+TEST(SchemaName, RejectsPostgresOwnSchemas) {
+  EXPECT_TRUE(contains(rejection_of("information_schema"), "PostgreSQL's own schema"));
+  EXPECT_TRUE(contains(rejection_of("information_schema"), "e.g. --schema outbox"));
+  for (const std::string name :
+       {"pg_catalog", "pg_toast", "pg_temp", "pg_temp_3", "pg_toast_temp_1", "pg_anything"}) {
+    EXPECT_TRUE(contains(rejection_of(name), "reserved by PostgreSQL")) << name;
+  }
+  EXPECT_NO_THROW(SchemaName("information_schema_2"));
+  EXPECT_NO_THROW(SchemaName("my_information_schema"));
+}
+
 TEST(SchemaName, RejectsQuotes) {
   EXPECT_TRUE(contains(rejection_of("out\"box"), "contains the character '\"'"));
   EXPECT_TRUE(contains(rejection_of("out'box"), "contains the character '''"));

@@ -12,6 +12,7 @@
 #include "outbox/error.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/sink.hpp"
+#include "sinks/kafka/kafka_topic.hpp"
 
 namespace outbox {
 namespace {
@@ -140,6 +141,51 @@ TEST(MakeKafkaSink, RejectsTemplatesKafkaReservesOrCannotHold) {
     options.topic_template = topic_template;
     EXPECT_TRUE(contains(config_error_of(options), "is not a Kafka topic name")) << topic_template;
   }
+}
+
+// Issue "Hardening" #13: a producer must never write to Kafka's internal topics.
+TEST(MakeKafkaSink, RejectsTemplatesOfKafkasInternalTopics) {
+  for (const std::string topic_template :
+       {"__consumer_offsets", "__transaction_state", "__{aggregate_type}", "__x.{event_type}",
+        "{aggregate_type}", "_{event_type}"}) {
+    KafkaSinkOptions options = valid_options();
+    options.topic_template = topic_template;
+    if (topic_template == "{aggregate_type}" || topic_template == "_{event_type}") {
+      EXPECT_NO_THROW(make_kafka_sink(options)) << "only what the values make: " << topic_template;
+      continue;
+    }
+    const std::string message = config_error_of(options);
+    EXPECT_TRUE(contains(message, "starts with \"__\", which Kafka reserves for its internal"))
+        << topic_template;
+  }
+}
+
+TEST(MakeKafkaSink, SaysWhatIsWrongWithATemplate) {
+  KafkaSinkOptions options = valid_options();
+  options.topic_template = "outbox/{aggregate_type}";
+  EXPECT_TRUE(contains(config_error_of(options), "has the character '/' at position 6"));
+  options.topic_template = std::string(246, 'a') + ".{aggregate_type}.{event_type}";  // 250
+  EXPECT_TRUE(
+      contains(config_error_of(options), "is 250 characters long; Kafka allows at most 249"));
+  options.topic_template = "out\x1b[2J{aggregate_type}";
+  const std::string message = config_error_of(options);
+  EXPECT_TRUE(contains(message, "has the byte 0x1b at position 3"));
+  EXPECT_TRUE(contains(message, "\"out\\x1b[2J{aggregate_type}\""));
+  EXPECT_EQ(message.find('\x1b'), std::string::npos);
+}
+
+// What the sink checks for every event: the rendered topic.
+TEST(TopicProblem, NamesEachRule) {
+  EXPECT_EQ(kafka::topic_problem("outbox.order"), "");
+  EXPECT_EQ(kafka::topic_problem(std::string(249, 'a')), "");
+  EXPECT_EQ(kafka::topic_problem("_single.underscore"), "");
+  EXPECT_EQ(kafka::topic_problem(""), "is empty");
+  EXPECT_EQ(kafka::topic_problem(std::string(250, 'a')),
+            "is 250 characters long; Kafka allows at most 249");
+  EXPECT_EQ(kafka::topic_problem(".."), "is \".\" or \"..\", which Kafka refuses");
+  EXPECT_TRUE(contains(kafka::topic_problem("__consumer_offsets"), "internal topics"));
+  EXPECT_TRUE(contains(kafka::topic_problem("a b"), "has the byte 0x20 at position 1"));
+  EXPECT_TRUE(contains(kafka::topic_problem("caf\xc3\xa9"), "has the byte 0xc3 at position 3"));
 }
 
 TEST(MakeKafkaSink, RejectsDisablingIdempotence) {

@@ -9,6 +9,7 @@
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
 #include "common/log.hpp"
+#include "common/printable.hpp"
 #include "outbox/kafka.hpp"
 #include "pg/connection.hpp"
 #include "sinks/kafka/kafka_common.hpp"
@@ -174,7 +175,8 @@ class KafkaInboxConsumer::Impl {
         if (message->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
           health_.set(Health::broker_unavailable, rd_kafka_message_errstr(message.get()));
         } else if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-          detail::log().warn("kafka consumer: {}", rd_kafka_message_errstr(message.get()));
+          detail::log().warn("kafka consumer: {}",
+                             detail::printable(rd_kafka_message_errstr(message.get())));
         }
         continue;
       }
@@ -229,7 +231,7 @@ class KafkaInboxConsumer::Impl {
         // Without an id there is nothing to deduplicate on; it is not an outbox message.
         ++rejected_;
         detail::log().error("kafka consumer: {}[{}]@{} has no valid event_id header; skipped",
-                            event.topic, event.partition, event.offset);
+                            detail::printable(event.topic), event.partition, event.offset);
         continue;
       }
       events.push_back(std::move(event));
@@ -309,7 +311,7 @@ class KafkaInboxConsumer::Impl {
     if (!problem.empty()) {
       // Polling on could now store offsets past the failed batch: refuse to.
       broken_ = "rewind after a failed effect did not work: " + problem;
-      detail::log().error("kafka consumer: {}", broken_);
+      detail::log().error("kafka consumer: {}", detail::printable(broken_));
     }
   }
 

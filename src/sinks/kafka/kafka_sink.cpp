@@ -6,6 +6,7 @@
 #include "common/log.hpp"
 #include "outbox/kafka.hpp"
 #include "sinks/kafka/kafka_common.hpp"
+#include "sinks/kafka/kafka_topic.hpp"
 
 namespace outbox {
 namespace {
@@ -30,27 +31,6 @@ bool is_permanent(rd_kafka_resp_err_t err) {
       return true;
     default:
       return false;
-  }
-}
-
-bool is_legal_topic(const std::string& topic) {
-  if (topic.empty() || topic.size() > 249 || topic == "." || topic == "..") return false;
-  for (const char c : topic) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-void check_template(const std::string& topic_template) {
-  Event probe;
-  probe.aggregate_type = "x";
-  probe.event_type = "x";
-  if (!is_legal_topic(render_topic(topic_template, probe))) {
-    throw ConfigError("topic template \"" + topic_template +
-                      "\" is not a Kafka topic name: use [a-zA-Z0-9._-] and the placeholders "
-                      "{aggregate_type} and {event_type}, e.g. outbox.{aggregate_type}");
   }
 }
 
@@ -120,7 +100,7 @@ class KafkaSink final : public Sink {
  public:
   explicit KafkaSink(const KafkaSinkOptions& options)
       : topic_template_(options.topic_template), brokers_(options.brokers) {
-    check_template(topic_template_);
+    kafka::check_topic_template(topic_template_);
     if (brokers_.empty()) throw ConfigError("Kafka sink: no brokers (--kafka-brokers host:port)");
     check_properties(options);
     kafka::ConfHandle conf(rd_kafka_conf_new());
@@ -150,9 +130,14 @@ class KafkaSink final : public Sink {
   void send(const Event& event, std::uint64_t ticket) override {
     pending_.insert(ticket);
     const std::string topic = render_topic(topic_template_, event);
-    if (!is_legal_topic(topic)) {
+    // The names come from the table, where any writer can put anything: an event whose topic
+    // Kafka would refuse, or that names an internal topic, can never be sent (quarantined). The
+    // error keeps the topic as it is; whatever prints it escapes it (common/printable.hpp).
+    if (const std::string problem = kafka::topic_problem(topic); !problem.empty()) {
       report(ticket, DeliveryOutcome::permanent_failure,
-             "topic \"" + topic + "\" rendered from the event is not a legal Kafka topic name");
+             fmt::format("topic \"{}\" rendered from the event is not a legal Kafka topic name: it "
+                         "{}",
+                         topic, problem));
       return;
     }
     if (known_topics_.insert(topic).second) prefetch_metadata(topic);
@@ -298,23 +283,6 @@ class KafkaSink final : public Sink {
 };
 
 }  // namespace
-
-std::string render_topic(const std::string& topic_template, const Event& event) {
-  std::string topic;
-  topic.reserve(topic_template.size() + 16);
-  for (std::size_t i = 0; i < topic_template.size();) {
-    if (topic_template.compare(i, 16, "{aggregate_type}") == 0) {
-      topic += event.aggregate_type;
-      i += 16;
-    } else if (topic_template.compare(i, 12, "{event_type}") == 0) {
-      topic += event.event_type;
-      i += 12;
-    } else {
-      topic += topic_template[i++];
-    }
-  }
-  return topic;
-}
 
 std::unique_ptr<Sink> make_kafka_sink(const KafkaSinkOptions& options) {
   return std::make_unique<KafkaSink>(options);

@@ -1,0 +1,38 @@
+#include "quarantine_format.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/printable.hpp"
+
+namespace outbox::cli {
+
+std::string quarantined_text(const QuarantinedEvent& event) {
+  using detail::printable;
+  return fmt::format("{}  {} {} #{} {}  {} ({} attempts), {} blocked behind it\n    {}\n",
+                     event.event_id.to_string(), printable(event.aggregate_type),
+                     printable(event.aggregate_id), event.aggregate_sequence,
+                     printable(event.event_type), printable(event.reason), event.attempt_count,
+                     event.blocked_events, printable(event.last_error));
+}
+
+std::string quarantined_json(const QuarantinedEvent& event) {
+  const nlohmann::json object = {{"event_id", event.event_id.to_string()},
+                                 {"aggregate_type", event.aggregate_type},
+                                 {"aggregate_id", event.aggregate_id},
+                                 {"aggregate_sequence", event.aggregate_sequence},
+                                 {"event_type", event.event_type},
+                                 {"attempt_count", event.attempt_count},
+                                 {"reason", event.reason},
+                                 {"last_error", event.last_error},
+                                 {"quarantined_at", event.quarantined_at},
+                                 {"blocked_events", event.blocked_events}};
+  // ensure_ascii: control characters are \u escapes anyway; C1 controls and bidirectional
+  // overrides become escapes too. A byte that is not UTF-8 (a SQL_ASCII database) becomes
+  // U+FFFD instead of an exception.
+  return object.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+}  // namespace outbox::cli
