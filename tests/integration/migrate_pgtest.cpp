@@ -87,10 +87,11 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   " AND prosrc LIKE '%outbox_relays%'"),
             1)
       << "migration 3 makes the trigger ask whether a relay is awake";
-  EXPECT_EQ(count(conn,
-                  "SELECT count(*) FROM pg_class WHERE oid = 'migrate_upgrade.outbox_events'::regclass"
-                  " AND reloptions @> ARRAY['fillfactor=50']"),
-            1)
+  EXPECT_EQ(
+      count(conn,
+            "SELECT count(*) FROM pg_class WHERE oid = 'migrate_upgrade.outbox_events'::regclass"
+            " AND reloptions @> ARRAY['fillfactor=50']"),
+      1)
       << "migration 4 leaves room on each page for the claim's HOT update";
   EXPECT_EQ(count(conn,
                   "SELECT count(*) FROM pg_constraint WHERE conrelid = "
@@ -115,6 +116,12 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   " AND pg_get_triggerdef(oid) LIKE '%WHEN%outbox.wake_checked%'"),
             1)
       << "migration 7 lets the trigger skip itself when the producer has decided";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+                  "'migrate_upgrade' AND table_name = 'outbox_relays' AND column_name IN "
+                  "('lock_key', 'lease_ms', 'registered_at', 'ended_at') AND is_nullable = 'YES'"),
+            4)
+      << "migration 8 records each relay session's lock (nullable: older relays write no lock)";
 }
 
 // A migration whose DDL waits behind a writer's open transaction gives up after its lock timeout,
@@ -125,8 +132,12 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
   auto connection = connect_without(schema);
   PGconn* conn = connection.get();
   migrate(conn, schema);
-  // As a build before migration 7 left it (7 only redefines the trigger, so it can run again).
-  pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version = 7");
+  // As a build before migration 7 left it (7 only redefines the trigger, so it can run again;
+  // 8's columns are dropped).
+  pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version >= 7");
+  pg::exec(conn,
+           "ALTER TABLE migrate_lock.outbox_relays DROP COLUMN lock_key, DROP COLUMN lease_ms,"
+           " DROP COLUMN registered_at, DROP COLUMN ended_at");
   auto writer = connect();
   pg::exec(writer.get(), "BEGIN");
   pg::exec(writer.get(),

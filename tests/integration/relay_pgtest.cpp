@@ -14,6 +14,7 @@
 #include "support/kafka_reader.hpp"
 #include "support/relay_fixture.hpp"
 #include "support/test_env.hpp"
+#include "support/test_sinks.hpp"
 
 namespace outbox::testing {
 namespace {
@@ -106,40 +107,6 @@ class CountingSink final : public Sink {
   int sent_ = 0;
   std::function<void()> at_limit_;
 };
-
-// Holds the broker's reports back while hold() is on, to place them inside a database outage.
-class HoldingSink final : public Sink {
- public:
-  explicit HoldingSink(std::unique_ptr<Sink> inner) : inner_(std::move(inner)) {}
-  void send(const Event& event, std::uint64_t ticket) override { inner_->send(event, ticket); }
-  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
-    inner_->poll(max_wait, held_);
-    held_count_.store(held_.size());
-    if (holding_.load()) return;
-    reports.insert(reports.end(), held_.begin(), held_.end());
-    held_.clear();
-  }
-  [[nodiscard]] std::size_t in_flight() const override { return inner_->in_flight(); }
-  [[nodiscard]] std::string describe() const override { return "holding " + inner_->describe(); }
-  void release() { holding_.store(false); }
-  [[nodiscard]] std::size_t held() const { return held_count_.load(); }
-
- private:
-  std::unique_ptr<Sink> inner_;
-  std::vector<DeliveryReport> held_;
-  std::atomic<bool> holding_{true};
-  std::atomic<std::size_t> held_count_{0};
-};
-
-template <typename Condition>
-bool wait_until(Condition condition, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
-}
 
 using RelayTest = RelayFixture;
 
@@ -477,8 +444,9 @@ TEST_F(RelayTest, AMarkThatWaitedForAConcurrentChangeStillMarksItsRow) {
   const bool sent = wait_until([&] { return held.held() == 1; }, 20s);
   auto other = connect();
   pg::exec(other.get(), "BEGIN");
-  pg::exec(other.get(), "UPDATE " + schema_.table("outbox_events") +
-                            " SET last_error = 'touched' WHERE event_id = $1",
+  pg::exec(other.get(),
+           "UPDATE " + schema_.table("outbox_events") +
+               " SET last_error = 'touched' WHERE event_id = $1",
            {ids.front().to_string().c_str()});
   held.release();  // the mark now waits for our row lock
   std::this_thread::sleep_for(500ms);
@@ -505,10 +473,11 @@ TEST_F(RelayTest, ProducersNotifyOnlyWhenARelayListensAndNoneIsAwake) {
   const std::vector<std::pair<std::string, std::function<void()>>> writers = {
       {"producer", [&] { enqueue(1, 1); }},
       {"plain INSERT", [&] {
-         pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_events") +
-                              " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
-                              " event_type, payload) VALUES (gen_random_uuid(), 'order', 'raw-' ||"
-                              " $1, 1, 'Imported', '{}')",
+         pg::exec(conn(),
+                  "INSERT INTO " + schema_.table("outbox_events") +
+                      " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                      " event_type, payload) VALUES (gen_random_uuid(), 'order', 'raw-' ||"
+                      " $1, 1, 'Imported', '{}')",
                   {std::to_string(++raw).c_str()});
        }}};
   for (const auto& [writer, write] : writers) {
@@ -525,8 +494,8 @@ TEST_F(RelayTest, ProducersNotifyOnlyWhenARelayListensAndNoneIsAwake) {
     EXPECT_TRUE(notified_after()) << writer << ": every relay waits for a NOTIFY";
     pg::exec(conn(), "INSERT INTO " + relays + " VALUES ('b', false, now())");
     EXPECT_FALSE(notified_after()) << writer << ": one listens, another is awake and looks";
-    pg::exec(conn(), "UPDATE " + relays +
-                         " SET seen_at = now() - interval '1 min' WHERE relay_id = 'b'");
+    pg::exec(conn(),
+             "UPDATE " + relays + " SET seen_at = now() - interval '1 min' WHERE relay_id = 'b'");
     EXPECT_TRUE(notified_after()) << writer << ": an awake relay that stopped beating is gone";
     pg::exec(conn(), "UPDATE " + relays + " SET seen_at = now() - interval '1 min'");
     EXPECT_FALSE(notified_after()) << writer << ": a listening relay that stopped beating too";
@@ -543,7 +512,8 @@ TEST_F(RelayTest, TheTriggerWakesRelaysForOtherWritersAndSkipsTheProducer) {
   pg::exec(conn(), "SET track_functions = 'pl'");
   const std::string trigger_calls =
       "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions"
-      " WHERE schemaname = '" + schema_.name() + "' AND funcname = 'outbox_events_notify'";
+      " WHERE schemaname = '" +
+      schema_.name() + "' AND funcname = 'outbox_events_notify'";
   const std::string raw_insert =
       "INSERT INTO " + schema_.table("outbox_events") +
       " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, payload)"
@@ -566,11 +536,12 @@ TEST_F(RelayTest, TheTriggerWakesRelaysForOtherWritersAndSkipsTheProducer) {
     pg::commit(conn());
     return runs;
   };
-  EXPECT_EQ(trigger_runs([&] {
-              producer.enqueue(conn(), NewEvent{"order", "p1", "Placed", "{}", "{}", 1, std::nullopt});
-              pg::exec(conn(), raw_insert, {"1"});  // decided already in this transaction
-            }),
-            0)
+  EXPECT_EQ(
+      trigger_runs([&] {
+        producer.enqueue(conn(), NewEvent{"order", "p1", "Placed", "{}", "{}", 1, std::nullopt});
+        pg::exec(conn(), raw_insert, {"1"});  // decided already in this transaction
+      }),
+      0)
       << "the producer decided; the trigger skips itself";
   EXPECT_GT(listener.wait_for_notifications(300ms), 0) << "a listening relay is woken";
   EXPECT_EQ(trigger_runs([&] { pg::exec(conn(), raw_insert, {"2"}); }), 1)
@@ -619,9 +590,10 @@ TEST_F(RelayTest, ARelayStaysAwakeBetweenEventsOfSteadyTrafficAndListensAfterIt)
   Relay relay(options("steady"), sink());
   std::thread runner([&] { relay.run(); });
   const std::string listening_sql = "SELECT count(*) FROM " + schema_.table("outbox_relays") +
-                                    " WHERE relay_id = 'steady' AND listening";
+                                    " WHERE relay_id LIKE 'steady:%' AND listening";
   auto watcher = connect();
-  const bool slept_first = wait_until([&] { return count(watcher.get(), listening_sql) == 1; }, 10s);
+  const bool slept_first =
+      wait_until([&] { return count(watcher.get(), listening_sql) == 1; }, 10s);
   enqueue(1, 1);  // wakes it (NOTIFY)
   wait_until([&] { return count(watcher.get(), listening_sql) == 0; }, 5s);
   int asleep_during_traffic = 0;
@@ -657,10 +629,11 @@ TEST_F(RelayTest, UnderHeavyTrafficClaimsArePacedNotOnePerBrokerReport) {
   for (int i = 0; i < 400; ++i) {  // new aggregates, as orders being placed
     pg::exec(conn(), "BEGIN");
     for (int a = 0; a < 10; ++a) {
-      ids.push_back(producer
-                        .enqueue(conn(), NewEvent{"order", "o-" + std::to_string(i) + "-" + std::to_string(a), "Step",
-                                                  "{}", "{}", 1, std::nullopt})
-                        .event_id);
+      ids.push_back(
+          producer
+              .enqueue(conn(), NewEvent{"order", "o-" + std::to_string(i) + "-" + std::to_string(a),
+                                        "Step", "{}", "{}", 1, std::nullopt})
+              .event_id);
     }
     pg::commit(conn());
     std::this_thread::sleep_for(2ms);
@@ -690,7 +663,7 @@ TEST_F(RelayTest, AListeningRelayKeepsItsRowFresh) {
   // The listening row's heartbeat in ms, 0 while there is none.
   const std::string seen_sql =
       "SELECT coalesce(max((extract(epoch FROM seen_at) * 1000)::bigint), 0) FROM " +
-      schema_.table("outbox_relays") + " WHERE relay_id = 'dozer' AND listening";
+      schema_.table("outbox_relays") + " WHERE relay_id LIKE 'dozer:%' AND listening";
   const bool listening = wait_until([&] { return count(conn(), seen_sql) > 0; }, 10s);
   const long long first_seen = count(conn(), seen_sql);
   const bool beat = wait_until([&] { return count(conn(), seen_sql) > first_seen; }, 15s);
@@ -712,7 +685,7 @@ TEST_F(RelayTest, AnIdleRelayListensAndIsWokenByTheNextCommit) {
   Relay relay(o, sink());
   std::thread runner([&] { relay.run(); });
   const std::string state_sql = "SELECT count(*) FROM " + schema_.table("outbox_relays") +
-                                " WHERE relay_id = 'sleeper' AND listening";
+                                " WHERE relay_id LIKE 'sleeper:%' AND listening";
   const bool listening = wait_until([&] { return count(conn(), state_sql) == 1; }, 10s);
   std::this_thread::sleep_for(1500ms);  // past the idle timer's first steps
   const auto ids = enqueue(1, 1);

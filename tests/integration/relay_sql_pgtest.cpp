@@ -29,12 +29,15 @@ struct Statement {
 std::vector<Statement> relay_statements(const SchemaName& schema) {
   const std::string ids = "'{00000000-0000-7000-8000-000000000001}'";
   return {
-      {"claim", relay_sql::claim(schema), "'token', '500', '30000', '', ''"},
+      {"claim", relay_sql::claim(schema), "'token', '500', '30000', '', '', '{dead:1:}'"},
       {"mark_published", relay_sql::mark_published(schema),
        ids + ", '{token}', 'token', '30000', 'true'"},
       {"mark_failed", relay_sql::mark_failed(schema),
        ids + ", '{token}', '{boom}', '100', '60000', '5', '{false}'"},
       {"renew", relay_sql::renew(schema), ids + ", '{token}', '30000'"},
+      {"set_listening", relay_sql::set_listening(schema), "'r:1', 'true', '1', '30000'"},
+      {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
+      {"sweep", relay_sql::sweep(schema), "'1000', '10000'"},
   };
 }
 
@@ -52,10 +55,10 @@ bool reads_events(const json& node) {
 void find_wide_reads(const json& node, std::vector<std::string>& found) {
   if (node.value("Relation Name", "") == "outbox_events") {
     const std::string type = node.value("Node Type", "");
-    const bool narrow = (type == "Tid Scan" && node.contains("TID Cond")) ||
-                        ((type == "Index Scan" || type == "Index Only Scan") &&
-                         node.contains("Index Cond")) ||
-                        type == "ModifyTable";
+    const bool narrow =
+        (type == "Tid Scan" && node.contains("TID Cond")) ||
+        ((type == "Index Scan" || type == "Index Only Scan") && node.contains("Index Cond")) ||
+        type == "ModifyTable";
     if (!narrow) found.push_back(type + " " + node.value("Index Name", ""));
   }
   const std::string type = node.value("Node Type", "");
@@ -75,21 +78,23 @@ void expect_only_narrow_reads(const SchemaName& schema, const std::string& state
     const json plan = json::parse(std::string(result.text(0, 0))).at(0).at("Plan");
     std::vector<std::string> wide;
     find_wide_reads(plan, wide);
-    EXPECT_TRUE(wide.empty()) << s.name << " " << state << " reads outbox_events by: "
-                              << json(wide).dump() << "\n" << plan.dump(1);
+    EXPECT_TRUE(wide.empty()) << s.name << " " << state
+                              << " reads outbox_events by: " << json(wide).dump() << "\n"
+                              << plan.dump(1);
     pg::exec(c.get(), "DEALLOCATE s");
   }
 }
 
 void load(const SchemaName& schema, int events, bool published) {
   auto c = connect();
-  pg::exec(c.get(), "INSERT INTO " + schema.table("outbox_events") +
-                        " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
-                        "  payload, published_at)"
-                        " SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), i / 1000 + 1,"
-                        "  'OrderPlaced', '{\"n\": 1}', " +
-                        std::string(published ? "now()" : "NULL") +
-                        " FROM generate_series(0, $1::int - 1) i",
+  pg::exec(c.get(),
+           "INSERT INTO " + schema.table("outbox_events") +
+               " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
+               "  payload, published_at)"
+               " SELECT gen_random_uuid(), 'order', 'order-' || (i % 1000), i / 1000 + 1,"
+               "  'OrderPlaced', '{\"n\": 1}', " +
+               std::string(published ? "now()" : "NULL") +
+               " FROM generate_series(0, $1::int - 1) i",
            {std::to_string(events).c_str()});
 }
 
