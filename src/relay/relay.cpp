@@ -42,14 +42,51 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
   return text.substr(0, cut);
 }
 
-// The session settings (asynchronous commit, generic plans without sequential scans) are explained
-// in relay_sql.cpp, next to the statements they are for.
-pg::Connection open_connection(const RelayOptions& options) {
+// A relay's connection: the session settings (asynchronous commit, generic plans without
+// sequential scans; explained in relay_sql.cpp, next to the statements they are for), LISTEN, and
+// the session's advisory lock, held until the session ends. Its key is random per session (a
+// relay that reconnects while its old session lingers on a half-open connection must not wait for
+// itself) and non-negative (relay_sql::sweep reads it back from pg_locks).
+struct Session {
+  pg::Connection connection;
+  std::int64_t lock_key = 0;
+};
+
+Session open_session(const RelayOptions& options) {
   auto connection = pg::Connection::open(options.database_url, "outbox-relay");
   for (const std::string& setting : relay_sql::session_settings(options.durable_marks)) {
     pg::exec(connection.get(), setting);
   }
-  return connection;
+  static thread_local std::mt19937_64 random(std::random_device{}());
+  std::int64_t lock_key = 0;
+  for (;;) {  // a key some other session holds already (2^-63 per session) is simply redrawn
+    lock_key = static_cast<std::int64_t>(random() >> 1);
+    const std::string key_text = std::to_string(lock_key);
+    if (pg::exec(connection.get(), relay_sql::take_session_lock(), {key_text.c_str()}).text(0, 0) ==
+        "t") {
+      break;
+    }
+  }
+  connection.listen('"' + options.schema.notify_channel() + '"');
+  return Session{std::move(connection), lock_key};
+}
+
+// Refuses a schema without migration 8 (the relays' session locks) with what to do, instead of a
+// missing column at the first registration.
+void check_schema(PGconn* conn, const SchemaName& schema) {
+  constexpr int kNeeded = 8;
+  std::int64_t version = 0;
+  try {
+    version = pg::exec(conn, relay_sql::schema_version(schema)).int64(0, 0);
+  } catch (const DatabaseError& error) {
+    if (error.sqlstate() != "42P01") throw;  // undefined table: never migrated
+  }
+  if (version < kNeeded) {
+    throw ConfigError(fmt::format(
+        "relay: schema {} is at version {}; this relay needs version {} or later (run `outbox "
+        "migrate` before deploying relays of this build)",
+        schema.name(), version, kNeeded));
+  }
 }
 
 // An awake relay looks for new rows by itself every kAwakePoll (producers do not notify it), or
@@ -74,8 +111,19 @@ constexpr milliseconds kFirstIdleWait{2};
 
 // A relay refreshes its outbox_relays row this often, awake or listening; producers ignore rows
 // older than 30 s (migrations 3 and 6), so a relay that died awake stops suppressing NOTIFY soon,
-// and one that died listening stops asking for it.
+// and one that died listening stops asking for it. (A live relay's sweep takes a dead session's
+// row out of their count sooner.)
 constexpr std::chrono::seconds kHeartbeat{10};
+
+// Every relay looks this often for relay sessions that ended (relay_sql::sweep): one statement
+// on the small outbox_relays table and pg_locks, never on the claim's path. A session seen ended
+// counts as dead after kSessionGrace, or kRestartGrace if it began before the server's last start
+// (every relay then reconnects at once, the last after up to reconnect_backoff_max, 5 s by
+// default). Then its claims are taken over at once instead of after their lease: after a SIGKILL
+// another relay publishes them within kSweepEvery + kSessionGrace + a claim.
+constexpr milliseconds kSweepEvery{500};
+constexpr milliseconds kSessionGrace{1000};
+constexpr milliseconds kRestartGrace{10000};
 
 RelayOptions with_relay_id(RelayOptions options) {
   if (options.relay_id.empty()) options.relay_id = default_relay_id();
@@ -97,12 +145,14 @@ class Relay::Impl {
   Impl(RelayOptions options, std::unique_ptr<Sink> sink)
       : options_(with_relay_id(std::move(options))),
         sink_(std::move(sink)),
-        connection_(open_connection(options_)),
+        session_(open_session(options_)),
         claim_sql_(relay_sql::claim(options_.schema)),
         mark_published_sql_(relay_sql::mark_published(options_.schema)),
         mark_failed_sql_(relay_sql::mark_failed(options_.schema)),
         renew_sql_(relay_sql::renew(options_.schema)),
         set_listening_sql_(relay_sql::set_listening(options_.schema)),
+        forget_relay_sql_(relay_sql::forget_relay(options_.schema)),
+        sweep_sql_(relay_sql::sweep(options_.schema)),
         health_("relay " + options_.relay_id) {
     if (!sink_) throw InvalidArgument("relay: the sink is null");
     if (options_.batch_size == 0 || options_.max_in_flight == 0) {
@@ -127,11 +177,8 @@ class Relay::Impl {
           "relay: reconnect_backoff_base must be positive and reconnect_backoff_max at least as "
           "large");
     }
-    // Tokens must never repeat, also when a relay id is reused (a restarted process, a
-    // reconnect): a random instance part keeps a stale instance's marks fenced.
-    std::random_device random;
-    instance_ = fmt::format("{:08x}", random());
-    connection_.listen('"' + options_.schema.notify_channel() + '"');
+    check_schema(session_.connection.get(), options_.schema);
+    begin_session();
   }
 
   bool loop(bool until_idle, Clock::time_point deadline) {
@@ -156,7 +203,7 @@ class Relay::Impl {
           registered = true;
         }
         // Notifications that arrived meanwhile ask for a claim; reading them never blocks here.
-        if (connection_.wait_for_notifications(milliseconds(0)) > 0) {
+        if (session_.connection.wait_for_notifications(milliseconds(0)) > 0) {
           claim_wanted = true;
           schedule.announced();
         }
@@ -165,6 +212,11 @@ class Relay::Impl {
         const bool stalled = !in_flight_.empty() && Clock::now() - last_report > kStallAfter;
         if (schedule.due(Clock::now(), stalled ? kStalledPoll : kAwakePoll)) claim_wanted = true;
         if (Clock::now() - last_heartbeat_ > kHeartbeat) set_listening(listening_);
+        // Relay sessions that ended: their claims need not wait for their leases to run out.
+        if (Clock::now() >= next_sweep_ && sweep()) {
+          claim_wanted = true;
+          schedule.announced();  // like a NOTIFY: never paced
+        }
 
         // Renew first: after a stall (a long GC-like pause, SIGSTOP) our leases may have run out,
         // and a claim must not re-take rows this relay still has in flight under an older token.
@@ -210,7 +262,7 @@ class Relay::Impl {
                                                       milliseconds(0), milliseconds(5));
         if (!in_flight_.empty()) {
           sink_->poll(wait, reports);
-        } else if (paced && connection_.wait_for_notifications(wait) > 0) {
+        } else if (paced && session_.connection.wait_for_notifications(wait) > 0) {
           schedule.announced();
         }
         if (!reports.empty()) {
@@ -230,7 +282,7 @@ class Relay::Impl {
             // kAwakePoll without making producers notify. Wait for our next look.
             // At least 1 ms: a claim that itself took kAwakePoll must not make the next one
             // follow at once for the whole kStayAwake.
-            if (connection_.wait_for_notifications(
+            if (session_.connection.wait_for_notifications(
                     std::clamp(until_look(kAwakePoll), milliseconds(1), kAwakePoll)) > 0) {
               schedule.announced();  // a NOTIFY is never paced
             }
@@ -247,11 +299,12 @@ class Relay::Impl {
           }
           // Nothing to do: sleep until NOTIFY or until the adaptive poll interval passes (rows
           // whose backoff or foreign lease ends announce nothing).
-          // Never past a heartbeat: a listening relay whose row goes stale is not notified.
-          const auto heartbeat_due = std::chrono::duration_cast<milliseconds>(
-              last_heartbeat_ + kHeartbeat - Clock::now() + milliseconds(1));
-          if (connection_.wait_for_notifications(
-                  std::clamp(heartbeat_due, milliseconds(0), idle_wait)) > 0) {
+          // Never past a heartbeat (a listening relay whose row goes stale is not notified) nor
+          // past the next sweep (a dead relay's claims wait for it).
+          const auto duty_due = std::chrono::duration_cast<milliseconds>(
+              std::min(last_heartbeat_ + kHeartbeat, next_sweep_) - Clock::now() + milliseconds(1));
+          if (session_.connection.wait_for_notifications(
+                  std::clamp(duty_due, milliseconds(0), idle_wait)) > 0) {
             idle_wait = kFirstIdleWait;
             schedule.announced();
           } else {
@@ -318,9 +371,10 @@ class Relay::Impl {
     const std::string token = next_token();
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
-    const auto result = pg::exec_prepared(connection_.get(), claim_sql_,
-                                          {token.c_str(), limit_text.c_str(), lease_text.c_str(),
-                                           cursor_type_.c_str(), cursor_id_.c_str()});
+    const auto result =
+        pg::exec_prepared(session_.connection.get(), claim_sql_,
+                          {token.c_str(), limit_text.c_str(), lease_text.c_str(),
+                           cursor_type_.c_str(), cursor_id_.c_str(), dead_prefixes_.c_str()});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
     ClaimResult outcome;
     const int rows = result.rows();
@@ -367,9 +421,16 @@ class Relay::Impl {
   }
 
   // A fresh token per claim: a mark must match the exact claim that sent the row, so even this
-  // relay cannot complete a row it re-claimed after its own lease ran out.
-  std::string next_token() {
-    return fmt::format("{}:{}:{}", options_.relay_id, instance_, ++claim_epoch_);
+  // relay cannot complete a row it re-claimed after its own lease ran out. The session part
+  // (random per connection) keeps tokens unique also when a relay id is reused (a restarted
+  // process, a reconnect), and names the session whose claims are taken over once it is dead.
+  std::string next_token() { return fmt::format("{}:{}", session_id_, ++claim_epoch_); }
+
+  // A new connection is a new session: its own lock, row id and token prefix. The row of the
+  // previous session goes with the first registration of this one.
+  void begin_session() {
+    if (!session_id_.empty()) previous_session_id_ = session_id_;
+    session_id_ = fmt::format("{}:{:016x}", options_.relay_id, session_.lock_key);
   }
 
   // Writes the outcomes of `reports` to PostgreSQL. Should that fail, they stay in unrecorded_
@@ -510,10 +571,9 @@ class Relay::Impl {
         take(reports);
       }
       try {
-        if (!connection_.healthy()) {
-          auto fresh = open_connection(options_);
-          fresh.listen('"' + options_.schema.notify_channel() + '"');
-          connection_ = std::move(fresh);
+        if (!session_.connection.healthy()) {
+          session_ = open_session(options_);
+          begin_session();
         }
         flush();
         renew_leases();
@@ -557,7 +617,8 @@ class Relay::Impl {
       const std::vector<std::string> extra_values = extra(pending);
       std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};
       for (const std::string& value : extra_values) params.push_back(value.c_str());
-      pg::Result& result = results.emplace_back(pg::exec_prepared(connection_.get(), sql, params));
+      pg::Result& result =
+          results.emplace_back(pg::exec_prepared(session_.connection.get(), sql, params));
       const int last_column = PQnfields(result.get()) - 1;
       auto is_marked = [&](int row) { return result.text(row, last_column) != "claimed"; };
       std::size_t marked = 0;
@@ -585,10 +646,20 @@ class Relay::Impl {
     return results;
   }
 
-  // Records in outbox_relays whether producers must wake us (true) or we look by ourselves.
+  // Records in outbox_relays whether producers must wake us (true) or we look by ourselves; the
+  // first call of a session registers it (and drops the row of the session before it, whose
+  // claims we still hold and renew: no other relay is to take them over).
   void set_listening(bool listening) {
-    pg::exec_prepared(connection_.get(), set_listening_sql_,
-                      {options_.relay_id.c_str(), listening ? "true" : "false"});
+    if (!previous_session_id_.empty()) {
+      pg::exec_prepared(session_.connection.get(), forget_relay_sql_,
+                        {previous_session_id_.c_str()});
+      previous_session_id_.clear();
+    }
+    const std::string key_text = std::to_string(session_.lock_key);
+    const std::string lease_text = std::to_string(options_.lease.count());
+    pg::exec_prepared(
+        session_.connection.get(), set_listening_sql_,
+        {session_id_.c_str(), listening ? "true" : "false", key_text.c_str(), lease_text.c_str()});
     listening_ = listening;
     last_heartbeat_ = Clock::now();
   }
@@ -596,14 +667,51 @@ class Relay::Impl {
   // A relay that stops no longer counts as awake, so producers notify the others again.
   void forget() noexcept {
     try {
-      pg::exec(connection_.get(), relay_sql::forget_relay(options_.schema),
-               {options_.relay_id.c_str()});
+      pg::exec_prepared(session_.connection.get(), forget_relay_sql_, {session_id_.c_str()});
     } catch (const std::exception& error) {
       detail::log().info(
-          "relay {}: could not remove its outbox_relays row ({}); it stops "
-          "counting as awake within 30 s",
+          "relay {}: could not remove its outbox_relays row ({}); the other relays find its "
+          "session ended within a second",
           relay_id(), error.what());
     }
+  }
+
+  // Looks for relay sessions that ended (relay_sql::sweep). Claims held by sessions dead past
+  // their grace become claimable by the next claim; returns true when that set grew. The next look
+  // comes after kSweepEvery, or sooner when an ended session's grace runs out before.
+  bool sweep() {
+    const std::string grace = std::to_string(kSessionGrace.count());
+    const std::string restart_grace = std::to_string(kRestartGrace.count());
+    const auto result = pg::exec_prepared(session_.connection.get(), sweep_sql_,
+                                          {grace.c_str(), restart_grace.c_str()});
+    const auto now = Clock::now();
+    next_sweep_ = now + kSweepEvery;
+    detail::ArrayLiteral prefixes;
+    std::unordered_set<std::string> dead;
+    bool grew = false;
+    for (int row = 0; row < result.rows(); ++row) {
+      const std::string id(result.text(row, 0));
+      const double until_dead_ms = std::stod(std::string(result.text(row, 1)));
+      if (until_dead_ms > 0) {
+        detail::log().debug("relay {}: relay session {} ended; dead in {:.0f} ms unless it is back",
+                            relay_id(), id, until_dead_ms);
+        next_sweep_ =
+            std::min(next_sweep_, now + milliseconds(static_cast<std::int64_t>(until_dead_ms) + 1));
+        continue;
+      }
+      prefixes.add(id + ":");
+      if (!dead_sessions_.contains(id)) {
+        grew = true;
+        detail::log().warn(
+            "relay {}: relay session {} ended without stopping (killed, or cut off past the "
+            "grace); its claims are taken over now, not when their leases run out",
+            relay_id(), id);
+      }
+      dead.insert(id);
+    }
+    dead_sessions_ = std::move(dead);
+    dead_prefixes_ = prefixes.text();
+    return grew;
   }
 
   void renew_leases() {
@@ -615,7 +723,7 @@ class Relay::Impl {
     }
     const std::string lease_text = std::to_string(options_.lease.count());
     const auto result =
-        pg::exec_prepared(connection_.get(), renew_sql_,
+        pg::exec_prepared(session_.connection.get(), renew_sql_,
                           {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str()});
     if (static_cast<std::size_t>(result.rows()) < in_flight_.size()) {
       detail::log().warn("relay {}: {} in-flight row(s) lost their lease to another relay",
@@ -649,13 +757,20 @@ class Relay::Impl {
 
   RelayOptions options_;
   std::unique_ptr<Sink> sink_;
-  pg::Connection connection_;
+  Session session_;
+  std::string session_id_;           // "<relay id>:<session>": its outbox_relays row, token prefix
+  std::string previous_session_id_;  // a row to drop at the next registration (after a reconnect)
   const std::string claim_sql_;
   const std::string mark_published_sql_;
   const std::string mark_failed_sql_;
   const std::string renew_sql_;
   const std::string set_listening_sql_;
-  bool draining_ = false;   // stopping: record outcomes, take nothing new
+  const std::string forget_relay_sql_;
+  const std::string sweep_sql_;
+  Clock::time_point next_sweep_;
+  std::unordered_set<std::string> dead_sessions_;  // their claims are claimable now
+  std::string dead_prefixes_ = "{}";               // their token prefixes, for the claim
+  bool draining_ = false;                          // stopping: record outcomes, take nothing new
   bool listening_ = false;  // what outbox_relays says about us: waiting for a NOTIFY
   Clock::time_point last_heartbeat_;
 
@@ -664,7 +779,6 @@ class Relay::Impl {
   std::vector<Outcome> unrecorded_failed_;
   std::uint64_t next_ticket_ = 1;
   std::uint64_t claim_epoch_ = 0;
-  std::string instance_;     // random per Relay object; part of every claim token
   std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
   std::string cursor_id_;
 

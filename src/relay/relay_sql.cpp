@@ -15,23 +15,29 @@ namespace {
 // to its newest version and locks that; such a row is left for the next claim (its ctid differs,
 // and the UPDATE below, which sees only the snapshot, could not reach it). The conditions and the
 // event id are checked on the locked version. Then claim what is pending, due and not leased
+// (or leased to a dead relay session: `dead_param`, an array of the claim-token prefixes of
+// sessions that ended; null where no such lease can occur)
 // with token `token_param` for `lease_param` milliseconds, again by ctid: no one can change a
 // locked row before the statement ends. Against looking both up by primary key, 23% fewer buffer
 // accesses for the mark's successor claim (4,445 rows).
 std::string lock_and_claim(const SchemaName& schema, const char* candidates,
-                           const char* token_param, const char* lease_param) {
+                           const char* token_param, const char* lease_param,
+                           const char* dead_param) {
+  const std::string of_the_dead =
+      dead_param == nullptr ? "" : fmt::format(" OR l.claimed_by ^@ ANY ({})", dead_param);
   return fmt::format(R"SQL(, locked AS (
   SELECT l.event_id, l.ctid AS row_ctid
   FROM {candidates}
   CROSS JOIN LATERAL (
-    SELECT e.ctid, e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until
+    SELECT e.ctid, e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until,
+           e.claimed_by
     FROM {events} e
     WHERE e.ctid = {candidates}.row_ctid
     OFFSET 0  -- a fence: the conditions below must not be pushed into this lookup
     FOR UPDATE SKIP LOCKED) l
   WHERE l.ctid = {candidates}.row_ctid AND l.event_id = {candidates}.event_id
     AND l.published_at IS NULL AND l.skipped_at IS NULL
-    AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now())
+    AND l.available_at <= now() AND (l.claim_until IS NULL OR l.claim_until < now(){of_the_dead})
 ), claimed AS (
   UPDATE {events} e
   SET claimed_by = {token}, claim_until = now() + {lease}::bigint * interval '1 millisecond'
@@ -42,7 +48,8 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
 ))SQL",
                      fmt::arg("candidates", candidates),
                      fmt::arg("events", schema.table("outbox_events")),
-                     fmt::arg("token", token_param), fmt::arg("lease", lease_param));
+                     fmt::arg("token", token_param), fmt::arg("lease", lease_param),
+                     fmt::arg("of_the_dead", of_the_dead));
 }
 
 // The CTE `sent`: the rows of the relay's arrays `arrays` (event ids first, then the columns
@@ -86,17 +93,22 @@ std::string sent(const SchemaName& schema, const char* arrays, const char* colum
 //   VACUUM of an emptied table (retention deleted every row) or ANALYZE of a few rows, even in
 //   place of a ctid lookup. Kept as the table grew, such plans read the whole table per statement:
 //   in a test at 1,000 events/s the relay's session used a core and fell behind within seconds.
-//   A statement with no other way to run still scans; none of these has one.
-// RelaySqlPlans checks every statement's generic plan under these settings, for an empty table
-// never analyzed, an emptied and vacuumed one, three rows, a backlog and a history.
+//   A statement with no other way to run still scans; none of these has one on outbox_events
+//   (the sweep reads the few rows of outbox_relays so).
+// - No JIT compilation. A plan that keeps a sequential scan carries enable_seqscan's penalty
+//   (10^10 in its estimated cost), far past jit_above_cost, so PostgreSQL compiled the sweep's plan
+//   at every run: 0.5-0.8 s each (measured), for a statement that runs in 0.1 ms. None of the
+//   relay's statements runs long enough for JIT to pay off.
 // - A lock timeout. No relay statement waits for a row lock (claims skip locked rows; marks touch
 //   rows this relay claimed), but each needs the table's own lock, which LOCK TABLE, a migration's
 //   DDL or VACUUM FULL hold: without a limit the relay stood still for as long, and SIGTERM waited
 //   behind the statement (33 s in a test). With it the statement fails retryably (55P03), the
 //   relay reports database_unavailable, backs off, and sees a stop request within seconds.
+// RelaySqlPlans checks every statement's generic plan under these settings, for an empty table
+// never analyzed, an emptied and vacuumed one, three rows, a backlog and a history.
 std::vector<std::string> session_settings(bool durable_marks) {
   return {durable_marks ? "SET synchronous_commit = on" : "SET synchronous_commit = off",
-          "SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off",
+          "SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off", "SET jit = off",
           "SET lock_timeout = 5000"};
 }
 
@@ -113,7 +125,8 @@ std::string claim(const SchemaName& schema) {
   //
   // The last row carries the cursor: event_id NULL, the last aggregate visited, and how many were
   // visited (fewer than $2: the scan reached the end of the pending aggregates).
-  return fmt::format(R"SQL(WITH RECURSIVE aggregates (aggregate_type, aggregate_id, n) AS (
+  return fmt::format(
+      R"SQL(WITH RECURSIVE aggregates (aggregate_type, aggregate_id, n) AS (
   (SELECT e.aggregate_type, e.aggregate_id, 1
    FROM {events} e
    WHERE e.published_at IS NULL AND e.skipped_at IS NULL
@@ -135,13 +148,14 @@ std::string claim(const SchemaName& schema) {
   SELECT h.event_id, h.row_ctid
   FROM aggregates a
   CROSS JOIN LATERAL (
-    SELECT e.event_id, e.ctid AS row_ctid, e.available_at, e.claim_until
+    SELECT e.event_id, e.ctid AS row_ctid, e.available_at, e.claim_until, e.claimed_by
     FROM {events} e
     WHERE e.published_at IS NULL AND e.skipped_at IS NULL
       AND e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
     ORDER BY e.aggregate_sequence
     LIMIT 1) h
-  WHERE h.available_at <= now() AND (h.claim_until IS NULL OR h.claim_until < now())
+  WHERE h.available_at <= now()
+    AND (h.claim_until IS NULL OR h.claim_until < now() OR h.claimed_by ^@ ANY ($6::text[]))
 ){lock_and_claim}
 SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,
        schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text
@@ -150,8 +164,8 @@ UNION ALL
 SELECT NULL, last.aggregate_type, last.aggregate_id, (SELECT count(*) FROM aggregates)::text,
        NULL, NULL, NULL, NULL, NULL, NULL
 FROM (SELECT aggregate_type, aggregate_id FROM aggregates ORDER BY n DESC LIMIT 1) last)SQL",
-                     fmt::arg("events", schema.table("outbox_events")),
-                     fmt::arg("lock_and_claim", lock_and_claim(schema, "heads", "$1", "$3")));
+      fmt::arg("events", schema.table("outbox_events")),
+      fmt::arg("lock_and_claim", lock_and_claim(schema, "heads", "$1", "$3", "$6::text[]")));
 }
 
 std::string mark_published(const SchemaName& schema) {
@@ -163,7 +177,8 @@ std::string mark_published(const SchemaName& schema) {
   // stays a head). So under load an aggregate's next event goes out one round trip after the
   // previous ack, without a scan for heads. The successor is locked and rechecked like a claimed
   // head (pending, due, not leased); a skipped successor is left to the regular claim.
-  return fmt::format(R"SQL(WITH {sent}, marked AS (
+  return fmt::format(
+      R"SQL(WITH {sent}, marked AS (
   UPDATE {events} e
   SET published_at = coalesce(e.published_at, now()), claim_until = NULL, last_error = NULL
   FROM sent d
@@ -192,9 +207,9 @@ SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, e
        schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text,
        'claimed'
 FROM claimed)SQL",
-                     fmt::arg("events", schema.table("outbox_events")),
-                     fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[]", "token")),
-                     fmt::arg("lock_and_claim", lock_and_claim(schema, "successors", "$3", "$4")));
+      fmt::arg("events", schema.table("outbox_events")),
+      fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[]", "token")),
+      fmt::arg("lock_and_claim", lock_and_claim(schema, "successors", "$3", "$4", nullptr)));
 }
 
 std::string mark_failed(const SchemaName& schema) {
@@ -236,14 +251,71 @@ RETURNING e.event_id)SQL",
 }
 
 std::string set_listening(const SchemaName& schema) {
-  return fmt::format(R"SQL(INSERT INTO {relays} AS r (relay_id, listening, seen_at)
-VALUES ($1, $2::bool, now())
+  // The insert (a new session, or a row someone deleted) also records the session's lock and
+  // lease; an update only the state and the heartbeat.
+  return fmt::format(R"SQL(INSERT INTO {relays} AS r
+  (relay_id, listening, seen_at, lock_key, lease_ms, registered_at)
+VALUES ($1, $2::bool, now(), $3::bigint, $4::bigint, now())
 ON CONFLICT (relay_id) DO UPDATE SET listening = EXCLUDED.listening, seen_at = now())SQL",
                      fmt::arg("relays", schema.table("outbox_relays")));
 }
 
 std::string forget_relay(const SchemaName& schema) {
   return "DELETE FROM " + schema.table("outbox_relays") + " WHERE relay_id = $1";
+}
+
+std::string take_session_lock() { return "SELECT pg_try_advisory_lock($1::bigint)"; }
+
+std::string sweep(const SchemaName& schema) {
+  // pg_locks shows a bigint advisory key as classid (high 32 bits) and objid (low 32 bits), with
+  // objsubid 1; relays take non-negative keys, so the shift never reaches the sign bit. pg_locks
+  // (unlike pg_stat_activity's details) is visible to every role. Reading it takes the lock
+  // manager's partition locks in shared mode for a moment: cheap at a few looks a second.
+  //
+  // A row whose session is gone may belong to a relay that is reconnecting (a network blip, an
+  // operator's pg_terminate_backend): it registers a new row and deletes this one within the
+  // grace $1, so nothing of it is taken. A session from before the server's start died in a
+  // restart, which every relay goes through at once; those get $2, enough for a relay in its
+  // longest reconnect backoff. Rows without lock_key (relays of an older build) are never judged.
+  return fmt::format(R"SQL(WITH held AS MATERIALIZED (
+  SELECT (l.classid::int8 << 32) | l.objid::int8 AS lock_key
+  FROM pg_catalog.pg_locks l
+  WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+    AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                      WHERE d.datname = current_database())
+), sessions AS MATERIALIZED (
+  SELECT r.relay_id, r.lock_key, r.ended_at, coalesce(r.lease_ms, 0) AS lease_ms,
+         CASE WHEN r.registered_at < pg_postmaster_start_time() THEN $2::bigint ELSE $1::bigint END
+           * interval '1 millisecond' AS grace
+  FROM {relays} r
+  WHERE r.lock_key IS NOT NULL
+), ended AS (
+  -- Seen without its lock for the first time. Its LISTEN ended with it: producers stop counting it
+  -- now (they look at rows seen in the last 30 s), awake or listening.
+  UPDATE {relays} r
+  SET ended_at = now(), seen_at = '-infinity'
+  FROM sessions s
+  WHERE r.relay_id = s.relay_id AND r.ended_at IS NULL AND s.ended_at IS NULL
+    AND s.lock_key NOT IN (SELECT h.lock_key FROM held h)
+  RETURNING r.relay_id, s.grace
+), forgotten AS (
+  -- Every lease the session took has run out since: nothing of it is left to take over.
+  DELETE FROM {relays} r
+  USING sessions s
+  WHERE r.relay_id = s.relay_id
+    AND s.ended_at + s.grace + s.lease_ms * interval '1 millisecond' < now()
+)
+SELECT s.relay_id, extract(epoch FROM s.ended_at + s.grace - now()) * 1000
+FROM sessions s
+WHERE s.ended_at IS NOT NULL
+UNION ALL
+SELECT relay_id, extract(epoch FROM grace) * 1000
+FROM ended)SQL",
+                     fmt::arg("relays", schema.table("outbox_relays")));
+}
+
+std::string schema_version(const SchemaName& schema) {
+  return "SELECT coalesce(max(version), 0) FROM " + schema.table("outbox_schema_migrations");
 }
 
 }  // namespace outbox::relay_sql

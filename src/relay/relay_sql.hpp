@@ -12,9 +12,11 @@ namespace outbox::relay_sql {
 std::vector<std::string> session_settings(bool durable_marks = false);
 
 // $1 claim token, $2 aggregates to visit (the batch size), $3 lease in ms, $4/$5 the cursor (the
-// last aggregate visited by the previous claim; '' and '' to start over). Claims due rows that
+// last aggregate visited by the previous claim; '' and '' to start over), $6 text[]: the
+// claim-token prefixes ("<row id>:") of dead relay sessions (see sweep). Claims due rows that
 // are the lowest pending sequence of their aggregate and not leased to anyone (or whose lease
-// expired). SKIP LOCKED lets concurrent relays take disjoint rows without waiting for each other.
+// expired, or is held by a dead session). SKIP LOCKED lets concurrent relays take disjoint rows
+// without waiting for each other.
 // Returns the claimed rows, then one cursor row (event_id NULL; see relay_sql.cpp).
 std::string claim(const SchemaName& schema);
 // $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them,
@@ -26,10 +28,23 @@ std::string mark_published(const SchemaName& schema);
 std::string mark_failed(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.
 std::string renew(const SchemaName& schema);
-// $1 relay id, $2 listening bool: records whether this relay waits for a NOTIFY (true) or is
-// awake and finds new rows by itself (false); also the heartbeat (seen_at).
+// $1 the session's row id ("<relay id>:<session>"), $2 listening bool, $3 the session's advisory
+// lock key, $4 its lease in ms: records whether this relay waits for a NOTIFY (true) or is awake
+// and finds new rows by itself (false); also the heartbeat (seen_at). The first call of a session
+// registers it.
 std::string set_listening(const SchemaName& schema);
-// $1 relay id: a stopping relay no longer counts as awake.
+// $1 a session's row id: a stopping relay no longer counts as awake; a reconnected one drops the
+// row of its previous session.
 std::string forget_relay(const SchemaName& schema);
+// $1 bigint: the session-level advisory lock a relay session holds while it lives; true when
+// taken.
+std::string take_session_lock();
+// $1 grace in ms, $2 grace in ms for sessions older than the server (they died in a restart):
+// marks rows whose session lock is no longer held as ended, deletes rows whose session ended a
+// grace and a lease ago, and returns every ended session: (row id, ms until it counts as dead;
+// <= 0: dead, its claims may be taken over).
+std::string sweep(const SchemaName& schema);
+// The highest migration applied to the schema.
+std::string schema_version(const SchemaName& schema);
 
 }  // namespace outbox::relay_sql

@@ -182,6 +182,22 @@ CREATE TABLE {s}.outbox_cleanup_horizon (
   deleted_before timestamptz NOT NULL
 );
 )SQL"},
+    Migration{9, "a dead relay's claims are taken over when its session ends", R"SQL(
+-- A relay killed with its rows claimed held them for its whole lease (30 s by default). Now every
+-- relay session holds a session-level advisory lock with a random key and registers one row per
+-- session (relay_id is then the session's claim-token prefix, "<relay id>:<session>"). A relay
+-- that finds a row whose lock is no longer held (pg_locks) records when it saw the session end;
+-- past a short grace the session counts as dead and any relay may claim what it held; the row
+-- goes once its last lease is over. ended_at also takes the row out of the producers' NOTIFY
+-- decision at once (seen_at is set to -infinity then). Columns only: no table rewrite. A relay
+-- of an older build writes rows without lock_key; they are never judged, and its claims wait for
+-- their lease as before (nor does such a relay take over another's claims).
+ALTER TABLE {s}.outbox_relays
+  ADD COLUMN lock_key      bigint,
+  ADD COLUMN lease_ms      bigint,
+  ADD COLUMN registered_at timestamptz,
+  ADD COLUMN ended_at      timestamptz;
+)SQL"},
 };
 
 }  // namespace
@@ -194,9 +210,9 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema,
     throw InvalidArgument("migrate needs an idle connection, not one inside a transaction");
   }
   if (lock_timeout.count() < 0) {
-    throw InvalidArgument(fmt::format(
-        "migrate: lock timeout is {} ms; give 0 (wait as long as it takes) or more",
-        lock_timeout.count()));
+    throw InvalidArgument(
+        fmt::format("migrate: lock timeout is {} ms; give 0 (wait as long as it takes) or more",
+                    lock_timeout.count()));
   }
   const std::string& s = schema.quoted();
   MigrationReport report;

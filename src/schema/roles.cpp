@@ -22,6 +22,7 @@ GRANT SELECT ON {s}.outbox_relays, {s}.outbox_cleanup_horizon TO {writer};
 
 GRANT SELECT, UPDATE ON {s}.outbox_events TO {relay};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.outbox_relays TO {relay};
+GRANT SELECT ON {s}.outbox_schema_migrations TO {relay};
 
 GRANT SELECT, INSERT ON {s}.processed_events TO {inbox};
 

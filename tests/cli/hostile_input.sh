@@ -205,13 +205,13 @@ sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 
 hup_pid=$!
 track_background "$hup_pid" "relay for SIGHUP"
 for _ in $(seq 100); do
-  [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_relays WHERE relay_id = 'hup'")" == 1 ]] && break
+  [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_relays WHERE relay_id LIKE 'hup:%'")" == 1 ]] && break
   sleep 0.1
 done
 kill -HUP "$hup_pid"
 hup_rc=0
 wait "$hup_pid" || hup_rc=$?
-if ((hup_rc == 0)) && [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_relays WHERE relay_id = 'hup'")" == 0 ]]; then
+if ((hup_rc == 0)) && [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_relays WHERE relay_id LIKE 'hup:%'")" == 0 ]]; then
   pass
 else
   fail "after SIGHUP the relay should exit 0 and remove its row; exit $hup_rc: $(cat "$work_dir/hup.out")"

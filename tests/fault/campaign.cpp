@@ -440,14 +440,22 @@ int main(int argc, char** argv) {
   hot->add_option("--seconds", scenario.seconds)->check(CLI::Range(1, 3600));
   hot->add_option("--writers", scenario.writers)->check(CLI::Range(1, 64));
   hot->add_flag("--keep", scenario.keep);
+  auto* kill = app.add_subcommand(
+      "relay-kill", "SIGKILL relays with default settings again and again; time the takeover");
+  kill->add_option("--outbox", scenario.outbox_binary)->required();
+  kill->add_option("--kills", scenario.kills)->check(CLI::Range(1, 10000));
+  kill->add_option("--broker-rtt-ms", scenario.broker_rtt_ms, "the mock brokers' answer time")
+      ->check(CLI::Range(0, 5000));
+  kill->add_flag("--keep", scenario.keep);
   CLI11_PARSE(app, argc, argv);
   try {
     outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
-    if (*stalled || *hot) {
+    if (*stalled || *hot || *kill) {
       scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
+      if (*kill) return run_relay_kill(scenario);
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,

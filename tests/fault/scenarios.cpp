@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <iostream>
@@ -47,14 +48,15 @@ struct Stage {
     if (!options.keep) std::filesystem::remove_all(dir);
   }
   std::string log(const std::string& name) const { return (dir / (name + ".log")).string(); }
+  // Relay i+1 ("r1", "r2") with default settings.
+  Process start_relay(int i) {
+    return Process(std::vector<std::string>{options.outbox_binary, "relay", "--db", url, "--schema",
+                                            kSchema, "--kafka-brokers", kafka.bootstrap_servers(),
+                                            "--relay-id", fmt::format("r{}", i + 1)},
+                   std::map<std::string, std::string>{}, log(fmt::format("relay{}", i + 1)));
+  }
   void start_relays() {
-    for (int i = 0; i < 2; ++i) {
-      relays.emplace_back(
-          std::vector<std::string>{options.outbox_binary, "relay", "--db", url, "--schema", kSchema,
-                                   "--kafka-brokers", kafka.bootstrap_servers(), "--relay-id",
-                                   fmt::format("r{}", i + 1)},
-          std::map<std::string, std::string>{}, log(fmt::format("relay{}", i + 1)));
-    }
+    for (int i = 0; i < 2; ++i) relays.push_back(start_relay(i));
   }
   HistoryReport check() {
     HistoryInput input{url,
@@ -239,6 +241,120 @@ int run_hot_aggregates(const ScenarioOptions& options) {
                            options.writers, transactions.load(), options.seconds)
             << "\n";
   return finish("hot-aggregates", report, true);
+}
+
+int run_relay_kill(const ScenarioOptions& options) {
+  Stage stage(options);
+  for (int b = 1; b <= 3; ++b) stage.kafka.set_broker_rtt(b, options.broker_rtt_ms);
+  stage.start_relays();
+  auto connection = pg::Connection::open(stage.url, "scenario");
+  PGconn* conn = connection.get();
+  TransactionLog log(stage.log("writers.transactions"));
+
+  // Steady traffic throughout: four writers, one or two events per transaction, 200 aggregates.
+  std::atomic<bool> writing{true};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 4; ++w) {
+    writers.emplace_back([&, w] {
+      auto c = pg::Connection::open(stage.url, "scenario-writer");
+      const Producer producer(ProducerOptions{SchemaName(kSchema), 4096});
+      std::mt19937 random(static_cast<unsigned>(w) * 17U + 3U);
+      while (writing.load()) {
+        std::vector<NewEvent> events;
+        for (int i = 0; i <= static_cast<int>(random() % 2); ++i) {
+          events.push_back(NewEvent{
+              "account", "acct-" + std::to_string(random() % 200), "Deposited", "{}", "{}", 1, {}});
+        }
+        try {
+          write_transaction(c.get(), producer, events, 0ms, false, log);
+        } catch (const std::exception& e) {
+          std::cerr << "writer: " << e.what() << "\n";
+          return;
+        }
+        std::this_thread::sleep_for(5ms);
+      }
+    });
+  }
+
+  std::mt19937 random(20261201);
+  std::vector<double> recoveries;  // ms, one per event a killed relay held
+  std::vector<double> slowest;     // ms, per kill: its last held event
+  int kills_holding = 0;
+  bool all_recovered = true;
+  for (int k = 0; k < options.kills; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000 + random() % 2000));
+    const int target = static_cast<int>(random() % 2);
+    const std::string killed_at(pg::exec(conn, "SELECT clock_timestamp()::text").text(0, 0));
+    stage.relays[static_cast<std::size_t>(target)].stop(0ms);  // SIGKILL
+    // Its backend ends at once (its client is gone), and no other relay may take over within the
+    // grace (1 s): this look sees all it held, also a claim committed as it died.
+    std::this_thread::sleep_for(100ms);
+    const std::string prefix = fmt::format("r{}:%", target + 1);
+    const auto held =
+        pg::exec(conn,
+                 "SELECT coalesce(array_agg(event_id), '{}')::text FROM campaign.outbox_events"
+                 " WHERE published_at IS NULL AND skipped_at IS NULL AND claimed_by LIKE $1"
+                 " AND claim_until > clock_timestamp()",
+                 {prefix.c_str()});
+    const std::string ids(held.text(0, 0));
+    const long long held_count =
+        pg::exec(conn, "SELECT cardinality($1::uuid[])", {ids.c_str()}).int64(0, 0);
+    if (held_count > 0) {
+      ++kills_holding;
+      const auto until = Clock::now() + 60s;
+      const std::string pending_sql =
+          "SELECT count(*) FROM campaign.outbox_events WHERE event_id = ANY ($1::uuid[])"
+          " AND published_at IS NULL";
+      while (pg::exec(conn, pending_sql, {ids.c_str()}).int64(0, 0) > 0 && Clock::now() < until) {
+        std::this_thread::sleep_for(20ms);
+      }
+      const auto times =
+          pg::exec(conn,
+                   "SELECT extract(epoch FROM coalesce(published_at, clock_timestamp()) -"
+                   " $2::timestamptz) * 1000, published_at IS NOT NULL"
+                   " FROM campaign.outbox_events WHERE event_id = ANY ($1::uuid[])",
+                   {ids.c_str(), killed_at.c_str()});
+      double worst = 0;
+      for (int r = 0; r < times.rows(); ++r) {
+        const double ms = std::stod(std::string(times.text(r, 0)));
+        recoveries.push_back(ms);
+        worst = std::max(worst, ms);
+        if (times.text(r, 1) != "t") all_recovered = false;
+      }
+      slowest.push_back(worst);
+    }
+    stage.relays[static_cast<std::size_t>(target)] = stage.start_relay(target);
+    std::cout << fmt::format(
+                     "  kill {}/{}: r{} held {} event(s){}", k + 1, options.kills, target + 1,
+                     held_count,
+                     held_count > 0
+                         ? fmt::format(", all published {:.0f} ms after the kill", slowest.back())
+                         : std::string())
+              << std::endl;
+  }
+  writing.store(false);
+  for (auto& t : writers) t.join();
+  const HistoryReport report = stage.check();
+
+  auto percentile = [](std::vector<double> values, double p) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    return values[static_cast<std::size_t>(p * static_cast<double>(values.size() - 1) + 0.5)];
+  };
+  const double p99 = percentile(recoveries, 0.99);
+  std::cout << fmt::format(
+                   "relay-kill: {} SIGKILLs of a relay with default settings, {} holding events; "
+                   "{} held events published again by another relay: recovery p50={:.0f}ms "
+                   "p99={:.0f}ms max={:.0f}ms; slowest kill (its last event) p50={:.0f}ms "
+                   "max={:.0f}ms",
+                   options.kills, kills_holding, recoveries.size(), percentile(recoveries, 0.5),
+                   p99, percentile(recoveries, 1.0), percentile(slowest, 0.5),
+                   percentile(slowest, 1.0))
+            << "\n";
+  // Generous: the default lease is 30 s, so only the takeover of dead sessions meets this.
+  const bool fast = all_recovered && kills_holding > 0 && p99 < 10000;
+  if (!fast) std::cout << "relay-kill: recovery p99 must stay under 10 s (the lease is 30 s)\n";
+  return finish("relay-kill", report, fast);
 }
 
 }  // namespace outbox::campaign

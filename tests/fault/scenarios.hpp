@@ -6,6 +6,10 @@
 //  - hot aggregates: many writers on a few aggregates, transactions held open for random times
 //    so commit order differs from start order; relays run throughout. Nothing may be skipped or
 //    inverted.
+//  - relay kill: steady traffic, two relays with default settings (30 s lease); one is SIGKILLed
+//    again and again. Per kill, every event the killed relay held (pending, under its lease) is
+//    timed from the kill until another relay marked it published (after the broker's ack):
+//    prints the recovery p50/p99/max over those events and the slowest kill.
 
 #include <string>
 
@@ -18,10 +22,13 @@ struct ScenarioOptions {
   int aggregates = 1000;
   int writers = 8;
   int seconds = 10;
+  int kills = 25;          // relay kill
+  int broker_rtt_ms = 10;  // relay kill: the brokers' answer time, so relays hold rows in flight
   bool keep = false;
 };
 
 int run_stalled_relay(const ScenarioOptions& options);
 int run_hot_aggregates(const ScenarioOptions& options);
+int run_relay_kill(const ScenarioOptions& options);
 
 }  // namespace outbox::campaign

@@ -119,6 +119,12 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
       << "migration 7 lets the trigger skip itself when the producer has decided";
   EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_upgrade.outbox_cleanup_horizon"), 0)
       << "migration 8 creates the cleanup horizon, empty";
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+                  "'migrate_upgrade' AND table_name = 'outbox_relays' AND column_name IN "
+                  "('lock_key', 'lease_ms', 'registered_at', 'ended_at') AND is_nullable = 'YES'"),
+            4)
+      << "migration 9 records each relay session's lock (nullable: older relays write no lock)";
 }
 
 // A migration whose DDL waits behind a writer's open transaction gives up after its lock timeout,
@@ -132,6 +138,9 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
   // As a build before migration 7 left it (7 only redefines the trigger, so it can run again).
   pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version >= 7");
   pg::exec(conn, "DROP TABLE migrate_lock.outbox_cleanup_horizon");
+  pg::exec(conn,
+           "ALTER TABLE migrate_lock.outbox_relays DROP COLUMN lock_key, DROP COLUMN lease_ms,"
+           " DROP COLUMN registered_at, DROP COLUMN ended_at");
   auto writer = connect();
   pg::exec(writer.get(), "BEGIN");
   pg::exec(writer.get(),

@@ -14,6 +14,7 @@
 #include "support/kafka_reader.hpp"
 #include "support/relay_fixture.hpp"
 #include "support/test_env.hpp"
+#include "support/test_sinks.hpp"
 
 namespace outbox::testing {
 namespace {
@@ -106,40 +107,6 @@ class CountingSink final : public Sink {
   int sent_ = 0;
   std::function<void()> at_limit_;
 };
-
-// Holds the broker's reports back while hold() is on, to place them inside a database outage.
-class HoldingSink final : public Sink {
- public:
-  explicit HoldingSink(std::unique_ptr<Sink> inner) : inner_(std::move(inner)) {}
-  void send(const Event& event, std::uint64_t ticket) override { inner_->send(event, ticket); }
-  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
-    inner_->poll(max_wait, held_);
-    held_count_.store(held_.size());
-    if (holding_.load()) return;
-    reports.insert(reports.end(), held_.begin(), held_.end());
-    held_.clear();
-  }
-  [[nodiscard]] std::size_t in_flight() const override { return inner_->in_flight(); }
-  [[nodiscard]] std::string describe() const override { return "holding " + inner_->describe(); }
-  void release() { holding_.store(false); }
-  [[nodiscard]] std::size_t held() const { return held_count_.load(); }
-
- private:
-  std::unique_ptr<Sink> inner_;
-  std::vector<DeliveryReport> held_;
-  std::atomic<bool> holding_{true};
-  std::atomic<std::size_t> held_count_{0};
-};
-
-template <typename Condition>
-bool wait_until(Condition condition, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
-}
 
 using RelayTest = RelayFixture;
 
@@ -623,7 +590,7 @@ TEST_F(RelayTest, ARelayStaysAwakeBetweenEventsOfSteadyTrafficAndListensAfterIt)
   Relay relay(options("steady"), sink());
   std::thread runner([&] { relay.run(); });
   const std::string listening_sql = "SELECT count(*) FROM " + schema_.table("outbox_relays") +
-                                    " WHERE relay_id = 'steady' AND listening";
+                                    " WHERE relay_id LIKE 'steady:%' AND listening";
   auto watcher = connect();
   const bool slept_first =
       wait_until([&] { return count(watcher.get(), listening_sql) == 1; }, 10s);
@@ -696,7 +663,7 @@ TEST_F(RelayTest, AListeningRelayKeepsItsRowFresh) {
   // The listening row's heartbeat in ms, 0 while there is none.
   const std::string seen_sql =
       "SELECT coalesce(max((extract(epoch FROM seen_at) * 1000)::bigint), 0) FROM " +
-      schema_.table("outbox_relays") + " WHERE relay_id = 'dozer' AND listening";
+      schema_.table("outbox_relays") + " WHERE relay_id LIKE 'dozer:%' AND listening";
   const bool listening = wait_until([&] { return count(conn(), seen_sql) > 0; }, 10s);
   const long long first_seen = count(conn(), seen_sql);
   const bool beat = wait_until([&] { return count(conn(), seen_sql) > first_seen; }, 15s);
@@ -718,7 +685,7 @@ TEST_F(RelayTest, AnIdleRelayListensAndIsWokenByTheNextCommit) {
   Relay relay(o, sink());
   std::thread runner([&] { relay.run(); });
   const std::string state_sql = "SELECT count(*) FROM " + schema_.table("outbox_relays") +
-                                " WHERE relay_id = 'sleeper' AND listening";
+                                " WHERE relay_id LIKE 'sleeper:%' AND listening";
   const bool listening = wait_until([&] { return count(conn(), state_sql) == 1; }, 10s);
   std::this_thread::sleep_for(1500ms);  // past the idle timer's first steps
   const auto ids = enqueue(1, 1);

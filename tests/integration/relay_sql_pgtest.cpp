@@ -29,12 +29,15 @@ struct Statement {
 std::vector<Statement> relay_statements(const SchemaName& schema) {
   const std::string ids = "'{00000000-0000-7000-8000-000000000001}'";
   return {
-      {"claim", relay_sql::claim(schema), "'token', '500', '30000', '', ''"},
+      {"claim", relay_sql::claim(schema), "'token', '500', '30000', '', '', '{dead:1:}'"},
       {"mark_published", relay_sql::mark_published(schema),
        ids + ", '{token}', 'token', '30000', 'true'"},
       {"mark_failed", relay_sql::mark_failed(schema),
        ids + ", '{token}', '{boom}', '100', '60000', '5', '{false}'"},
       {"renew", relay_sql::renew(schema), ids + ", '{token}', '30000'"},
+      {"set_listening", relay_sql::set_listening(schema), "'r:1', 'true', '1', '30000'"},
+      {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
+      {"sweep", relay_sql::sweep(schema), "'1000', '10000'"},
   };
 }
 
