@@ -32,6 +32,12 @@ class RolesTest : public RelayFixture {
     return "";
   }
   std::string events() const { return schema_.table("outbox_events"); }
+  // An event written by plain SQL, as only a writer may.
+  std::string an_event_insert() const {
+    return "INSERT INTO " + events() +
+           " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, payload)"
+           " VALUES (gen_random_uuid(), 'o', '1', 9, 'X', '{}')";
+  }
   RoleNames roles_;
 };
 
@@ -71,11 +77,7 @@ TEST_F(RolesTest, ARelayPublishesButWritesNoEventAndReadsNoInbox) {
   EXPECT_EQ(relay.stats().published, 6U);
   EXPECT_EQ(unpublished(), 0);
   auto as_relay = as(roles_.relay);
-  EXPECT_EQ(refusal(as_relay.get(), "INSERT INTO " + events() +
-                                        " (event_id, aggregate_type, aggregate_id, "
-                                        "aggregate_sequence, event_type, payload) VALUES "
-                                        "(gen_random_uuid(), 'o', '1', 9, 'X', '{}')"),
-            "42501");
+  EXPECT_EQ(refusal(as_relay.get(), an_event_insert()), "42501");
   EXPECT_EQ(refusal(as_relay.get(), "DELETE FROM " + events()), "42501");
   EXPECT_EQ(refusal(as_relay.get(), "SELECT * FROM " + schema_.table("processed_events")), "42501");
   EXPECT_EQ(refusal(as_relay.get(), "UPDATE " + schema_.table("outbox_aggregate_sequences") +
@@ -110,11 +112,7 @@ TEST_F(RolesTest, AnAdminOperatesButNeitherWritesEventsNorChangesTheSchema) {
   cleanup_options.retention = std::chrono::hours(1);
   cleanup_options.inbox_retention = std::chrono::hours(1);
   EXPECT_EQ(cleanup(admin.get(), cleanup_options).events_deleted, 1U);
-  EXPECT_EQ(refusal(admin.get(), "INSERT INTO " + events() +
-                                     " (event_id, aggregate_type, aggregate_id, "
-                                     "aggregate_sequence, event_type, payload) VALUES "
-                                     "(gen_random_uuid(), 'o', '1', 9, 'X', '{}')"),
-            "42501");
+  EXPECT_EQ(refusal(admin.get(), an_event_insert()), "42501");
   EXPECT_EQ(refusal(admin.get(), "DROP TABLE " + events()), "42501");
   EXPECT_EQ(refusal(admin.get(), "ALTER TABLE " + events() + " ADD COLUMN x int"), "42501");
 }
