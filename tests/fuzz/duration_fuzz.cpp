@@ -19,7 +19,7 @@ namespace {
 std::optional<std::int64_t> reference(std::string_view text) {
   if (text == "0") return 0;
   if (text.empty()) return std::nullopt;
-  constexpr std::int64_t kMax = INT64_MAX / 4;
+  constexpr std::int64_t kMax = outbox::kMaxDurationDays * 86'400'000;  // parse_duration's limit
   std::int64_t total = 0;
   std::size_t i = 0;
   while (i < text.size()) {
