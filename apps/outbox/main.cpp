@@ -15,6 +15,7 @@
 #include "cli_common.hpp"
 #include "common/fault.hpp"
 #include "common/redact.hpp"
+#include "outbox/byte_size.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/error.hpp"
@@ -135,6 +136,7 @@ struct RelayFlags {
   std::string relay_id;
   std::size_t batch_size = 500;
   std::size_t max_in_flight = 10000;
+  std::string max_in_flight_bytes = "64MiB";
   long lease_ms = 30000;
   long backoff_base_ms = 500;
   long backoff_max_ms = 300000;
@@ -148,10 +150,10 @@ struct RelayFlags {
 // last error says how old it is: next to "health running" it is history, not the present.
 std::string stats_line(const std::string& relay_id, const RelayStats& s) {
   return fmt::format(
-      "relay {}: health {}, published {}, failed {}, fenced {}, quarantined {}, in flight {}, "
-      "reconnects {}, claim statements {}, mark statements {}{}",
+      "relay {}: health {}, published {}, failed {}, fenced {}, quarantined {}, in flight {} ({} "
+      "bytes), reconnects {}, claim statements {}, mark statements {}{}",
       relay_id, to_string(s.health), s.published, s.failed, s.fenced, s.quarantined, s.in_flight,
-      s.reconnects, s.claim_queries, s.mark_queries,
+      s.in_flight_bytes, s.reconnects, s.claim_queries, s.mark_queries,
       s.last_error.empty()
           ? ""
           : fmt::format(", last error {} s ago: {}",
@@ -179,6 +181,7 @@ int cmd_relay(const RelayFlags& flags) {
   options.relay_id = flags.relay_id;
   options.batch_size = flags.batch_size;
   options.max_in_flight = flags.max_in_flight;
+  options.max_in_flight_bytes = parse_byte_size(flags.max_in_flight_bytes);
   options.lease = std::chrono::milliseconds(flags.lease_ms);
   options.backoff_base = std::chrono::milliseconds(flags.backoff_base_ms);
   options.backoff_max = std::chrono::milliseconds(flags.backoff_max_ms);
@@ -349,6 +352,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   relay->add_option("--max-in-flight", relay_flags.max_in_flight, "sends awaiting an ack")
       ->check(CLI::Range(1, 1000000));
+  relay
+      ->add_option("--max-in-flight-bytes", relay_flags.max_in_flight_bytes,
+                   "payload and header bytes the relay holds at most (claimed and awaiting an "
+                   "ack; a larger row goes alone), e.g. 64MiB")
+      ->capture_default_str();
   relay->add_option("--lease-ms", relay_flags.lease_ms, "claim lease")
       ->check(CLI::Range(100L, 3600000L));
   relay

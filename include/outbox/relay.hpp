@@ -19,8 +19,13 @@ struct RelayOptions {
   SchemaName schema;
   std::string relay_id;  // empty: "<host>-<pid>-<random>"; appears in claimed_by
 
-  std::size_t batch_size = 500;            // rows per claim statement
-  std::size_t max_in_flight = 10000;       // sends awaiting a broker report
+  std::size_t batch_size = 500;       // rows per claim statement
+  std::size_t max_in_flight = 10000;  // sends awaiting a broker report
+  // Payload and header bytes (as text) of the rows the relay holds: claimed and awaiting a broker
+  // report. A claim takes rows while they fit; a row larger than this goes alone, once the relay
+  // holds nothing else. The process needs about three times this (the claim's result, the rows,
+  // and the sink's copy) on top of its base.
+  std::uint64_t max_in_flight_bytes = std::uint64_t{64} << 20;  // 64 MiB
   std::chrono::milliseconds lease{30000};  // claim_until = now() + lease; renewed while in flight
   std::chrono::milliseconds backoff_base{500};    // first retry delay; doubles per attempt
   std::chrono::milliseconds backoff_max{300000};  // cap of the retry delay (before jitter)
@@ -54,7 +59,8 @@ struct RelayStats {
   std::uint64_t mark_queries = 0;   // mark statements run (each completes a group of acks)
   std::uint64_t successors = 0;     // of the claimed: taken by the mark of their predecessor
   std::uint64_t in_flight = 0;      // right now
-  std::uint64_t reconnects = 0;     // times the relay got PostgreSQL back after losing it
+  std::uint64_t in_flight_bytes = 0;  // right now: their payload and header bytes
+  std::uint64_t reconnects = 0;       // times the relay got PostgreSQL back after losing it
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)
   std::chrono::milliseconds last_error_age{0};  // how long ago last_error happened

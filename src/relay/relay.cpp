@@ -158,6 +158,10 @@ class Relay::Impl {
     if (options_.batch_size == 0 || options_.max_in_flight == 0) {
       throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
     }
+    if (options_.max_in_flight_bytes == 0) {
+      throw InvalidArgument(
+          "relay: max_in_flight_bytes must be at least 1 (a row larger than it still goes alone)");
+    }
     if (options_.max_attempts < 0)
       throw InvalidArgument("relay: max_attempts must be 0 (no limit) or more");
     if (options_.idle_poll_max < kFirstIdleWait) {
@@ -228,14 +232,15 @@ class Relay::Impl {
         std::size_t claimed = 0;
         const std::size_t room = options_.max_in_flight - in_flight_.size();
         const bool paced = claim_wanted && schedule.paced(Clock::now());
-        if (claim_wanted && room > 0 && !paced) {
+        if (claim_wanted && room > 0 && bytes_allow_a_claim() && !paced) {
           const std::size_t limit = std::min(room, options_.batch_size);
           const bool from_start = cursor_type_.empty() && cursor_id_.empty();
           const auto now = Clock::now();
           schedule.started(now);
           if (in_flight_.empty()) last_report = now;
           ClaimResult result = claim(limit);
-          if (result.reached_end && !from_start && result.claimed < limit) {
+          if (result.reached_end && !from_start && result.claimed < limit &&
+              bytes_allow_a_claim()) {
             // Wrap around: the aggregates before the cursor get their turn in this same pass.
             const ClaimResult wrapped = claim(limit - result.claimed);
             result.claimed += wrapped.claimed;
@@ -249,9 +254,9 @@ class Relay::Impl {
         }
 
         reports.clear();
-        // With the window full a wanted claim must wait for reports like anything else, or the
-        // loop would poll without waiting until the broker answers.
-        const bool can_claim = in_flight_.size() < options_.max_in_flight;
+        // With the window full (rows or bytes) a wanted claim must wait for reports like anything
+        // else, or the loop would poll without waiting until the broker answers.
+        const bool can_claim = in_flight_.size() < options_.max_in_flight && bytes_allow_a_claim();
         const bool busy = claimed > 0 || (claim_wanted && can_claim && !paced);
         // Wait for reports until our own next look is due, at most 5 ms.
         const milliseconds wait = !can_claim ? milliseconds(5)
@@ -348,6 +353,7 @@ class Relay::Impl {
     s.mark_queries = mark_queries_.load(std::memory_order_relaxed);
     s.successors = successors_.load(std::memory_order_relaxed);
     s.in_flight = in_flight_count_.load(std::memory_order_relaxed);
+    s.in_flight_bytes = in_flight_bytes_count_.load(std::memory_order_relaxed);
     s.reconnects = reconnects_.load(std::memory_order_relaxed);
     std::tie(s.health, s.last_error) = health_.snapshot();
     s.last_error_age = health_.last_error_age();
@@ -360,6 +366,7 @@ class Relay::Impl {
   struct InFlight {
     Event event;
     std::string token;
+    std::uint64_t bytes = 0;  // payload and headers: what it counts against max_in_flight_bytes
   };
 
   struct ClaimResult {
@@ -367,14 +374,32 @@ class Relay::Impl {
     bool reached_end = true;  // no pending aggregate after the ones visited
   };
 
+  // The payload and header bytes a claim may still take.
+  [[nodiscard]] std::uint64_t byte_room() const {
+    return in_flight_bytes_ >= options_.max_in_flight_bytes
+               ? 0
+               : options_.max_in_flight_bytes - in_flight_bytes_;
+  }
+
+  // A claim is worth running when the bytes it may take hold the row the last claim stopped at
+  // (any row, when it did not stop), or when the relay holds nothing: a row larger than the whole
+  // budget then goes alone. Otherwise the claim waits for reports, like a full window.
+  [[nodiscard]] bool bytes_allow_a_claim() const {
+    if (in_flight_.empty()) return true;
+    const std::uint64_t room = byte_room();
+    return room > 0 && room >= bytes_wanted_;
+  }
+
   ClaimResult claim(std::size_t limit) {
     const std::string token = next_token();
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
+    const std::string bytes_text = std::to_string(byte_room());
     const auto result =
         pg::exec_prepared(session_.connection.get(), claim_sql_,
                           {token.c_str(), limit_text.c_str(), lease_text.c_str(),
-                           cursor_type_.c_str(), cursor_id_.c_str(), dead_prefixes_.c_str()});
+                           cursor_type_.c_str(), cursor_id_.c_str(), dead_prefixes_.c_str(),
+                           bytes_text.c_str(), in_flight_.empty() ? "true" : "false"});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
     ClaimResult outcome;
     const int rows = result.rows();
@@ -382,7 +407,11 @@ class Relay::Impl {
     for (int row = 0; row < rows; ++row) {
       if (result.is_null(row, 0)) {
         // The cursor row: continue after the last aggregate visited, or start over at the end.
-        outcome.reached_end = static_cast<std::size_t>(result.int64(row, 3)) < limit;
+        // A claim that stopped at a row the byte budget could not hold continues at that row
+        // once the budget can.
+        const bool stopped = !result.is_null(row, 4);
+        bytes_wanted_ = stopped ? static_cast<std::uint64_t>(result.int64(row, 4)) : 0;
+        outcome.reached_end = !stopped && static_cast<std::size_t>(result.int64(row, 3)) < limit;
         cursor_type_ = outcome.reached_end ? std::string() : std::string(result.text(row, 1));
         cursor_id_ = outcome.reached_end ? std::string() : std::string(result.text(row, 2));
         continue;
@@ -393,9 +422,10 @@ class Relay::Impl {
     if (rows == 0) {  // no pending aggregate after the cursor at all
       cursor_type_.clear();
       cursor_id_.clear();
+      bytes_wanted_ = 0;
     }
     claimed_.fetch_add(outcome.claimed, std::memory_order_relaxed);
-    in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+    count_in_flight();
     return outcome;
   }
 
@@ -414,10 +444,17 @@ class Relay::Impl {
     e.headers = result.text(row, 7);
     e.occurred_at = result.text(row, 8);
     e.attempt_count = static_cast<std::int32_t>(result.int64(row, 9));
+    item.bytes = e.payload.size() + e.headers.size();
+    in_flight_bytes_ += item.bytes;
     const std::uint64_t ticket = next_ticket_++;
     auto [it, inserted] = in_flight_.emplace(ticket, std::move(item));
     OUTBOX_FAULT(fault::kRelayBeforePublish);
     sink_->send(it->second.event, ticket);
+  }
+
+  void count_in_flight() {
+    in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+    in_flight_bytes_count_.store(in_flight_bytes_, std::memory_order_relaxed);
   }
 
   // A fresh token per claim: a mark must match the exact claim that sent the row, so even this
@@ -473,9 +510,10 @@ class Relay::Impl {
         if (!outcome.permanent) broker_trouble = &report;
         unrecorded_failed_.push_back(std::move(outcome));
       }
+      in_flight_bytes_ -= it->second.bytes;
       in_flight_.erase(it);
     }
-    in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+    count_in_flight();
     // Health follows the latest reports: any ack means the broker works; only transient failures
     // mean it does not (a permanent failure is the event's fault, not the broker's).
     if (any_published && health_.health() == Health::broker_unavailable) {
@@ -494,10 +532,18 @@ class Relay::Impl {
       OUTBOX_FAULT(fault::kRelayAfterAckBeforeMark);
       const std::string token = next_token();
       const std::string lease_text = std::to_string(options_.lease.count());
-      // A stopping relay takes nothing new.
-      const char* claim_successors = draining_ ? "false" : "true";
+      // A stopping relay takes nothing new. Successors get the byte room beyond what the row the
+      // last claim stopped at needs (it comes first: successors must not keep taking the room it
+      // waits for), and only in the first try: what a second try (for rows the first passed
+      // over) would take is not counted yet, so those successors are left to the regular claim.
+      bool first_try = !draining_;
+      const std::uint64_t room = byte_room();
+      const std::string successor_room =
+          std::to_string(room > bytes_wanted_ ? room - bytes_wanted_ : 0);
       const auto results = complete(mark_published_sql_, unrecorded_published_, [&](const auto&) {
-        return std::vector<std::string>{token, lease_text, claim_successors};
+        const char* claim_successors = first_try ? "true" : "false";
+        first_try = false;
+        return std::vector<std::string>{token, lease_text, claim_successors, successor_room};
       });
       unrecorded_published_.clear();
       mark_queries_.fetch_add(results.size(), std::memory_order_relaxed);
@@ -517,7 +563,7 @@ class Relay::Impl {
       published_.fetch_add(marked, std::memory_order_relaxed);
       claimed_.fetch_add(successors, std::memory_order_relaxed);
       successors_.fetch_add(successors, std::memory_order_relaxed);
-      in_flight_count_.store(in_flight_.size(), std::memory_order_relaxed);
+      count_in_flight();
     }
     if (!unrecorded_failed_.empty()) {
       const auto results = complete(
@@ -775,6 +821,8 @@ class Relay::Impl {
   Clock::time_point last_heartbeat_;
 
   std::unordered_map<std::uint64_t, InFlight> in_flight_;
+  std::uint64_t in_flight_bytes_ = 0;  // their payload and header bytes
+  std::uint64_t bytes_wanted_ = 0;     // the row the last claim stopped at needs this much room
   std::vector<Outcome> unrecorded_published_;  // reported by the broker, not yet written
   std::vector<Outcome> unrecorded_failed_;
   std::uint64_t next_ticket_ = 1;
@@ -792,6 +840,7 @@ class Relay::Impl {
   std::atomic<std::uint64_t> mark_queries_{0};
   std::atomic<std::uint64_t> successors_{0};
   std::atomic<std::uint64_t> in_flight_count_{0};
+  std::atomic<std::uint64_t> in_flight_bytes_count_{0};
   std::atomic<std::uint64_t> reconnects_{0};
   detail::HealthBoard health_;
 };

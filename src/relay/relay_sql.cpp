@@ -76,6 +76,43 @@ std::string sent(const SchemaName& schema, const char* arrays, const char* colum
                      fmt::arg("events", schema.table("outbox_events")));
 }
 
+// The head of aggregate `a`, as the claim's visit after `v` (the aggregate visited before, and the
+// bytes `v.held` the visit took so far) sees it: event_id, row_ctid; claimable (due, and not
+// leased or leased to a dead session in $6); its stored size (pg_column_size, from the datum's
+// header, nothing detoasted); alone: it is the first the visit takes while the relay holds nothing
+// ($8) and its stored size is over half the budget $7, so nothing could join it: taken without
+// being measured, and the visit stops after it; bytes, the length of its payload and header text,
+// measured when it is claimable, not alone, and its stored size fits beside what is held; and
+// taken: alone, or measured and fitting the budget beside what is held (or the first while the
+// relay holds nothing: a row larger than the budget goes alone). The measure is made once, in the
+// fenced level `k`, whose columns the levels above refer to.
+std::string visit_head(const std::string& events) {
+  return fmt::format(R"SQL(
+    SELECT k.event_id, k.row_ctid, k.claimable, k.stored, k.bytes, k.alone,
+           k.alone OR (k.bytes IS NOT NULL
+                       AND (v.held + k.bytes <= $7::bigint OR (v.held = 0 AND $8::bool))) AS taken
+    FROM (
+      SELECT c.event_id, c.row_ctid, c.claimable, c.stored,
+             c.claimable AND v.held = 0 AND $8::bool AND c.stored > $7::bigint / 2 AS alone,
+             CASE WHEN c.claimable AND CASE WHEN v.held = 0 AND $8::bool
+                                            THEN c.stored <= $7::bigint / 2
+                                            ELSE v.held + c.stored <= $7::bigint END
+                  THEN octet_length(c.payload::text)::bigint + octet_length(c.headers::text)
+             END AS bytes
+      FROM (
+        SELECT e.event_id, e.ctid AS row_ctid, e.payload, e.headers,
+               e.available_at <= now() AND (e.claim_until IS NULL OR e.claim_until < now()
+                                            OR e.claimed_by ^@ ANY ($6::text[])) AS claimable,
+               pg_column_size(e.payload)::bigint + pg_column_size(e.headers) AS stored
+        FROM {events} e
+        WHERE e.published_at IS NULL AND e.skipped_at IS NULL
+          AND e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
+        ORDER BY e.aggregate_sequence
+        LIMIT 1) c
+      OFFSET 0) k)SQL",
+                     fmt::arg("events", events));
+}
+
 }  // namespace
 
 // - synchronous_commit off: the relay's own writes (claims, marks, failure records) do not wait
@@ -115,56 +152,72 @@ std::vector<std::string> session_settings(bool durable_marks) {
 std::string claim(const SchemaName& schema) {
   // Finds heads without reading the backlog behind them: a skip scan over the pending-by-aggregate
   // index visits one entry per aggregate (at most $2 of them, starting after the cursor $4/$5),
-  // then reads each aggregate's lowest pending sequence. Cost grows with the batch, not with how
-  // many events wait behind each head. Heads that are not due or are leased are passed over.
+  // and reads each one's lowest pending sequence. Cost grows with the batch, not with how many
+  // events wait behind each head. Heads that are not due or are leased (to a live session) are
+  // passed over.
+  //
+  // The byte budget: the visit keeps a running sum of the payload and header text of the heads it
+  // takes, and stops at the first claimable head that would take the sum past $7 (the bytes the
+  // relay may still hold), unless nothing is taken yet and $8 (the relay holds nothing): a row
+  // larger than the whole budget goes alone. The measure is the length of the text the relay
+  // receives, made by converting the jsonb: the stored size can be a fraction of it (compressed:
+  // 4 MiB of text stored in a few KB; binary jsonb against escaped text). Only a head that is
+  // claimable and whose stored size still fits is measured, so the rows the claim takes are
+  // converted twice (measure, and output), and the one it stops at once in vain, at most; a row
+  // stored larger than half the budget that the relay takes while holding nothing is not measured
+  // (nothing could join it), so large rows going one by one are converted once, as before the
+  // budget. Carrying the measured text out instead spilled every large row to temporary files
+  // three times over (40 MB rows: 3.7 s a row against 1.4 s), and for small rows was slower still.
+  // The visit starts from a seed row (the cursor) so that the head's expressions appear once: a
+  // kept generic plan still compiles its expressions at every execution, and written twice (a first
+  // term and a recursive one) they made a claim of 5 rows 14% slower than before the budget;
+  // written once, claims of 5 and of 500 rows take 8-10% longer (docs/ARCHITECTURE.md, "Bytes in
+  // flight").
   //
   // A head stays a head: lower sequences, once published or skipped, never become pending again,
   // and a lower sequence cannot commit after a higher one (the sequence row lock). So the locked
   // rows are rechecked (by PostgreSQL's re-evaluation of the WHERE clause on the newest row
   // version) only for being pending, due and free.
   //
-  // The last row carries the cursor: event_id NULL, the last aggregate visited, and how many were
-  // visited (fewer than $2: the scan reached the end of the pending aggregates).
+  // The last row carries the cursor: event_id NULL, the last aggregate visited before any stop
+  // (the cursor given, when the first one stopped it), how many were visited (fewer than $2 and no
+  // stop: the scan reached the end of the pending aggregates), and the bytes the head it stopped
+  // at needs (NULL: no stop).
+  const std::string events = schema.table("outbox_events");
   return fmt::format(
-      R"SQL(WITH RECURSIVE aggregates (aggregate_type, aggregate_id, n) AS (
-  (SELECT e.aggregate_type, e.aggregate_id, 1
-   FROM {events} e
-   WHERE e.published_at IS NULL AND e.skipped_at IS NULL
-     AND (e.aggregate_type, e.aggregate_id) > ($4::text, $5::text)
-   ORDER BY e.aggregate_type, e.aggregate_id
-   LIMIT 1)
+      R"SQL(WITH RECURSIVE visited (aggregate_type, aggregate_id, n, event_id, row_ctid, taken, need, held,
+                         last_type, last_id) AS (
+  SELECT $4::text, $5::text, 0, NULL::uuid, NULL::tid, false, NULL::bigint, 0::bigint, $4::text,
+         $5::text
   UNION ALL
-  SELECT next.aggregate_type, next.aggregate_id, a.n + 1
-  FROM aggregates a
+  SELECT a.aggregate_type, a.aggregate_id, v.n + 1, h.event_id, h.row_ctid, h.taken,
+         -- need: the visit stops (after a row taken alone: 0, any room will do)
+         CASE WHEN h.alone THEN 0 WHEN h.claimable AND NOT h.taken THEN coalesce(h.bytes, h.stored)
+         END,
+         v.held + CASE WHEN h.taken THEN coalesce(h.bytes, h.stored) ELSE 0 END,
+         CASE WHEN h.claimable AND NOT h.taken THEN v.last_type ELSE a.aggregate_type END,
+         CASE WHEN h.claimable AND NOT h.taken THEN v.last_id ELSE a.aggregate_id END
+  FROM visited v
   CROSS JOIN LATERAL (
     SELECT e.aggregate_type, e.aggregate_id
     FROM {events} e
     WHERE e.published_at IS NULL AND e.skipped_at IS NULL
-      AND (e.aggregate_type, e.aggregate_id) > (a.aggregate_type, a.aggregate_id)
+      AND (e.aggregate_type, e.aggregate_id) > (v.aggregate_type, v.aggregate_id)
     ORDER BY e.aggregate_type, e.aggregate_id
-    LIMIT 1) next
-  WHERE a.n < $2::int
-), heads AS MATERIALIZED (
-  SELECT h.event_id, h.row_ctid
-  FROM aggregates a
-  CROSS JOIN LATERAL (
-    SELECT e.event_id, e.ctid AS row_ctid, e.available_at, e.claim_until, e.claimed_by
-    FROM {events} e
-    WHERE e.published_at IS NULL AND e.skipped_at IS NULL
-      AND e.aggregate_type = a.aggregate_type AND e.aggregate_id = a.aggregate_id
-    ORDER BY e.aggregate_sequence
-    LIMIT 1) h
-  WHERE h.available_at <= now()
-    AND (h.claim_until IS NULL OR h.claim_until < now() OR h.claimed_by ^@ ANY ($6::text[]))
+    LIMIT 1) a
+  CROSS JOIN LATERAL ({head}) h
+  WHERE v.n < $2::int AND v.need IS NULL
+), heads AS (
+  SELECT event_id, row_ctid FROM visited WHERE taken
 ){lock_and_claim}
 SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,
        schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text
 FROM claimed
 UNION ALL
-SELECT NULL, last.aggregate_type, last.aggregate_id, (SELECT count(*) FROM aggregates)::text,
-       NULL, NULL, NULL, NULL, NULL, NULL
-FROM (SELECT aggregate_type, aggregate_id FROM aggregates ORDER BY n DESC LIMIT 1) last)SQL",
-      fmt::arg("events", schema.table("outbox_events")),
+SELECT NULL, last.last_type, last.last_id, (last.n - (last.need IS NOT NULL)::int)::text,
+       last.need::text, NULL, NULL, NULL, NULL, NULL
+FROM (SELECT n, need, last_type, last_id FROM visited ORDER BY n DESC LIMIT 1) last)SQL",
+      fmt::arg("events", events), fmt::arg("head", visit_head(events)),
       fmt::arg("lock_and_claim", lock_and_claim(schema, "heads", "$1", "$3", "$6::text[]")));
 }
 
@@ -189,16 +242,26 @@ std::string mark_published(const SchemaName& schema) {
   -- One lookup per marked row in the (unique) pending index, whatever the statistics say: as a
   -- plain join, on a table never analyzed, the planner scanned the whole index once per marked
   -- row (7 s statements in the stalled-relay scenario).
-  SELECT s.event_id, s.row_ctid
-  FROM marked m
-  CROSS JOIN LATERAL (
-    SELECT e.event_id, e.ctid AS row_ctid
-    FROM {events} e
-    WHERE e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
-      AND e.aggregate_sequence = m.aggregate_sequence + 1
-      AND e.published_at IS NULL AND e.skipped_at IS NULL  -- the pending index's predicate
-    LIMIT 1) s
-  WHERE $5::bool
+  -- The byte budget ($6: the bytes the relay may still hold) as in the claim, over the successors
+  -- in the order found: a successor whose stored size fits is measured (its text's length), and
+  -- those whose running sum of measures fits are taken. The rest (also one larger than the whole
+  -- budget: it goes alone through the regular claim) are left to the regular claim.
+  SELECT w.event_id, w.row_ctid
+  FROM (
+    SELECT s.event_id, s.row_ctid, sum(s.bytes) OVER (ROWS UNBOUNDED PRECEDING) AS running
+    FROM marked m
+    CROSS JOIN LATERAL (
+      SELECT e.event_id, e.ctid AS row_ctid,
+             CASE WHEN pg_column_size(e.payload)::bigint + pg_column_size(e.headers) <= $6::bigint
+                  THEN octet_length(e.payload::text)::bigint + octet_length(e.headers::text)
+             END AS bytes
+      FROM {events} e
+      WHERE e.aggregate_type = m.aggregate_type AND e.aggregate_id = m.aggregate_id
+        AND e.aggregate_sequence = m.aggregate_sequence + 1
+        AND e.published_at IS NULL AND e.skipped_at IS NULL  -- the pending index's predicate
+      LIMIT 1) s
+    WHERE $5::bool AND s.bytes IS NOT NULL) w
+  WHERE w.running <= $6::bigint
 ){lock_and_claim}
 SELECT event_id::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'marked'
 FROM marked

@@ -13,15 +13,18 @@ std::vector<std::string> session_settings(bool durable_marks = false);
 
 // $1 claim token, $2 aggregates to visit (the batch size), $3 lease in ms, $4/$5 the cursor (the
 // last aggregate visited by the previous claim; '' and '' to start over), $6 text[]: the
-// claim-token prefixes ("<row id>:") of dead relay sessions (see sweep). Claims due rows that
-// are the lowest pending sequence of their aggregate and not leased to anyone (or whose lease
-// expired, or is held by a dead session). SKIP LOCKED lets concurrent relays take disjoint rows
+// claim-token prefixes ("<row id>:") of dead relay sessions (see sweep), $7 the payload and
+// header bytes the relay may still hold, $8 whether it holds none (then a row larger than $7 may
+// go alone). Claims due rows that are the lowest pending sequence of their aggregate and not
+// leased to anyone (or whose lease expired, or is held by a dead session), in the order visited,
+// until the next would not fit the bytes. SKIP LOCKED lets concurrent relays take disjoint rows
 // without waiting for each other.
-// Returns the claimed rows, then one cursor row (event_id NULL; see relay_sql.cpp).
+// Returns the claimed rows (payload and headers as text), then one cursor row (event_id NULL;
+// see relay_sql.cpp).
 std::string claim(const SchemaName& schema);
 // $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them,
-// and (when $5) claims their successors with token $3 and lease $4 ms. Rows: the claim's ten
-// columns plus a kind, 'marked' (only event_id set) or 'claimed'.
+// and (when $5) claims their successors with token $3 and lease $4 ms, as many as fit $6 bytes.
+// Rows: the claim's ten columns plus a kind, 'marked' (only event_id set) or 'claimed'.
 std::string mark_published(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 error[], $4 backoff base ms, $5 backoff cap ms, $6 attempt limit
 // (0: none), $7 permanent bool[]. Returns (event_id, quarantined) of the rows it changed.

@@ -575,6 +575,8 @@ TEST_F(RelayTest, RefusesOptionsThatCannotWork) {
             std::string::npos);
   EXPECT_NE(refusal([](RelayOptions& o) { o.max_attempts = -1; }).find("max_attempts"),
             std::string::npos);
+  EXPECT_NE(refusal([](RelayOptions& o) { o.max_in_flight_bytes = 0; }).find("max_in_flight_bytes"),
+            std::string::npos);
   EXPECT_NE(refusal([](RelayOptions& o) { o.lease = 50ms; }).find("lease"), std::string::npos);
   EXPECT_NE(refusal([](RelayOptions& o) { o.idle_poll_max = 0ms; }).find("idle_poll_max"),
             std::string::npos);

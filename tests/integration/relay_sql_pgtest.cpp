@@ -29,9 +29,10 @@ struct Statement {
 std::vector<Statement> relay_statements(const SchemaName& schema) {
   const std::string ids = "'{00000000-0000-7000-8000-000000000001}'";
   return {
-      {"claim", relay_sql::claim(schema), "'token', '500', '30000', '', '', '{dead:1:}'"},
+      {"claim", relay_sql::claim(schema),
+       "'token', '500', '30000', '', '', '{dead:1:}', '67108864', 'true'"},
       {"mark_published", relay_sql::mark_published(schema),
-       ids + ", '{token}', 'token', '30000', 'true'"},
+       ids + ", '{token}', 'token', '30000', 'true', '67108864'"},
       {"mark_failed", relay_sql::mark_failed(schema),
        ids + ", '{token}', '{boom}', '100', '60000', '5', '{false}'"},
       {"renew", relay_sql::renew(schema), ids + ", '{token}', '30000'"},
