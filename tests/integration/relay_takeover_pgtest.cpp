@@ -216,6 +216,67 @@ TEST_F(RelayTakeoverTest, ARelayCutOffPastTheGraceIsTakenOverAndItsLateMarksAreF
   expect_on_broker_in_order(ids);
 }
 
+// After a PostgreSQL restart every session has ended at once, and relays come back over their
+// reconnect backoff. A relay whose session began before the server's start gets the longer
+// restart grace (10 s): here it needs 1-2 s between tries, longer than the 1 s grace, while the
+// other relay is back at once and looks every 500 ms. Its claims stay its own.
+TEST_F(RelayTakeoverTest, ARelayBackWithinTheRestartGraceAfterAPostgresRestartKeepsItsClaims) {
+  enqueue(10, 1);
+  RelayRole slow_role(conn(), schema_, "takeover_slow");
+  RelayRole quick_role(conn(), schema_, "takeover_quick");
+  auto slow_options = relay_options("slow", slow_role);
+  slow_options.reconnect_backoff_base = 2s;
+  slow_options.reconnect_backoff_max = 2s;
+  auto holding = std::make_unique<HoldingSink>(sink());
+  HoldingSink& held = *holding;
+  Relay slow(slow_options, std::move(holding));
+  std::thread slow_runner([&] { slow.run(); });
+  ASSERT_TRUE(wait_until([&] { return held.held() == 10; }, 20s)) << held.held();
+  auto quick_options = relay_options("quick", quick_role);
+  quick_options.reconnect_backoff_base = 50ms;
+  quick_options.reconnect_backoff_max = 100ms;
+  Relay quick(quick_options, sink());
+  std::thread quick_runner([&] { quick.run(); });
+  ASSERT_TRUE(
+      wait_until([&] { return count(conn(), "SELECT count(*) FROM " + relays()) == 2; }, 10s));
+  const std::string old_row(
+      pg::exec(conn(), "SELECT relay_id FROM " + relays() + " WHERE relay_id LIKE 'slow:%'")
+          .text(0, 0));
+  // The relays commit asynchronously; a checkpoint keeps the claims through the crash.
+  pg::exec(conn(), "CHECKPOINT");
+  const auto crashed = std::chrono::steady_clock::now();
+  postgres().restart_immediate();
+  connection_ = connect();
+  // The quick relay must see the slow one's old session ended while the slow one is still away.
+  const std::string old_row_sql =
+      "SELECT count(*) FROM " + relays() + " WHERE relay_id = $1 AND ended_at IS NOT NULL";
+  const bool seen_ended =
+      wait_until([&] { return count(conn(), old_row_sql, {old_row.c_str()}) == 1; }, 10s) &&
+      slow.stats().reconnects == 0;
+  const bool slow_back = wait_until([&] { return slow.stats().reconnects == 1; }, 15s);
+  const auto slow_took = std::chrono::steady_clock::now() - crashed;
+  std::this_thread::sleep_for(3s);
+  const auto taken_by_quick = quick.stats().claimed;
+  const long long still_slows = claimed_by("slow");
+  held.release();
+  const bool published = wait_until([&] { return unpublished() == 0; }, 10s);
+  quick.request_stop();
+  slow.request_stop();
+  quick_runner.join();
+  slow_runner.join();
+
+  ASSERT_TRUE(slow_back);
+  ASSERT_TRUE(seen_ended) << "the quick relay should have seen the old session ended first";
+  std::cout << "the slow relay was back "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(slow_took).count()
+            << " ms after the crash began\n";
+  EXPECT_EQ(taken_by_quick, 0U) << "claims of a relay back within the restart grace were taken";
+  EXPECT_EQ(still_slows, 10);
+  EXPECT_TRUE(published);
+  EXPECT_EQ(slow.stats().fenced, 0U);
+  EXPECT_EQ(slow.stats().published, 10U);
+}
+
 // A dead session's row leaves the producers' NOTIFY count at once and is deleted once its leases
 // are over; rows of older builds (no lock key) are never judged.
 TEST_F(RelayTakeoverTest, ADeadSessionsRowGoesOnceItsLeasesAreOverAndOlderRowsAreLeftAlone) {
