@@ -18,6 +18,7 @@
 #include "common/printable.hpp"
 #include "pg/connection.hpp"
 #include "relay/claim_schedule.hpp"
+#include "relay/dead_sessions.hpp"
 #include "relay/relay_sql.hpp"
 
 namespace outbox {
@@ -217,7 +218,7 @@ class Relay::Impl {
         if (schedule.due(Clock::now(), stalled ? kStalledPoll : kAwakePoll)) claim_wanted = true;
         if (Clock::now() - last_heartbeat_ > kHeartbeat) set_listening(listening_);
         // Relay sessions that ended: their claims need not wait for their leases to run out.
-        if (Clock::now() >= next_sweep_ && sweep()) {
+        if (Clock::now() >= dead_sessions_.next_sweep() && sweep()) {
           claim_wanted = true;
           schedule.announced();  // like a NOTIFY: never paced
         }
@@ -307,7 +308,8 @@ class Relay::Impl {
           // Never past a heartbeat (a listening relay whose row goes stale is not notified) nor
           // past the next sweep (a dead relay's claims wait for it).
           const auto duty_due = std::chrono::duration_cast<milliseconds>(
-              std::min(last_heartbeat_ + kHeartbeat, next_sweep_) - Clock::now() + milliseconds(1));
+              std::min(last_heartbeat_ + kHeartbeat, dead_sessions_.next_sweep()) - Clock::now() +
+              milliseconds(1));
           if (session_.connection.wait_for_notifications(
                   std::clamp(duty_due, milliseconds(0), idle_wait)) > 0) {
             idle_wait = kFirstIdleWait;
@@ -395,11 +397,11 @@ class Relay::Impl {
     const std::string limit_text = std::to_string(limit);
     const std::string lease_text = std::to_string(options_.lease.count());
     const std::string bytes_text = std::to_string(byte_room());
-    const auto result =
-        pg::exec_prepared(session_.connection.get(), claim_sql_,
-                          {token.c_str(), limit_text.c_str(), lease_text.c_str(),
-                           cursor_type_.c_str(), cursor_id_.c_str(), dead_prefixes_.c_str(),
-                           bytes_text.c_str(), in_flight_.empty() ? "true" : "false"});
+    const auto result = pg::exec_prepared(
+        session_.connection.get(), claim_sql_,
+        {token.c_str(), limit_text.c_str(), lease_text.c_str(), cursor_type_.c_str(),
+         cursor_id_.c_str(), dead_sessions_.prefixes().c_str(), bytes_text.c_str(),
+         in_flight_.empty() ? "true" : "false"});
     claim_queries_.fetch_add(1, std::memory_order_relaxed);
     ClaimResult outcome;
     const int rows = result.rows();
@@ -723,41 +725,29 @@ class Relay::Impl {
   }
 
   // Looks for relay sessions that ended (relay_sql::sweep). Claims held by sessions dead past
-  // their grace become claimable by the next claim; returns true when that set grew. The next look
-  // comes after kSweepEvery, or sooner when an ended session's grace runs out before.
+  // their grace become claimable by the next claim; returns true when that set grew.
   bool sweep() {
     const std::string grace = std::to_string(kSessionGrace.count());
     const std::string restart_grace = std::to_string(kRestartGrace.count());
     const auto result = pg::exec_prepared(session_.connection.get(), sweep_sql_,
                                           {grace.c_str(), restart_grace.c_str()});
-    const auto now = Clock::now();
-    next_sweep_ = now + kSweepEvery;
-    detail::ArrayLiteral prefixes;
-    std::unordered_set<std::string> dead;
-    bool grew = false;
+    std::vector<detail::DeadSessions::Ended> ended;
     for (int row = 0; row < result.rows(); ++row) {
-      const std::string id(result.text(row, 0));
-      const double until_dead_ms = std::stod(std::string(result.text(row, 1)));
-      if (until_dead_ms > 0) {
+      ended.push_back(
+          {std::string(result.text(row, 0)), std::stod(std::string(result.text(row, 1)))});
+      if (ended.back().until_dead_ms > 0) {
         detail::log().debug("relay {}: relay session {} ended; dead in {:.0f} ms unless it is back",
-                            relay_id(), id, until_dead_ms);
-        next_sweep_ =
-            std::min(next_sweep_, now + milliseconds(static_cast<std::int64_t>(until_dead_ms) + 1));
-        continue;
+                            relay_id(), ended.back().id, ended.back().until_dead_ms);
       }
-      prefixes.add(id + ":");
-      if (!dead_sessions_.contains(id)) {
-        grew = true;
-        detail::log().warn(
-            "relay {}: relay session {} ended without stopping (killed, or cut off past the "
-            "grace); its claims are taken over now, not when their leases run out",
-            relay_id(), id);
-      }
-      dead.insert(id);
     }
-    dead_sessions_ = std::move(dead);
-    dead_prefixes_ = prefixes.text();
-    return grew;
+    const std::vector<std::string> newly_dead = dead_sessions_.update(ended, Clock::now());
+    for (const std::string& id : newly_dead) {
+      detail::log().warn(
+          "relay {}: relay session {} ended without stopping (killed, or cut off past the grace); "
+          "its claims are taken over now, not when their leases run out",
+          relay_id(), id);
+    }
+    return !newly_dead.empty();
   }
 
   void renew_leases() {
@@ -813,10 +803,8 @@ class Relay::Impl {
   const std::string set_listening_sql_;
   const std::string forget_relay_sql_;
   const std::string sweep_sql_;
-  Clock::time_point next_sweep_;
-  std::unordered_set<std::string> dead_sessions_;  // their claims are claimable now
-  std::string dead_prefixes_ = "{}";               // their token prefixes, for the claim
-  bool draining_ = false;                          // stopping: record outcomes, take nothing new
+  detail::DeadSessions dead_sessions_{kSweepEvery};  // their claims are claimable at once
+  bool draining_ = false;                            // stopping: record outcomes, take nothing new
   bool listening_ = false;  // what outbox_relays says about us: waiting for a NOTIFY
   Clock::time_point last_heartbeat_;
 
