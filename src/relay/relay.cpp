@@ -72,10 +72,10 @@ Session open_session(const RelayOptions& options) {
   return Session{std::move(connection), lock_key};
 }
 
-// Refuses a schema without migration 8 (the relays' session locks) with what to do, instead of a
+// Refuses a schema without migration 9 (the relays' session locks) with what to do, instead of a
 // missing column at the first registration.
 void check_schema(PGconn* conn, const SchemaName& schema) {
-  constexpr int kNeeded = 8;
+  constexpr int kNeeded = 9;  // the session-lock columns (migration 9)
   std::int64_t version = 0;
   try {
     version = pg::exec(conn, relay_sql::schema_version(schema)).int64(0, 0);

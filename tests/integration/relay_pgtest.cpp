@@ -6,6 +6,8 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "common/fault.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/producer.hpp"
@@ -583,6 +585,25 @@ TEST_F(RelayTest, RefusesOptionsThatCannotWork) {
   EXPECT_NE(refusal([](RelayOptions& o) { o.idle_poll_max = -5ms; }).find("idle_poll_max"),
             std::string::npos);
   EXPECT_EQ(refusal([](RelayOptions& o) { o.idle_poll_max = 2ms; }), "") << "the shortest allowed";
+}
+
+// A schema one migration short of what this relay needs (the session-lock columns) is refused
+// when the relay starts, saying which version it found and what to run, not at its first
+// registration with a missing column.
+TEST_F(RelayTest, RefusesASchemaOlderThanItNeedsAndSaysToMigrate) {
+  pg::exec(conn(), fmt::format("DELETE FROM {} WHERE version = {}",
+                               schema_.table("outbox_schema_migrations"),
+                               latest_schema_version()));
+  try {
+    Relay relay(options("too-new"), sink());
+    FAIL() << "a relay started against schema version " << latest_schema_version() - 1;
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(fmt::format("at version {}", latest_schema_version() - 1)),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("outbox migrate"), std::string::npos) << message;
+  }
 }
 
 // Under steady traffic a relay stays awake between events (it finds them by itself within a few
