@@ -1,6 +1,7 @@
 # Entry points for people and CI: `make test` installs missing packages, builds and runs every test.
 # Variables: WERROR=ON|OFF, BUILD_TYPE, BUILD_DIR, JOBS, ARGS (for demo), CTEST_ARGS (for test),
 # SANITIZE (address,undefined or thread: builds in build-<sanitizers>/ and tests that build),
+# CTEST_SKIP (labels `make test` leaves out: -LE slow; CTEST_SKIP= runs them too),
 # SANITIZE_CTEST_ARGS (which tests test-sanitize runs),
 # FUZZ_SECONDS (per target, for fuzz).
 
@@ -15,6 +16,7 @@ endif
 comma := ,
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SECONDS ?= 300
+CTEST_SKIP ?= -LE slow
 
 SOURCE_DIRS  := src include apps tests
 FORMAT_FILES  = $(shell find $(SOURCE_DIRS) -type f \( -name '*.cpp' -o -name '*.hpp' \) 2>/dev/null)
@@ -44,7 +46,7 @@ bench: build
 # The tests start their own embedded PostgreSQL and Kafka mock; nothing else needs to run. The
 # fuzz tests (label fuzz, 20 s per target) build tests/fuzz with clang++ in $(BUILD_DIR)/fuzz.
 test: build
-	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600 -j2 $(CTEST_ARGS)
+	cd $(BUILD_DIR) && ctest --output-on-failure --timeout 600 -j2 $(CTEST_SKIP) $(CTEST_ARGS)
 
 # The unit and integration tests built with ASan and
 # UBSan in build-address-undefined/; a leak, a bad memory access or undefined behaviour fails the
