@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `make test`: every test, in the time CI allows (~25 min on 2 cores), with the gtest tests under
+# AddressSanitizer and UBSan.
+#
+# Two build trees, two test runs side by side:
+#   build/                    plain (RelWithDebInfo): the outbox binary and the crash campaign;
+#                             runs the tests labelled fault, fuzz and cli (the crash campaign,
+#                             the fuzzers, the command-line scripts, the demo, the install test),
+#                             which time real processes and want optimised code.
+#   build-address-undefined/  ASan + UBSan (-O1 -g1): runs the gtest tests (labels unit and
+#                             integration, not cli). A leak, a bad access or undefined behaviour
+#                             fails the test that hit it.
+# Running the gtest tests once, sanitized, instead of twice is what keeps the sanitizers within
+# the budget: the plain tree does not even build them. `make test-plain` runs every test on the
+# plain build (CTEST_ARGS selects), `make test-sanitize` only the sanitized half.
+#
+# Environment: BUILD_DIR, SANITIZE_DIR, BUILD_TYPE, WERROR (ON/OFF), JOBS, as in the Makefile.
+# Tests labelled slow are left out (`cd build && ctest -L slow`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+build_dir="${BUILD_DIR:-build}"
+sanitize_dir="${SANITIZE_DIR:-build-address-undefined}"
+build_type="${BUILD_TYPE:-RelWithDebInfo}"
+werror="${WERROR:-ON}"
+jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+./scripts/install-deps.sh
+
+started=$SECONDS
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
+  -DOUTBOX_SANITIZE=
+cmake --build "$build_dir" -j"$jobs" --target outbox_cli outbox_campaign
+cmake -S . -B "$sanitize_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
+  -DOUTBOX_SANITIZE=address,undefined
+cmake --build "$sanitize_dir" -j"$jobs" --target outbox_unit_tests outbox_integration_tests
+echo "test.sh: both trees built in $((SECONDS - started)) s"
+
+# One test at a time in each tree, the two trees side by side: the load of `ctest -j2`. Each
+# run's lines carry its tree's name; a run's exit status is kept through the pipe.
+started=$SECONDS
+# (A subshell per run: its status is the pipeline's, ctest's, under pipefail.)
+(
+  cd "$build_dir"
+  ctest --output-on-failure --timeout 900 -L 'fault|fuzz|cli' -LE slow 2>&1 | sed -u 's/^/[plain] /'
+) &
+plain_pid=$!
+(
+  cd "$sanitize_dir"
+  ctest --output-on-failure --timeout 900 -L 'unit|integration' -LE 'cli|slow' 2>&1 |
+    sed -u 's/^/[asan] /'
+) &
+sanitized_pid=$!
+plain_status=0
+sanitized_status=0
+wait "$plain_pid" || plain_status=$?
+wait "$sanitized_pid" || sanitized_status=$?
+echo "test.sh: tests ran for $((SECONDS - started)) s; plain build: exit $plain_status," \
+  "ASan/UBSan build: exit $sanitized_status"
+if ((plain_status != 0 || sanitized_status != 0)); then exit 1; fi
