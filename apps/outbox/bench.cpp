@@ -37,10 +37,10 @@
 #include <unordered_map>
 
 #include "cli_common.hpp"
-#include "common/json_text.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka_mock.hpp"
 #include "outbox/producer.hpp"
+#include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "servers.hpp"
 #include "svg_plot.hpp"
@@ -643,11 +643,11 @@ json bench_live(const Setup& setup, double rate, const std::string& label, Child
   wait_published(setup, schema, &relay, 60s);
   auto c = setup.connect();
   std::unordered_map<std::string, double> commit_time;
-  detail::ArrayLiteral ids;
+  pg::ArrayLiteral ids;
   double first_commit = 1e300;
   for (const auto& [id, at] : committed) {
     commit_time.emplace(id.to_string(), at);
-    ids.add_plain(id.to_string());
+    ids.add(id);
     first_commit = std::min(first_commit, at);
   }
   const auto rows =

@@ -14,12 +14,12 @@
 #include <unordered_set>
 
 #include "cli_common.hpp"
-#include "common/json_text.hpp"
 #include "outbox/embedded_postgres.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/kafka_mock.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
+#include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "servers.hpp"
 
@@ -172,16 +172,10 @@ std::uint64_t count(PGconn* conn, const std::string& sql,
   return static_cast<std::uint64_t>(pg::exec(conn, sql, params).int64(0, 0));
 }
 
-std::string uuid_array(const std::vector<EventId>& ids) {
-  detail::ArrayLiteral literal;
-  for (const auto& id : ids) literal.add_plain(id.to_string());
-  return literal.text();
-}
-
 // Plain set arithmetic over what the writers know and what the consumer's table holds.
 void check(PGconn* conn, const WriteLog& log, Report& report) {
-  const std::string committed = uuid_array(log.committed);
-  const std::string rolled_back = uuid_array(log.rolled_back);
+  const std::string committed = pg::uuid_array(log.committed);
+  const std::string rolled_back = pg::uuid_array(log.rolled_back);
   const std::string s = kSchema.quoted();
   report.events_committed = log.committed.size();
   report.events_rolled_back = log.rolled_back.size();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli_common.hpp"
+#include "common/backoff.hpp"
 #include "common/fault.hpp"
 #include "common/redact.hpp"
 #include "outbox/byte_size.hpp"
@@ -208,17 +209,18 @@ int cmd_relay(const RelayFlags& flags) {
   // Once running, the relay rides out PostgreSQL outages itself (Relay::run). Until PostgreSQL
   // accepts the first connection, retry with capped exponential backoff.
   std::unique_ptr<Relay> relay;
-  for (auto backoff = std::chrono::milliseconds(500);;
-       backoff = std::min(backoff * 2, std::chrono::milliseconds(30000))) {
+  detail::Backoff backoff(std::chrono::milliseconds(500), std::chrono::milliseconds(30000));
+  for (;;) {
+    const auto wait = backoff.next();
     try {
       relay = std::make_unique<Relay>(options, make_sink());
       break;
     } catch (const DatabaseError& e) {
       if (!e.retryable()) throw;
-      std::cerr << "outbox relay: " << e.what() << "; retrying in " << backoff.count() << " ms\n";
+      std::cerr << "outbox relay: " << e.what() << "; retrying in " << wait.count() << " ms\n";
     }
     std::unique_lock lock(mutex);
-    if (wake.wait_for(lock, backoff, [&] { return stopping; })) return 0;
+    if (wake.wait_for(lock, wait, [&] { return stopping; })) return 0;
   }
   {
     std::lock_guard lock(mutex);

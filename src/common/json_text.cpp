@@ -40,25 +40,4 @@ HeaderScan scan_header_object(std::string_view text) {
 
 std::string check_header_object(std::string_view text) { return scan_header_object(text).problem; }
 
-void append_array_element(std::string& literal, std::string_view value) {
-  literal.push_back('"');
-  for (const char c : value) {
-    if (c == '"' || c == '\\') literal.push_back('\\');
-    literal.push_back(c);
-  }
-  literal.push_back('"');
-}
-
-std::size_t array_element_bytes(std::string_view value) {
-  std::size_t bytes = value.size() + 2;
-  for (const char c : value) bytes += (c == '"' || c == '\\') ? 1 : 0;
-  return bytes;
-}
-
-std::string to_array_literal(const std::vector<std::string>& values) {
-  ArrayLiteral literal;
-  for (const std::string& value : values) literal.add(value);
-  return literal.text();
-}
-
 }  // namespace outbox::detail

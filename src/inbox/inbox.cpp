@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -69,13 +70,10 @@ std::vector<InboxResult> Inbox::process_batch(
   check_idle(conn);
   std::vector<InboxResult> results(event_ids.size(), InboxResult::duplicate);
   if (event_ids.empty()) return results;
-  std::string ids = "{";
-  for (std::size_t i = 0; i < event_ids.size(); ++i) {
-    if (event_ids[i].is_nil()) throw InvalidArgument("inbox: an event id is the nil UUID");
-    if (i > 0) ids += ',';
-    ids += event_ids[i].to_string();
+  for (const EventId& id : event_ids) {
+    if (id.is_nil()) throw InvalidArgument("inbox: an event id is the nil UUID");
   }
-  ids += '}';
+  const std::string ids = pg::uuid_array(event_ids);
   pg::exec(conn, "BEGIN");
   try {
     const auto inserted = pg::exec(conn, insert_batch_sql_, {consumer_name_.c_str(), ids.c_str()});

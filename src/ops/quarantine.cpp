@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "common/json_text.hpp"
+#include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -63,9 +63,7 @@ std::size_t retry_quarantined(PGconn* conn, const SchemaName& schema,
                               std::span<const EventId> event_ids, const std::string& actor) {
   check_actor(actor);
   check_idle(conn);
-  detail::ArrayLiteral id_list;
-  for (const EventId& id : event_ids) id_list.add_plain(id.to_string());
-  const std::string& ids = id_list.text();
+  const std::string ids = pg::uuid_array(event_ids);
   pg::exec(conn, "BEGIN");
   try {
     const auto released =

@@ -11,6 +11,7 @@
 #include "common/jsonb_scan.hpp"
 #include "common/printable.hpp"
 #include "outbox/transaction.hpp"
+#include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -203,7 +204,7 @@ struct AggregateInsert {
   // A lone event goes as plain parameters (insert_one_sql), several as arrays (insert_many_sql).
   const NewEvent* lone = nullptr;
   std::string lone_id, lone_version;
-  detail::ArrayLiteral ids, types, versions, payloads, headers;
+  pg::ArrayLiteral ids, types, versions, payloads, headers;
 
   [[nodiscard]] const std::string& sql(const std::string& one, const std::string& many) const {
     return lone != nullptr ? one : many;
@@ -233,9 +234,9 @@ void check_statement_size(std::span<const NewEvent> events, const std::vector<st
   } else {
     for (const std::size_t index : group) {
       const NewEvent& event = events[index];
-      bytes += detail::array_element_bytes(event.payload) +
-               detail::array_element_bytes(event.headers) +
-               detail::array_element_bytes(event.event_type) + 36 + 12 + 5;  // id, version, commas
+      bytes += pg::array_element_bytes(event.payload) +
+               pg::array_element_bytes(event.headers) +
+               pg::array_element_bytes(event.event_type) + 36 + 12 + 5;  // id, version, commas
     }
   }
   const NewEvent& first = events[group.front()];

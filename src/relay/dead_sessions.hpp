@@ -10,7 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "common/json_text.hpp"
+#include "pg/array_literal.hpp"
 
 namespace outbox::detail {
 
@@ -31,7 +31,7 @@ class DeadSessions {
   // The next look is due after sweep_every, or just after the first grace still running out.
   std::vector<std::string> update(const std::vector<Ended>& rows, Clock::time_point now) {
     next_sweep_ = now + sweep_every_;
-    ArrayLiteral prefixes;
+    pg::ArrayLiteral prefixes;
     std::unordered_set<std::string> dead;
     std::vector<std::string> newly_dead;
     for (const Ended& row : rows) {

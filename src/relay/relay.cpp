@@ -11,11 +11,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "common/backoff.hpp"
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
-#include "common/json_text.hpp"
 #include "common/log.hpp"
 #include "common/printable.hpp"
+#include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "relay/claim_schedule.hpp"
 #include "relay/dead_sessions.hpp"
@@ -570,7 +571,7 @@ class Relay::Impl {
     if (!unrecorded_failed_.empty()) {
       const auto results = complete(
           mark_failed_sql_, unrecorded_failed_, [&](const std::vector<const Outcome*>& of) {
-            detail::ArrayLiteral errors, permanent;
+            pg::ArrayLiteral errors, permanent;
             for (const Outcome* outcome : of) {
               errors.add(utf8_prefix(outcome->error, 2000));
               permanent.add_plain(outcome->permanent ? "t" : "f");
@@ -600,24 +601,21 @@ class Relay::Impl {
   // of what is still in flight. Returns when all that worked or a stop was requested.
   void reconnect(const DatabaseError& first) {
     health_.set(Health::database_unavailable, first.what());
-    milliseconds backoff = options_.reconnect_backoff_base;
-    std::mt19937 random(std::random_device{}());
+    detail::Backoff backoff(options_.reconnect_backoff_base, options_.reconnect_backoff_max);
     std::vector<DeliveryReport> reports;
-    while (!stop_.load(std::memory_order_relaxed)) {
-      // Equal jitter, so relays cut off together do not come back in lockstep.
-      const auto wait = backoff / 2 + milliseconds(random() % (backoff.count() / 2 + 1));
-      const auto until = Clock::now() + wait;
-      while (Clock::now() < until && !stop_.load(std::memory_order_relaxed)) {
-        const auto slice = std::min(milliseconds(50), std::chrono::duration_cast<milliseconds>(
-                                                          until - Clock::now() + milliseconds(1)));
-        if (in_flight_.empty()) {
-          std::this_thread::sleep_for(slice);
-          continue;
-        }
-        reports.clear();
-        sink_->poll(slice, reports);
-        take(reports);
+    const auto stopping = [this] { return stop_.load(std::memory_order_relaxed); };
+    // While waiting, broker reports keep coming: their outcomes wait in unrecorded_.
+    const auto take_reports = [&](milliseconds slice) {
+      if (in_flight_.empty()) {
+        std::this_thread::sleep_for(slice);
+        return;
       }
+      reports.clear();
+      sink_->poll(slice, reports);
+      take(reports);
+    };
+    while (!stopping()) {
+      if (!backoff.wait(stopping, take_reports, milliseconds(50))) break;
       try {
         if (!session_.connection.healthy()) {
           session_ = open_session(options_);
@@ -635,7 +633,6 @@ class Relay::Impl {
         }
         health_.set(Health::database_unavailable, error.what());
       }
-      backoff = std::min(backoff * 2, options_.reconnect_backoff_max);
     }
   }
 
@@ -657,9 +654,9 @@ class Relay::Impl {
     for (const Outcome& outcome : outcomes) pending.push_back(&outcome);
     std::vector<pg::Result> results;
     for (int attempt = 0; attempt < 2 && !pending.empty(); ++attempt) {
-      detail::ArrayLiteral ids, tokens;
+      pg::ArrayLiteral ids, tokens;
       for (const Outcome* outcome : pending) {
-        ids.add_plain(outcome->event_id.to_string());
+        ids.add(outcome->event_id);
         tokens.add(outcome->token);
       }
       const std::vector<std::string> extra_values = extra(pending);
@@ -752,9 +749,9 @@ class Relay::Impl {
 
   void renew_leases() {
     if (in_flight_.empty()) return;
-    detail::ArrayLiteral ids, tokens;
+    pg::ArrayLiteral ids, tokens;
     for (const auto& [ticket, item] : in_flight_) {
-      ids.add_plain(item.event.event_id.to_string());
+      ids.add(item.event.event_id);
       tokens.add(item.token);
     }
     const std::string lease_text = std::to_string(options_.lease.count());

@@ -12,10 +12,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "common/json_text.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
 #include "support/kafka_reader.hpp"
+#include "pg/array_literal.hpp"
 
 namespace outbox::campaign {
 namespace {
@@ -28,7 +28,7 @@ struct Transaction {
 };
 
 std::string uuid_array(const std::vector<std::string>& ids) {
-  detail::ArrayLiteral literal;
+  pg::ArrayLiteral literal;
   for (const auto& id : ids) literal.add_plain(id);
   return literal.text();
 }

@@ -6,6 +6,7 @@
 #include "outbox/cleanup.hpp"
 #include "outbox/inbox.hpp"
 #include "support/relay_fixture.hpp"
+#include "pg/array_literal.hpp"
 
 namespace outbox::testing {
 namespace {
@@ -113,8 +114,7 @@ TEST_F(CleanupTest, InboxIdsGoOnlyWhenOlderThanTheirOwnRetention) {
   pg::exec(conn(),
            "UPDATE " + inbox_table +
                " SET processed_at = now() - interval '40 days' WHERE event_id = ANY ($1)",
-           {("{" + ids[0].to_string() + "," + ids[3].to_string() + "," + ids[6].to_string() + "}")
-                .c_str()});
+           {pg::uuid_array(std::vector<EventId>{ids[0], ids[3], ids[6]}).c_str()});
   // A second consumer's ids, all old: the walk crosses from one consumer name to the next.
   const Inbox audit(schema_, "audit");
   for (int i = 0; i < 4; ++i) audit.process(conn(), EventId::generate(), [](PGconn*) {});

@@ -11,6 +11,7 @@
 #include "common/json_text.hpp"
 #include "common/jsonb_scan.hpp"
 #include "support/test_env.hpp"
+#include "pg/array_literal.hpp"
 
 namespace outbox::testing {
 namespace {
@@ -246,7 +247,7 @@ class JsonbScanTest : public ::testing::Test {
 
   // octet_length(doc::jsonb::text) for each document, in one statement.
   std::vector<std::int64_t> postgres_lengths(const std::vector<std::string>& documents) {
-    const std::string literal = detail::to_array_literal(documents);
+    const std::string literal = pg::text_array(documents);
     const auto result =
         pg::exec(conn(),
                  "SELECT octet_length(d::jsonb::text) FROM unnest($1::text[]) WITH ORDINALITY "

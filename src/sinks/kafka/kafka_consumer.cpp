@@ -2,10 +2,10 @@
 
 #include <charconv>
 #include <cstring>
-#include <random>
 #include <thread>
 #include <tuple>
 
+#include "common/backoff.hpp"
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
 #include "common/log.hpp"
@@ -64,14 +64,13 @@ class KafkaInboxConsumer::Impl {
 
   // Polls until stopped; every failure is reported through health_ and retried with backoff.
   void run() {
-    auto backoff = options_.retry_backoff_base;
-    std::mt19937 random(std::random_device{}());
+    detail::Backoff backoff(options_.retry_backoff_base, options_.retry_backoff_max);
     health_.set(Health::running);
     while (!stopped()) {
       effect_threw_ = false;
       try {
         if (poll(std::chrono::milliseconds(100)) > 0) {
-          backoff = options_.retry_backoff_base;
+          backoff.reset();
           if (health_.health() != Health::broker_unavailable) health_.set(Health::running);
         }
         continue;
@@ -100,14 +99,7 @@ class KafkaInboxConsumer::Impl {
       } catch (const std::exception& error) {
         health_.set(Health::effect_failing, error.what());
       }
-      // Equal jitter; sliced so that request_stop() is seen quickly.
-      const auto wait =
-          backoff / 2 + std::chrono::milliseconds(random() % (backoff.count() / 2 + 1));
-      const auto until = std::chrono::steady_clock::now() + wait;
-      while (!stopped() && std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      backoff = std::min(backoff * 2, options_.retry_backoff_max);
+      backoff.wait([this] { return stopped(); });  // sliced: request_stop() is seen quickly
     }
     health_.set(Health::stopped);
   }

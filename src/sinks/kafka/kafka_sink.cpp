@@ -113,6 +113,10 @@ class KafkaSink final : public Sink {
     // Head-of-line order makes per-message latency matter (the next event of an aggregate waits
     // for this ack): no Nagle delay on small produce requests.
     kafka::set(conf.get(), "socket.nagle.disable", "true");
+    // The Java client's and Kafka Connect's partitioner (librdkafka's default, consistent_random,
+    // hashes with CRC32): an aggregate's key lands on the same partition whichever client wrote
+    // it. Overridable by another partitioner that maps one key to one partition.
+    kafka::set(conf.get(), "partitioner", "murmur2_random");
     for (const auto& [key, value] : options.properties) kafka::set(conf.get(), key, value);
     kafka::set(conf.get(), "enable.idempotence", "true");
     kafka::set(conf.get(), "acks", "all");

@@ -1,0 +1,102 @@
+// The Kafka sink against the librdkafka mock cluster: where its messages land.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/kafka.hpp"
+#include "support/test_env.hpp"
+
+namespace outbox::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Kafka's own murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as the Java producer's
+// default partitioner and Kafka Connect use it: partition = (murmur2(key) & 0x7fffffff) % n.
+std::int32_t java_murmur2(const std::string& key) {
+  const auto* data = reinterpret_cast<const unsigned char*>(key.data());
+  const auto length = static_cast<std::int32_t>(key.size());
+  constexpr std::uint32_t kM = 0x5bd1e995;
+  constexpr int kR = 24;
+  std::uint32_t h = 0x9747b28c ^ static_cast<std::uint32_t>(length);
+  const std::int32_t words = length / 4;
+  for (std::int32_t i = 0; i < words; ++i) {
+    const std::int32_t at = i * 4;
+    std::uint32_t k = data[at] | (data[at + 1] << 8) | (data[at + 2] << 16) |
+                      (static_cast<std::uint32_t>(data[at + 3]) << 24);
+    k *= kM;
+    k ^= k >> kR;
+    k *= kM;
+    h *= kM;
+    h ^= k;
+  }
+  const std::int32_t tail = words * 4;
+  switch (length % 4) {
+    case 3:
+      h ^= static_cast<std::uint32_t>(data[tail + 2]) << 16;
+      [[fallthrough]];
+    case 2:
+      h ^= static_cast<std::uint32_t>(data[tail + 1]) << 8;
+      [[fallthrough]];
+    case 1:
+      h ^= data[tail];
+      h *= kM;
+  }
+  h ^= h >> 13;
+  h *= kM;
+  h ^= h >> 15;
+  return static_cast<std::int32_t>(h);
+}
+
+// An aggregate's events land where a Java producer or Kafka Connect would put the same key, so
+// consumers that join the topic with other producers see one partition per aggregate.
+TEST(KafkaSinkPartitions, AKeyLandsWhereJavasDefaultPartitionerPutsIt) {
+  constexpr int kPartitions = 12;
+  const std::string topic = "sink.partitions.murmur2";
+  kafka().create_topic(topic, kPartitions);
+  auto sink = make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(), topic, {}});
+  std::vector<std::string> keys;
+  for (int i = 0; i < 200; ++i) {
+    Event event;
+    event.event_id = EventId::generate();
+    event.aggregate_type = "order";
+    event.aggregate_id = "order-" + std::to_string(i * 7919);
+    event.aggregate_sequence = 1;
+    event.event_type = "Placed";
+    event.payload = "{}";
+    event.headers = "{}";
+    keys.push_back(event.aggregate_id);
+    sink->send(event, static_cast<std::uint64_t>(i));
+  }
+  std::vector<DeliveryReport> reports;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (reports.size() < keys.size() && std::chrono::steady_clock::now() < deadline) {
+    sink->poll(100ms, reports);
+  }
+  ASSERT_EQ(reports.size(), keys.size());
+  int spread[kPartitions] = {};
+  for (const DeliveryReport& report : reports) {
+    ASSERT_EQ(report.outcome, DeliveryOutcome::published) << report.error;
+    const std::string& key = keys.at(report.ticket);
+    EXPECT_EQ(report.partition, (java_murmur2(key) & 0x7fffffff) % kPartitions) << key;
+    ++spread[report.partition];
+  }
+  for (int p = 0; p < kPartitions; ++p) EXPECT_GT(spread[p], 0) << "partition " << p;
+}
+
+// The reference above is Kafka's: its own test vectors (Utils.murmur2 in Kafka's UtilsTest).
+TEST(KafkaSinkPartitions, TheReferenceMurmur2MatchesKafkasTestVectors) {
+  EXPECT_EQ(java_murmur2("21"), -973932308);
+  EXPECT_EQ(java_murmur2("foobar"), -790332482);
+  EXPECT_EQ(java_murmur2("a-little-bit-long-string"), -985981536);
+  EXPECT_EQ(java_murmur2("a-little-bit-longer-string"), -1486304829);
+  EXPECT_EQ(java_murmur2("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
+  EXPECT_EQ(java_murmur2(std::string{'a', 'b', 'c'}), 479470107);
+}
+
+}  // namespace
+}  // namespace outbox::testing
