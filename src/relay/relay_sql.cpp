@@ -6,6 +6,55 @@ namespace outbox::relay_sql {
 
 namespace {
 
+// The columns of a claimed event, as the claim and the mark's successor claim return them (the
+// SELECT lists below, and `claimed`'s RETURNING list in lock_and_claim).
+enum ClaimedColumn : int {
+  kEventId = 0,
+  kAggregateType,
+  kAggregateId,
+  kAggregateSequence,
+  kEventType,
+  kSchemaVersion,
+  kPayload,
+  kHeaders,
+  kOccurredAt,
+  kAttemptCount,
+  kClaimedColumns,  // how many
+};
+constexpr const char* kClaimedSelectList =
+    "event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,\n"
+    "       schema_version::text, payload::text, headers::text, occurred_at::text, "
+    "attempt_count::text";
+
+// The claim's last row (event_id NULL) reuses the first columns: the last aggregate visited
+// (type, id), how many were visited, and the bytes the head it stopped at needs (NULL: it did
+// not stop for bytes).
+enum CursorColumn : int { kLastType = 1, kLastId = 2, kVisited = 3, kStoppedForBytes = 4 };
+
+// mark_published: the claimed columns, then the kind: 'marked' (only event_id set) or 'claimed'.
+constexpr int kMarkKind = kClaimedColumns;
+
+// mark_failed: event_id, quarantined.
+enum FailedColumn : int { kFailedEventId = 0, kQuarantined = 1 };
+
+// sweep: row id, ms until dead.
+enum SweepColumn : int { kSessionId = 0, kUntilDeadMs = 1 };
+
+Event read_event(const pg::Result& result, int row) {
+  Event e;
+  e.event_id = EventId::parse(result.text(row, kEventId)).value_or(EventId{});
+  e.aggregate_type = result.text(row, kAggregateType);
+  e.aggregate_id = result.text(row, kAggregateId);
+  e.aggregate_sequence = result.int64(row, kAggregateSequence);
+  e.event_type = result.text(row, kEventType);
+  e.schema_version = static_cast<std::int32_t>(result.int64(row, kSchemaVersion));
+  e.payload = result.text(row, kPayload);
+  e.headers = result.text(row, kHeaders);
+  e.occurred_at = result.text(row, kOccurredAt);
+  e.attempt_count = static_cast<std::int32_t>(result.int64(row, kAttemptCount));
+  return e;
+}
+
 // The CTEs `locked` and `claimed` shared by the claim and the mark's successor claim: lock each
 // candidate of CTE `candidates` (columns event_id, row_ctid: the row version the candidate query
 // read) by its ctid, a TID scan that descends no index (on a table never analyzed the planner
@@ -216,14 +265,14 @@ std::string claim(const SchemaName& schema) {
 ), heads AS (
   SELECT event_id, row_ctid FROM visited WHERE taken
 ){lock_and_claim}
-SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,
-       schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text
+SELECT {claimed_columns}
 FROM claimed
 UNION ALL
 SELECT NULL, last.last_type, last.last_id, (last.n - (last.need IS NOT NULL)::int)::text,
        last.need::text, NULL, NULL, NULL, NULL, NULL
 FROM (SELECT n, need, last_type, last_id FROM visited ORDER BY n DESC LIMIT 1) last)SQL",
       fmt::arg("events", events), fmt::arg("head", visit_head(events)),
+      fmt::arg("claimed_columns", kClaimedSelectList),
       fmt::arg("lock_and_claim", lock_and_claim(schema, "heads", "$1", "$3", "$6::text[]")));
 }
 
@@ -272,10 +321,9 @@ std::string mark_published(const SchemaName& schema) {
 SELECT event_id::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'marked'
 FROM marked
 UNION ALL
-SELECT event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,
-       schema_version::text, payload::text, headers::text, occurred_at::text, attempt_count::text,
-       'claimed'
+SELECT {claimed_columns}, 'claimed'
 FROM claimed)SQL",
+      fmt::arg("claimed_columns", kClaimedSelectList),
       fmt::arg("events", schema.table("outbox_events")),
       fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[]", "token")),
       fmt::arg("lock_and_claim", lock_and_claim(schema, "successors", "$3", "$4", nullptr)));
@@ -385,6 +433,62 @@ FROM ended)SQL",
 
 std::string schema_version(const SchemaName& schema) {
   return "SELECT coalesce(max(version), 0) FROM " + schema.table("outbox_schema_migrations");
+}
+
+ClaimRows read_claim(const pg::Result& result) {
+  ClaimRows rows;
+  for (int row = 0; row < result.rows(); ++row) {
+    if (!result.is_null(row, kEventId)) {
+      rows.events.push_back(read_event(result, row));
+      continue;
+    }
+    rows.visited_any = true;
+    rows.last_type = result.text(row, kLastType);
+    rows.last_id = result.text(row, kLastId);
+    rows.visited = result.int64(row, kVisited);
+    if (!result.is_null(row, kStoppedForBytes)) {
+      rows.stopped_for_bytes = static_cast<std::uint64_t>(result.int64(row, kStoppedForBytes));
+    }
+  }
+  return rows;
+}
+
+MarkRows read_mark_published(const pg::Result& result) {
+  MarkRows rows;
+  for (int row = 0; row < result.rows(); ++row) {
+    if (result.text(row, kMarkKind) == "marked") {
+      rows.marked.emplace_back(result.text(row, kEventId));
+    } else {
+      rows.successors.push_back(read_event(result, row));
+    }
+  }
+  return rows;
+}
+
+std::vector<std::string> read_marked_ids(const pg::Result& result) {
+  std::vector<std::string> ids;
+  for (int row = 0; row < result.rows(); ++row) {
+    if (result.text(row, kMarkKind) == "marked") ids.emplace_back(result.text(row, kEventId));
+  }
+  return ids;
+}
+
+std::vector<FailedRow> read_mark_failed(const pg::Result& result) {
+  std::vector<FailedRow> rows;
+  for (int row = 0; row < result.rows(); ++row) {
+    rows.push_back({std::string(result.text(row, kFailedEventId)),
+                    result.text(row, kQuarantined) == "t"});
+  }
+  return rows;
+}
+
+std::vector<EndedSession> read_sweep(const pg::Result& result) {
+  std::vector<EndedSession> rows;
+  for (int row = 0; row < result.rows(); ++row) {
+    rows.push_back({std::string(result.text(row, kSessionId)),
+                    std::stod(std::string(result.text(row, kUntilDeadMs)))});
+  }
+  return rows;
 }
 
 }  // namespace outbox::relay_sql

@@ -1,10 +1,15 @@
 #pragma once
-// Every statement the polling relay sends, in one place.
+// Every statement the polling relay sends, in one place, and one reader per statement that turns
+// its rows into structs (the columns are named next to the SQL, in relay_sql.cpp).
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "outbox/event.hpp"
 #include "outbox/schema.hpp"
+#include "pg/connection.hpp"
 
 namespace outbox::relay_sql {
 
@@ -49,5 +54,42 @@ std::string take_session_lock();
 std::string sweep(const SchemaName& schema);
 // The highest migration applied to the schema.
 std::string schema_version(const SchemaName& schema);
+
+// --- what the statements return ---
+
+// A claim's rows: the events it claimed, in the order visited, and where the visit ended.
+struct ClaimRows {
+  std::vector<Event> events;
+  bool visited_any = false;  // false: no pending aggregate after the cursor at all
+  // The last aggregate visited (the next claim continues after it), and how many were visited.
+  std::string last_type, last_id;
+  std::int64_t visited = 0;
+  // Set when the visit stopped at a claimable head the byte room could not hold: what it needs.
+  std::optional<std::uint64_t> stopped_for_bytes;
+};
+ClaimRows read_claim(const pg::Result& result);
+
+// A mark_published's rows: the event ids it marked, and the successors it claimed.
+struct MarkRows {
+  std::vector<std::string> marked;
+  std::vector<Event> successors;
+};
+MarkRows read_mark_published(const pg::Result& result);
+// Only the marked ids (no successor is copied).
+std::vector<std::string> read_marked_ids(const pg::Result& result);
+
+// A mark_failed's rows: every row it changed, and whether that quarantined it.
+struct FailedRow {
+  std::string event_id;
+  bool quarantined = false;
+};
+std::vector<FailedRow> read_mark_failed(const pg::Result& result);
+
+// A sweep's rows: ended sessions and the ms until each counts as dead (<= 0: it does).
+struct EndedSession {
+  std::string id;
+  double until_dead_ms = 0;
+};
+std::vector<EndedSession> read_sweep(const pg::Result& result);
 
 }  // namespace outbox::relay_sql

@@ -1,0 +1,84 @@
+#pragma once
+// The two seams of the relay loop (relay.cpp): where events come from (an EventSource) and where
+// their outcomes go (a CompletionRecorder). The loop owns the send window and the sink and
+// decides when to fetch, wait and record; a source knows nothing of sinks, a sink nothing of
+// PostgreSQL.
+//
+// Today's only implementation is the polling claim (PollingSource, polling_source.hpp: a claim
+// statement takes pending heads under a lease, a mark writes the outcome matching the claim's
+// token). A change-data-capture source would read the WAL instead and record by confirming a
+// position once every event before it is acknowledged.
+//
+// Errors: DatabaseError (retryable or not) from any call; the loop reconnects through
+// reconnect() and carries on.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "outbox/event.hpp"
+#include "relay/send_window.hpp"
+
+namespace outbox::detail {
+
+// An event to send and the completion token its outcome is recorded with.
+struct SourcedEvent {
+  Event event;
+  std::string token;
+};
+
+struct Fetched {
+  std::vector<SourcedEvent> events;
+  bool reached_end = true;  // nothing more is ready after these (else fetch again at once)
+  // The next ready event did not fit the byte room: it needs this many bytes (0: none waits).
+  std::uint64_t waiting_bytes = 0;
+};
+
+class EventSource {
+ public:
+  virtual ~EventSource() = default;
+
+  // Up to `limit` ready events whose payload and header bytes fit `byte_room`; with
+  // `holding_nothing`, one event larger than that may come alone. Within an aggregate, an event
+  // comes only once its predecessor is recorded as published (or it never comes).
+  virtual Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) = 0;
+
+  // Waits at most `timeout` for a sign that new events are ready (0: only looks); true if one
+  // came. A source that has nothing to wait on sleeps.
+  virtual bool wait_for_news(std::chrono::milliseconds timeout) = 0;
+
+  // Duties due by `now` (heartbeats, looking for dead peers, keeping the in-flight events'
+  // claims alive); true when they made new events ready (fetch at once).
+  virtual bool run_duties(std::chrono::steady_clock::time_point now, const SendWindow& window) = 0;
+  // When the next duty is due: an idle loop sleeps no longer.
+  [[nodiscard]] virtual std::chrono::steady_clock::time_point next_duty() const = 0;
+
+  // Whether producers must announce new events (the loop is going to sleep: true) or the loop
+  // looks by itself (false). The first call after reconnect() registers the loop again.
+  virtual void set_listening(bool listening) = 0;
+  [[nodiscard]] virtual bool listening() const = 0;
+
+  // After a DatabaseError: a new connection when the old one is gone (true if it made one), then
+  // whatever keeps the events in `window` this relay's (polling: renews their leases).
+  virtual bool reconnect(const SendWindow& window) = 0;
+  // The loop stops: it no longer counts among the live relays. Never throws.
+  virtual void leave() noexcept = 0;
+};
+
+class CompletionRecorder {
+ public:
+  virtual ~CompletionRecorder() = default;
+
+  // Writes `published` (outcomes of acknowledged sends). May hand back successors that became
+  // ready by it, fetched within `successor_bytes` (none when `take_successors` is false); the
+  // loop sends them like fetched events. Clears `published` once written; on an exception it
+  // stays whole for the next call (writing an outcome again changes nothing).
+  virtual std::vector<SourcedEvent> record_published(std::vector<Outcome>& published,
+                                                     bool take_successors,
+                                                     std::uint64_t successor_bytes) = 0;
+  // Writes `failed` (retry later, or quarantine a permanent or last failure). Same contract.
+  virtual void record_failed(std::vector<Outcome>& failed) = 0;
+};
+
+}  // namespace outbox::detail

@@ -1,0 +1,361 @@
+#include "relay/polling_source.hpp"
+
+#include <fmt/format.h>
+
+#include <random>
+#include <unordered_set>
+
+#include "common/fault.hpp"
+#include "common/log.hpp"
+#include "pg/array_literal.hpp"
+#include "relay/relay_sql.hpp"
+
+namespace outbox::detail {
+
+namespace {
+
+using milliseconds = std::chrono::milliseconds;
+
+// A relay refreshes its outbox_relays row this often, awake or listening; producers ignore rows
+// older than 30 s (migrations 3 and 6), so a relay that died awake stops suppressing NOTIFY soon,
+// and one that died listening stops asking for it. (A live relay's sweep takes a dead session's
+// row out of their count sooner.)
+constexpr std::chrono::seconds kHeartbeat{10};
+
+// Every relay looks this often for relay sessions that ended (relay_sql::sweep): one statement
+// on the small outbox_relays table and pg_locks, never on the claim's path. A session seen ended
+// counts as dead after kSessionGrace, or kRestartGrace if it began before the server's last start
+// (every relay then reconnects at once, the last after up to reconnect_backoff_max, 5 s by
+// default). Then its claims are taken over at once instead of after their lease: after a SIGKILL
+// another relay publishes them within kSweepEvery + kSessionGrace + a claim.
+constexpr milliseconds kSweepEvery{500};
+constexpr milliseconds kSessionGrace{1000};
+constexpr milliseconds kRestartGrace{10000};
+
+// At most `limit` bytes of `text`, not ending inside a UTF-8 sequence (PostgreSQL refuses those).
+std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) return text;
+  std::size_t cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut);
+}
+
+// Refuses a schema without migration 9 (the relays' session locks) with what to do, instead of a
+// missing column at the first registration.
+void check_schema(PGconn* conn, const SchemaName& schema) {
+  constexpr int kNeeded = 9;  // the session-lock columns (migration 9)
+  std::int64_t version = 0;
+  try {
+    version = pg::exec(conn, relay_sql::schema_version(schema)).int64(0, 0);
+  } catch (const DatabaseError& error) {
+    if (error.sqlstate() != "42P01") throw;  // undefined table: never migrated
+  }
+  if (version < kNeeded) {
+    throw ConfigError(fmt::format(
+        "relay: schema {} is at version {}; this relay needs version {} or later (run `outbox "
+        "migrate` before deploying relays of this build)",
+        schema.name(), version, kNeeded));
+  }
+}
+
+}  // namespace
+
+PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counters)
+    : options_(options),
+      counters_(counters),
+      session_(open_session(options)),
+      claim_sql_(relay_sql::claim(options.schema)),
+      mark_published_sql_(relay_sql::mark_published(options.schema)),
+      mark_failed_sql_(relay_sql::mark_failed(options.schema)),
+      renew_sql_(relay_sql::renew(options.schema)),
+      set_listening_sql_(relay_sql::set_listening(options.schema)),
+      forget_relay_sql_(relay_sql::forget_relay(options.schema)),
+      sweep_sql_(relay_sql::sweep(options.schema)),
+      dead_sessions_(kSweepEvery),
+      last_renewal_(Clock::now()) {
+  check_schema(session_.connection.get(), options_.schema);
+  begin_session();
+}
+
+// A relay's connection: the session settings (asynchronous commit, generic plans without
+// sequential scans; explained in relay_sql.cpp, next to the statements they are for), LISTEN, and
+// the session's advisory lock, held until the session ends. Its key is random per session (a
+// relay that reconnects while its old session lingers on a half-open connection must not wait for
+// itself) and non-negative (relay_sql::sweep reads it back from pg_locks).
+PollingSource::Session PollingSource::open_session(const RelayOptions& options) {
+  auto connection = pg::Connection::open(options.database_url, "outbox-relay");
+  for (const std::string& setting : relay_sql::session_settings(options.durable_marks)) {
+    pg::exec(connection.get(), setting);
+  }
+  static thread_local std::mt19937_64 random(std::random_device{}());
+  std::int64_t lock_key = 0;
+  for (;;) {  // a key some other session holds already (2^-63 per session) is simply redrawn
+    lock_key = static_cast<std::int64_t>(random() >> 1);
+    const std::string key_text = std::to_string(lock_key);
+    if (pg::exec(connection.get(), relay_sql::take_session_lock(), {key_text.c_str()}).text(0, 0) ==
+        "t") {
+      break;
+    }
+  }
+  connection.listen('"' + options.schema.notify_channel() + '"');
+  return Session{std::move(connection), lock_key};
+}
+
+// A new connection is a new session: its own lock, row id and token prefix. The row of the
+// previous session goes with the first registration of this one.
+void PollingSource::begin_session() {
+  if (!session_id_.empty()) previous_session_id_ = session_id_;
+  session_id_ = fmt::format("{}:{:016x}", options_.relay_id, session_.lock_key);
+}
+
+// A fresh token per claim: a mark must match the exact claim that sent the row, so even this
+// relay cannot complete a row it re-claimed after its own lease ran out. The session part
+// (random per connection) keeps tokens unique also when a relay id is reused (a restarted
+// process, a reconnect), and names the session whose claims are taken over once it is dead.
+std::string PollingSource::next_token() {
+  return fmt::format("{}:{}", session_id_, ++claim_epoch_);
+}
+
+Fetched PollingSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) {
+  const std::string token = next_token();
+  const std::string limit_text = std::to_string(limit);
+  const std::string lease_text = std::to_string(options_.lease.count());
+  const std::string bytes_text = std::to_string(byte_room);
+  const auto result = pg::exec_prepared(
+      session_.connection.get(), claim_sql_,
+      {token.c_str(), limit_text.c_str(), lease_text.c_str(), cursor_type_.c_str(),
+       cursor_id_.c_str(), dead_sessions_.prefixes().c_str(), bytes_text.c_str(),
+       holding_nothing ? "true" : "false"});
+  RelayCounters::add(counters_.claim_queries, 1);
+  relay_sql::ClaimRows rows = relay_sql::read_claim(result);
+  if (!rows.events.empty()) OUTBOX_FAULT(fault::kRelayAfterClaim);
+  Fetched fetched;
+  // Continue after the last aggregate visited, or start over at the end. A claim that stopped at
+  // a row the byte budget could not hold continues at that row once the budget can.
+  fetched.waiting_bytes = rows.stopped_for_bytes.value_or(0);
+  fetched.reached_end = !rows.visited_any || (!rows.stopped_for_bytes.has_value() &&
+                                              static_cast<std::size_t>(rows.visited) < limit);
+  cursor_type_ = fetched.reached_end ? std::string() : std::move(rows.last_type);
+  cursor_id_ = fetched.reached_end ? std::string() : std::move(rows.last_id);
+  for (Event& event : rows.events) fetched.events.push_back({std::move(event), token});
+  RelayCounters::add(counters_.claimed, fetched.events.size());
+  return fetched;
+}
+
+bool PollingSource::wait_for_news(milliseconds timeout) {
+  return session_.connection.wait_for_notifications(timeout) > 0;
+}
+
+bool PollingSource::run_duties(Clock::time_point now, const SendWindow& window) {
+  if (now - last_heartbeat_ > kHeartbeat) set_listening(listening_);
+  // Relay sessions that ended: their claims need not wait for their leases to run out.
+  const bool taken_over = now >= dead_sessions_.next_sweep() && sweep();
+  // After a stall (a long GC-like pause, SIGSTOP) our leases may have run out, and a claim must
+  // not re-take rows this relay still has in flight under an older token: renew before claiming.
+  if (now - last_renewal_ > options_.lease / 3) renew_leases(window);
+  return taken_over;
+}
+
+PollingSource::Clock::time_point PollingSource::next_duty() const {
+  return std::min(last_heartbeat_ + kHeartbeat, dead_sessions_.next_sweep());
+}
+
+// Records in outbox_relays whether producers must wake us (true) or we look by ourselves; the
+// first call of a session registers it (and drops the row of the session before it, whose
+// claims we still hold and renew: no other relay is to take them over).
+void PollingSource::set_listening(bool listening) {
+  if (!previous_session_id_.empty()) {
+    pg::exec_prepared(session_.connection.get(), forget_relay_sql_,
+                      {previous_session_id_.c_str()});
+    previous_session_id_.clear();
+  }
+  const std::string key_text = std::to_string(session_.lock_key);
+  const std::string lease_text = std::to_string(options_.lease.count());
+  pg::exec_prepared(
+      session_.connection.get(), set_listening_sql_,
+      {session_id_.c_str(), listening ? "true" : "false", key_text.c_str(), lease_text.c_str()});
+  listening_ = listening;
+  last_heartbeat_ = Clock::now();
+}
+
+bool PollingSource::reconnect(const SendWindow& window) {
+  const bool renewed_session = !session_.connection.healthy();
+  if (renewed_session) {
+    session_ = open_session(options_);
+    begin_session();
+  }
+  renew_leases(window);
+  return renewed_session;
+}
+
+// A relay that stops no longer counts as awake, so producers notify the others again.
+void PollingSource::leave() noexcept {
+  try {
+    pg::exec_prepared(session_.connection.get(), forget_relay_sql_, {session_id_.c_str()});
+  } catch (const std::exception& error) {
+    log().info(
+        "relay {}: could not remove its outbox_relays row ({}); the other relays find its "
+        "session ended within a second",
+        relay_id(), error.what());
+  }
+}
+
+// Looks for relay sessions that ended (relay_sql::sweep). Claims held by sessions dead past
+// their grace become claimable by the next claim; returns true when that set grew.
+bool PollingSource::sweep() {
+  const std::string grace = std::to_string(kSessionGrace.count());
+  const std::string restart_grace = std::to_string(kRestartGrace.count());
+  const auto result = pg::exec_prepared(session_.connection.get(), sweep_sql_,
+                                        {grace.c_str(), restart_grace.c_str()});
+  std::vector<DeadSessions::Ended> ended;
+  for (relay_sql::EndedSession& row : relay_sql::read_sweep(result)) {
+    if (row.until_dead_ms > 0) {
+      log().debug("relay {}: relay session {} ended; dead in {:.0f} ms unless it is back",
+                  relay_id(), row.id, row.until_dead_ms);
+    }
+    ended.push_back({std::move(row.id), row.until_dead_ms});
+  }
+  const std::vector<std::string> newly_dead = dead_sessions_.update(ended, Clock::now());
+  for (const std::string& id : newly_dead) {
+    log().warn(
+        "relay {}: relay session {} ended without stopping (killed, or cut off past the grace); "
+        "its claims are taken over now, not when their leases run out",
+        relay_id(), id);
+  }
+  return !newly_dead.empty();
+}
+
+void PollingSource::renew_leases(const SendWindow& window) {
+  last_renewal_ = Clock::now();
+  if (window.empty()) return;
+  pg::ArrayLiteral ids, tokens;
+  for (const auto& [ticket, item] : window.in_flight()) {
+    ids.add(item.event.event_id);
+    tokens.add(item.token);
+  }
+  const std::string lease_text = std::to_string(options_.lease.count());
+  const auto result =
+      pg::exec_prepared(session_.connection.get(), renew_sql_,
+                        {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str()});
+  if (static_cast<std::size_t>(result.rows()) < window.size()) {
+    log().warn("relay {}: {} in-flight row(s) lost their lease to another relay", relay_id(),
+               window.size() - static_cast<std::size_t>(result.rows()));
+  }
+}
+
+std::vector<SourcedEvent> PollingSource::record_published(std::vector<Outcome>& published,
+                                                          bool take_successors,
+                                                          std::uint64_t successor_bytes) {
+  if (published.empty()) return {};
+  OUTBOX_FAULT(fault::kRelayAfterAckBeforeMark);
+  const std::string token = next_token();
+  const std::string lease_text = std::to_string(options_.lease.count());
+  const std::string bytes_text = std::to_string(successor_bytes);
+  // Successors only in the first try: what a second try (for rows the first passed over) would
+  // take is not counted in the byte room yet, so those successors are left to the regular claim.
+  bool first_try = take_successors;
+  const auto results = complete(
+      mark_published_sql_, published,
+      [&](const auto&) {
+        const char* claim_successors = first_try ? "true" : "false";
+        first_try = false;
+        return std::vector<std::string>{token, lease_text, claim_successors, bytes_text};
+      },
+      [](const pg::Result& result) { return relay_sql::read_marked_ids(result); });
+  published.clear();
+  RelayCounters::add(counters_.mark_queries, results.size());
+  OUTBOX_FAULT(fault::kRelayAfterMark);
+  std::size_t marked = 0;
+  std::vector<SourcedEvent> successors;
+  for (const pg::Result& result : results) {
+    relay_sql::MarkRows rows = relay_sql::read_mark_published(result);
+    marked += rows.marked.size();
+    for (Event& event : rows.successors) successors.push_back({std::move(event), token});
+  }
+  RelayCounters::add(counters_.published, marked);
+  RelayCounters::add(counters_.claimed, successors.size());
+  RelayCounters::add(counters_.successors, successors.size());
+  return successors;
+}
+
+void PollingSource::record_failed(std::vector<Outcome>& failed) {
+  if (failed.empty()) return;
+  const auto results = complete(
+      mark_failed_sql_, failed,
+      [&](const std::vector<const Outcome*>& of) {
+        pg::ArrayLiteral errors, permanent;
+        for (const Outcome* outcome : of) {
+          errors.add(utf8_prefix(outcome->error, 2000));
+          permanent.add_plain(outcome->permanent ? "t" : "f");
+        }
+        return std::vector<std::string>{
+            errors.text(), std::to_string(options_.backoff_base.count()),
+            std::to_string(options_.backoff_max.count()), std::to_string(options_.max_attempts),
+            permanent.text()};
+      },
+      [](const pg::Result& result) {
+        std::vector<std::string> ids;
+        for (relay_sql::FailedRow& row : relay_sql::read_mark_failed(result)) {
+          ids.push_back(std::move(row.event_id));
+        }
+        return ids;
+      });
+  RelayCounters::add(counters_.failed, failed.size());
+  failed.clear();
+  for (const pg::Result& result : results) {
+    for (const relay_sql::FailedRow& row : relay_sql::read_mark_failed(result)) {
+      if (!row.quarantined) continue;
+      RelayCounters::add(counters_.quarantined, 1);
+      log().error(
+          "relay {}: event {} quarantined; its aggregate waits for an operator "
+          "(outbox quarantine list | retry | skip)",
+          relay_id(), row.event_id);
+    }
+  }
+}
+
+// The statements update by ctid (relay_sql.cpp). A row that another transaction changed after
+// the statement's snapshot (the same completion or a renewal still running on a connection we
+// lost; an operator's skip) may be passed over (PostgreSQL versions differ in how they recheck a
+// TID scan), so the rows that did not match get one more try in a new statement, which finds
+// their newest version: only rows that are truly no longer ours count as fenced.
+std::vector<pg::Result> PollingSource::complete(const std::string& sql,
+                                                const std::vector<Outcome>& outcomes,
+                                                const ExtraParams& extra,
+                                                const MatchedIds& matched_ids) {
+  std::vector<const Outcome*> pending;
+  for (const Outcome& outcome : outcomes) pending.push_back(&outcome);
+  std::vector<pg::Result> results;
+  for (int attempt = 0; attempt < 2 && !pending.empty(); ++attempt) {
+    pg::ArrayLiteral ids, tokens;
+    for (const Outcome* outcome : pending) {
+      ids.add(outcome->event_id);
+      tokens.add(outcome->token);
+    }
+    const std::vector<std::string> extra_values = extra(pending);
+    std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};
+    for (const std::string& value : extra_values) params.push_back(value.c_str());
+    const pg::Result& result =
+        results.emplace_back(pg::exec_prepared(session_.connection.get(), sql, params));
+    const std::vector<std::string> matched_list = matched_ids(result);
+    if (matched_list.size() == pending.size()) {  // the usual case: every row matched
+      pending.clear();
+      break;
+    }
+    const std::unordered_set<std::string> matched(matched_list.begin(), matched_list.end());
+    std::erase_if(pending, [&](const Outcome* outcome) {
+      return matched.contains(outcome->event_id.to_string());
+    });
+  }
+  if (!pending.empty()) {
+    RelayCounters::add(counters_.fenced, pending.size());
+    log().warn(
+        "relay {}: {} completion(s) fenced: the rows were re-claimed by another relay after our "
+        "lease expired, or skipped (a newer claim publishes them; a duplicate publish is "
+        "possible)",
+        relay_id(), pending.size());
+  }
+  return results;
+}
+
+}  // namespace outbox::detail

@@ -1,0 +1,86 @@
+#pragma once
+// The polling relay's source and recorder (event_source.hpp): claims pending heads with a token
+// and a lease (relay_sql::claim), marks them published or failed by that token (fencing), claims
+// successors in the mark, renews the leases of what is in flight, registers the relay session in
+// outbox_relays (awake or listening, the heartbeat), and takes over the claims of relay sessions
+// that died (sweeps). One PostgreSQL session, replaced by reconnect().
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "outbox/relay.hpp"
+#include "pg/connection.hpp"
+#include "relay/dead_sessions.hpp"
+#include "relay/event_source.hpp"
+#include "relay/relay_counters.hpp"
+
+namespace outbox::detail {
+
+class PollingSource final : public EventSource, public CompletionRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using milliseconds = std::chrono::milliseconds;
+
+  // Connects (throws DatabaseError), and refuses a schema without the migrations it needs
+  // (ConfigError). `options` and `counters` must outlive it.
+  PollingSource(const RelayOptions& options, RelayCounters& counters);
+
+  Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;
+  bool wait_for_news(milliseconds timeout) override;
+  bool run_duties(Clock::time_point now, const SendWindow& window) override;
+  [[nodiscard]] Clock::time_point next_duty() const override;
+  void set_listening(bool listening) override;
+  [[nodiscard]] bool listening() const override { return listening_; }
+  bool reconnect(const SendWindow& window) override;
+  void leave() noexcept override;
+
+  std::vector<SourcedEvent> record_published(std::vector<Outcome>& published,
+                                             bool take_successors,
+                                             std::uint64_t successor_bytes) override;
+  void record_failed(std::vector<Outcome>& failed) override;
+
+  // Extends the leases of everything in flight (also after a reconnect: our claims are ours).
+  void renew_leases(const SendWindow& window);
+
+ private:
+  struct Session {
+    pg::Connection connection;
+    std::int64_t lock_key = 0;
+  };
+  static Session open_session(const RelayOptions& options);
+  void begin_session();
+  std::string next_token();
+  // Runs one batched completion ($1 ids, $2 tokens, then `extra`); returns its results. Rows not
+  // matched get one more try; those still unmatched are fenced (counted, logged).
+  using ExtraParams = std::function<std::vector<std::string>(const std::vector<const Outcome*>&)>;
+  using MatchedIds = std::function<std::vector<std::string>(const pg::Result&)>;
+  std::vector<pg::Result> complete(const std::string& sql, const std::vector<Outcome>& outcomes,
+                                   const ExtraParams& extra, const MatchedIds& matched_ids);
+  bool sweep();
+  [[nodiscard]] const std::string& relay_id() const { return options_.relay_id; }
+
+  const RelayOptions& options_;
+  RelayCounters& counters_;
+  Session session_;
+  std::string session_id_;           // "<relay id>:<session>": its outbox_relays row, token prefix
+  std::string previous_session_id_;  // a row to drop at the next registration (after a reconnect)
+  std::uint64_t claim_epoch_ = 0;
+  const std::string claim_sql_;
+  const std::string mark_published_sql_;
+  const std::string mark_failed_sql_;
+  const std::string renew_sql_;
+  const std::string set_listening_sql_;
+  const std::string forget_relay_sql_;
+  const std::string sweep_sql_;
+  DeadSessions dead_sessions_;  // their claims are claimable at once
+  bool listening_ = false;      // what outbox_relays says about us: waiting for a NOTIFY
+  Clock::time_point last_heartbeat_;
+  Clock::time_point last_renewal_;
+  std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
+  std::string cursor_id_;
+};
+
+}  // namespace outbox::detail

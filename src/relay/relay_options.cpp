@@ -1,0 +1,56 @@
+#include "relay/relay_options.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "outbox/error.hpp"
+
+namespace outbox::detail {
+
+namespace {
+
+std::string default_relay_id() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  std::random_device random;
+  return fmt::format("{}-{}-{:06x}", host, ::getpid(), random() & 0xFFFFFF);
+}
+
+}  // namespace
+
+RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_idle_wait) {
+  if (options.relay_id.empty()) options.relay_id = default_relay_id();
+  if (options.batch_size == 0 || options.max_in_flight == 0) {
+    throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
+  }
+  if (options.max_in_flight_bytes == 0) {
+    throw InvalidArgument(
+        "relay: max_in_flight_bytes must be at least 1 (a row larger than it still goes alone)");
+  }
+  if (options.max_attempts < 0) {
+    throw InvalidArgument("relay: max_attempts must be 0 (no limit) or more");
+  }
+  if (options.idle_poll_max < shortest_idle_wait) {
+    throw InvalidArgument(fmt::format(
+        "relay: idle_poll_max is {} ms; it must be at least {} ms (an idle relay sleeps that "
+        "long at most between looks)",
+        options.idle_poll_max.count(), shortest_idle_wait.count()));
+  }
+  if (options.lease < std::chrono::milliseconds(100)) {
+    throw InvalidArgument(
+        "relay: lease must be at least 100 ms (it bounds how long a crashed "
+        "relay's rows wait before another relay takes them)");
+  }
+  if (options.reconnect_backoff_base.count() <= 0 ||
+      options.reconnect_backoff_max < options.reconnect_backoff_base) {
+    throw InvalidArgument(
+        "relay: reconnect_backoff_base must be positive and reconnect_backoff_max at least as "
+        "large");
+  }
+  return options;
+}
+
+
+}  // namespace outbox::detail

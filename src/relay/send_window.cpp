@@ -1,0 +1,48 @@
+#include "relay/send_window.hpp"
+
+#include <fmt/format.h>
+
+namespace outbox::detail {
+
+std::pair<std::uint64_t, const Event&> SendWindow::add(Event event, std::string token) {
+  InFlight item{std::move(event), std::move(token), 0};
+  item.bytes = item.event.payload.size() + item.event.headers.size();
+  bytes_ += item.bytes;
+  const std::uint64_t ticket = next_ticket_++;
+  auto [it, inserted] = in_flight_.emplace(ticket, std::move(item));
+  return {ticket, it->second.event};
+}
+
+SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& reports,
+                                           const ReportObserver& observe) {
+  ReportSummary summary;
+  const DeliveryReport* broker_trouble = nullptr;
+  for (const DeliveryReport& report : reports) {
+    auto it = in_flight_.find(report.ticket);
+    if (it == in_flight_.end()) {
+      ++summary.unknown_tickets;
+      continue;
+    }
+    if (observe) observe(it->second, report);
+    Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}, false};
+    if (report.outcome == DeliveryOutcome::published) {
+      published_.push_back(std::move(outcome));
+      ++summary.published;
+    } else {
+      // Unknown outcomes count as failures: the event is sent again with the same id.
+      outcome.error = fmt::format("{}: {}", to_string(report.outcome), report.error);
+      outcome.permanent = report.outcome == DeliveryOutcome::permanent_failure;
+      if (!outcome.permanent) broker_trouble = &report;
+      failed_.push_back(std::move(outcome));
+      ++summary.failed;
+    }
+    bytes_ -= it->second.bytes;
+    in_flight_.erase(it);
+  }
+  if (summary.published == 0 && broker_trouble != nullptr) {
+    summary.broker_error = broker_trouble->error;
+  }
+  return summary;
+}
+
+}  // namespace outbox::detail
