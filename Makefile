@@ -72,7 +72,8 @@ test-sanitize: deps
 # (TSAN_CTEST_ARGS). A data race, a lock-order inversion or a signal-unsafe call fails the test.
 # librdkafka's C11 threads and locks reach the runtime through tests/sanitizers/
 # tsan_c11_threads.cpp; tests/sanitizers/tsan.supp says what is not checked and why.
-# Builds only the two test programs.
+# Builds only the two test programs. Measured from a clean build-thread/ on the shared 2-core
+# machine (load 4 to 10): 10 to 15 minutes, 9 to 11 CPU minutes; 171 + 51 tests.
 TSAN_CTEST_ARGS ?= -L integration -R 'Relay|KafkaConsumer|Inbox'
 TSAN_DIR := build-thread
 test-tsan: deps
