@@ -24,15 +24,18 @@ constexpr auto kLongLease = 60s;
 class RelayRole {
  public:
   static constexpr const char* kPassword = "takeover-test";
-  RelayRole(PGconn* admin, const SchemaName& schema, std::string name)
+  // `admin` is the fixture's connection, read at each use: a test that restarts PostgreSQL
+  // replaces it (a PGconn* kept from before pointed at a freed connection: ASan saw libpq write
+  // into it from ~RelayRole).
+  RelayRole(pg::Connection& admin, const SchemaName& schema, std::string name)
       : admin_(admin), name_(std::move(name)) {
-    pg::exec(admin_, "DO $$ BEGIN CREATE ROLE " + name_ +
-                         " LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+    pg::exec(admin_.get(), "DO $$ BEGIN CREATE ROLE " + name_ +
+                               " LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
     // The embedded cluster asks every role for a password (scram-sha-256).
-    pg::exec(admin_, "ALTER ROLE " + name_ + " LOGIN PASSWORD '" + kPassword + "'");
-    pg::exec(admin_, "GRANT USAGE ON SCHEMA " + schema.quoted() + " TO " + name_);
-    pg::exec(admin_, "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " +
-                         schema.quoted() + " TO " + name_);
+    pg::exec(admin_.get(), "ALTER ROLE " + name_ + " LOGIN PASSWORD '" + kPassword + "'");
+    pg::exec(admin_.get(), "GRANT USAGE ON SCHEMA " + schema.quoted() + " TO " + name_);
+    pg::exec(admin_.get(), "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " +
+                               schema.quoted() + " TO " + name_);
   }
   ~RelayRole() {
     try {
@@ -48,21 +51,22 @@ class RelayRole {
   }
   // Ends every session of the role and refuses new ones.
   void cut_off() {
-    pg::exec(admin_, "ALTER ROLE " + name_ + " NOLOGIN");
-    pg::exec(admin_, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
+    pg::exec(admin_.get(), "ALTER ROLE " + name_ + " NOLOGIN");
+    pg::exec(admin_.get(),
+             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1",
              {name_.c_str()});
     const bool gone = wait_until(
         [&] {
-          return count(admin_, "SELECT count(*) FROM pg_stat_activity WHERE usename = $1",
+          return count(admin_.get(), "SELECT count(*) FROM pg_stat_activity WHERE usename = $1",
                        {name_.c_str()}) == 0;
         },
         5s);
     ASSERT_TRUE(gone) << name_ << "'s sessions outlived pg_terminate_backend";
   }
-  void let_back() { pg::exec(admin_, "ALTER ROLE " + name_ + " LOGIN"); }
+  void let_back() { pg::exec(admin_.get(), "ALTER ROLE " + name_ + " LOGIN"); }
 
  private:
-  PGconn* admin_;
+  pg::Connection& admin_;
   std::string name_;
 };
 
@@ -88,8 +92,8 @@ class RelayTakeoverTest : public RelayFixture {
 // tell). Another relay publishes the ten within a few seconds, far below the 60 s lease.
 TEST_F(RelayTakeoverTest, ADeadRelaysClaimsAreTakenOverLongBeforeTheirLeaseEnds) {
   const auto ids = enqueue(10, 1);
-  RelayRole victim_role(conn(), schema_, "takeover_victim");
-  RelayRole survivor_role(conn(), schema_, "takeover_survivor");
+  RelayRole victim_role(connection_, schema_, "takeover_victim");
+  RelayRole survivor_role(connection_, schema_, "takeover_survivor");
   auto victim_options = relay_options("victim", victim_role);
   victim_options.reconnect_backoff_base = 50ms;
   victim_options.reconnect_backoff_max = 100ms;
@@ -132,8 +136,8 @@ TEST_F(RelayTakeoverTest, ADeadRelaysClaimsAreTakenOverLongBeforeTheirLeaseEnds)
 // pg_terminate_backend) keeps its claims: no other relay takes them, and its marks go through.
 TEST_F(RelayTakeoverTest, ARelayThatReconnectsWithinTheGraceKeepsItsClaims) {
   enqueue(10, 1);
-  RelayRole blip_role(conn(), schema_, "takeover_blip");
-  RelayRole other_role(conn(), schema_, "takeover_other");
+  RelayRole blip_role(connection_, schema_, "takeover_blip");
+  RelayRole other_role(connection_, schema_, "takeover_other");
   auto blip_options = relay_options("blip", blip_role);
   blip_options.reconnect_backoff_base = 50ms;
   blip_options.reconnect_backoff_max = 100ms;
@@ -182,8 +186,8 @@ TEST_F(RelayTakeoverTest, ARelayThatReconnectsWithinTheGraceKeepsItsClaims) {
 // back, its marks of those rows are fenced like any stale relay's, and the newer claims stand.
 TEST_F(RelayTakeoverTest, ARelayCutOffPastTheGraceIsTakenOverAndItsLateMarksAreFenced) {
   const auto ids = enqueue(10, 1);
-  RelayRole stale_role(conn(), schema_, "takeover_stale");
-  RelayRole newer_role(conn(), schema_, "takeover_newer");
+  RelayRole stale_role(connection_, schema_, "takeover_stale");
+  RelayRole newer_role(connection_, schema_, "takeover_newer");
   auto stale_options = relay_options("stale", stale_role);
   stale_options.reconnect_backoff_base = 50ms;
   stale_options.reconnect_backoff_max = 100ms;
@@ -222,8 +226,8 @@ TEST_F(RelayTakeoverTest, ARelayCutOffPastTheGraceIsTakenOverAndItsLateMarksAreF
 // other relay is back at once and looks every 500 ms. Its claims stay its own.
 TEST_F(RelayTakeoverTest, ARelayBackWithinTheRestartGraceAfterAPostgresRestartKeepsItsClaims) {
   enqueue(10, 1);
-  RelayRole slow_role(conn(), schema_, "takeover_slow");
-  RelayRole quick_role(conn(), schema_, "takeover_quick");
+  RelayRole slow_role(connection_, schema_, "takeover_slow");
+  RelayRole quick_role(connection_, schema_, "takeover_quick");
   auto slow_options = relay_options("slow", slow_role);
   slow_options.reconnect_backoff_base = 2s;
   slow_options.reconnect_backoff_max = 2s;
@@ -280,8 +284,8 @@ TEST_F(RelayTakeoverTest, ARelayBackWithinTheRestartGraceAfterAPostgresRestartKe
 // A dead session's row leaves the producers' NOTIFY count at once and is deleted once its leases
 // are over; rows of older builds (no lock key) are never judged.
 TEST_F(RelayTakeoverTest, ADeadSessionsRowGoesOnceItsLeasesAreOverAndOlderRowsAreLeftAlone) {
-  RelayRole short_role(conn(), schema_, "takeover_short");
-  RelayRole watcher_role(conn(), schema_, "takeover_watcher");
+  RelayRole short_role(connection_, schema_, "takeover_short");
+  RelayRole watcher_role(connection_, schema_, "takeover_watcher");
   pg::exec(conn(), "INSERT INTO " + relays() +
                        " (relay_id, listening, seen_at)"
                        " VALUES ('older-build', true, now())");
