@@ -70,7 +70,10 @@ struct RelayStats {
 // and relay_id() from any thread; request_stop() is also async-signal-safe.
 class Relay {
  public:
-  // Connects to PostgreSQL (throws DatabaseError when it cannot, InvalidArgument on bad options).
+  // Connects to PostgreSQL. A server not reachable yet is no error: health() says
+  // database_unavailable and run() keeps trying with the reconnect backoff. Throws DatabaseError
+  // for what no retry fixes (wrong password, unknown database), ConfigError for a schema without
+  // the migrations this build needs, InvalidArgument on bad options.
   Relay(RelayOptions options, std::unique_ptr<Sink> sink);
   ~Relay();
   Relay(const Relay&) = delete;

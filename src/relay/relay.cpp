@@ -62,14 +62,22 @@ class Relay::Impl {
         window_(options_.max_in_flight, options_.max_in_flight_bytes),
         health_("relay " + options_.relay_id) {
     if (!sink_) throw InvalidArgument("relay: the sink is null");
-    auto polling = std::make_unique<detail::PollingSource>(options_, counters_);
-    source_ = polling.get();
-    recorder_ = polling.get();
-    polling_ = std::move(polling);
+    // PostgreSQL not up yet (a service starting beside its database) is not an error: run() keeps
+    // trying. What no retry can fix (a wrong password, a schema too old) is thrown here.
+    try {
+      connect_source();
+    } catch (const DatabaseError& error) {
+      if (!error.retryable()) throw;
+      health_.set(Health::database_unavailable, error.what());
+    }
   }
 
   bool loop(bool until_idle, Clock::time_point deadline) {
     draining_ = false;
+    if (polling_ == nullptr && !first_connection(until_idle, deadline)) {
+      health_.set(Health::stopped);
+      return false;
+    }
     Pass pass;
     health_.set(Health::running);
     while (!stop_.load(std::memory_order_relaxed)) {
@@ -118,6 +126,35 @@ class Relay::Impl {
     Clock::time_point last_report = Clock::now();
     Clock::time_point last_work = Clock::now();  // the last fetch that found rows, or report
   };
+
+  void connect_source() {
+    auto polling = std::make_unique<detail::PollingSource>(options_, counters_);
+    source_ = polling.get();
+    recorder_ = polling.get();
+    polling_ = std::move(polling);
+  }
+
+  // Until PostgreSQL takes the first connection, tries again with backoff; false when stopped or
+  // past the deadline of run_until_idle first.
+  bool first_connection(bool until_idle, Clock::time_point deadline) {
+    detail::Backoff backoff(options_.reconnect_backoff_base, options_.reconnect_backoff_max);
+    const auto stopping = [&] {
+      return stop_.load(std::memory_order_relaxed) || (until_idle && Clock::now() >= deadline);
+    };
+    while (backoff.wait(stopping)) {
+      try {
+        connect_source();
+        return true;
+      } catch (const DatabaseError& error) {
+        if (!error.retryable()) {
+          health_.set(Health::stopped, error.what());
+          throw;
+        }
+        health_.set(Health::database_unavailable, error.what());
+      }
+    }
+    return false;
+  }
 
   // One turn of the loop; true when run_until_idle is done.
   bool step(Pass& pass, bool until_idle) {

@@ -590,6 +590,40 @@ TEST_F(RelayTest, RefusesOptionsThatCannotWork) {
   EXPECT_EQ(refusal([](RelayOptions& o) { o.idle_poll_max = 2ms; }), "") << "the shortest allowed";
 }
 
+// A relay started while PostgreSQL is down (a service coming up beside its database) does not
+// fail: it says database_unavailable, keeps trying with its reconnect backoff, and publishes once
+// the server is back. The library does this, not each caller.
+TEST_F(RelayTest, StartsWhilePostgresIsDownAndPublishesOnceItIsBack) {
+  const auto ids = enqueue(3, 2);
+  postgres().stop_immediate();
+  auto o = options("early");
+  o.reconnect_backoff_base = 50ms;
+  o.reconnect_backoff_max = 200ms;
+  std::unique_ptr<Relay> relay;
+  ASSERT_NO_THROW(relay = std::make_unique<Relay>(o, sink()));
+  EXPECT_EQ(relay->stats().health, Health::database_unavailable);
+  EXPECT_FALSE(relay->stats().last_error.empty());
+  std::thread runner([&] { relay->run(); });
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(relay->stats().health, Health::database_unavailable) << "no server, no progress";
+  postgres().start_again();
+  connection_ = connect();
+  const bool published = wait_until([&] { return unpublished() == 0; }, 30s);
+  relay->request_stop();
+  runner.join();
+  EXPECT_TRUE(published) << unpublished() << " unpublished";
+  EXPECT_EQ(relay->stats().published, ids.size());
+  expect_on_broker_in_order(ids);
+}
+
+// A relay whose first connection cannot succeed by retrying (a database that does not exist) is
+// refused at once, not retried forever.
+TEST_F(RelayTest, AFirstConnectionNoRetryCanFixIsThrown) {
+  auto o = options("misdirected");
+  o.database_url = database_url() + " dbname=no_such_database";
+  EXPECT_THROW({ Relay relay(o, sink()); }, DatabaseError);
+}
+
 // A schema one migration short of what this relay needs (the session-lock columns) is refused
 // when the relay starts, saying which version it found and what to run, not at its first
 // registration with a missing column.
