@@ -9,7 +9,6 @@
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
 #include "common/log.hpp"
-#include "common/printable.hpp"
 #include "relay/claim_schedule.hpp"
 #include "relay/polling_source.hpp"
 #include "relay/relay_counters.hpp"
@@ -21,29 +20,11 @@ namespace outbox {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-namespace {
-
-// An awake relay looks for new rows by itself every kAwakePoll (producers do not notify it), or
-// every kStalledPoll while sends are in flight and no broker report came for kStallAfter (a
-// stalled broker: looking hundreds of times a second would only re-walk its own leased heads).
-// At 10 ms, rows committed while the relay waited for acks waited up to 10 ms: live 500/s p50
-// ~8 ms, 1,000/s p99 ~12 ms; at 3 ms, 4.4 and 6 ms (docs/PERFORMANCE.md).
-constexpr milliseconds kAwakePoll{3};
-// (Claims that broker reports ask for are paced under heavy traffic: detail::ClaimSchedule.)
-constexpr milliseconds kStalledPoll{80};
-constexpr milliseconds kStallAfter{100};
-
-// An awake relay that runs out of work stays awake this long before it asks producers to notify
-// it. Under steady traffic it otherwise fell asleep between events, and a producer that had seen
-// it still awake (so sent no NOTIFY) waited for its idle timer: at 200 events/s the median
-// latency was either 1.4 or 7-8 ms from run to run; staying awake, ~3 ms every run.
-constexpr milliseconds kStayAwake{200};
-
-// A relay that has just started to listen sleeps this long first, then twice as long each time
-// up to idle_poll_max, so a row whose producer saw the relay still awake is found soon.
-constexpr milliseconds kFirstIdleWait{2};
-
-}  // namespace
+using detail::kAwakePoll;
+using detail::kFirstIdleWait;
+using detail::kStalledPoll;
+using detail::kStallAfter;
+using detail::kStayAwake;
 
 // The loop: fetch from the source into the send window and the sink, take the sink's reports,
 // record their outcomes, and between those wait as the mode says. Modes:
@@ -299,7 +280,7 @@ class Relay::Impl {
   void take(const std::vector<DeliveryReport>& reports) {
     const auto summary = window_.take(reports, [&](const detail::SendWindow::InFlight& item,
                                                     const DeliveryReport& report) {
-      log_report(item.event, report);
+      detail::log_report(relay_id(), item.event, report);
     });
     if (summary.unknown_tickets > 0) {
       detail::log().error("relay {}: {} report(s) for unknown tickets ignored", relay_id(),
@@ -311,21 +292,6 @@ class Relay::Impl {
     } else if (summary.broker_error && health_.health() == Health::running) {
       health_.set(Health::broker_unavailable,
                   fmt::format("{}: {}", sink_->describe(), *summary.broker_error));
-    }
-  }
-
-  void log_report(const Event& event, const DeliveryReport& report) const {
-    // The ids come from the table, which any writer can fill: escaped (common/printable.hpp).
-    if (report.outcome == DeliveryOutcome::published) {
-      detail::log().debug("relay {}: event {} ({} {} #{}) acknowledged at [{}]@{}", relay_id(),
-                          event.event_id.to_string(), detail::printable(event.aggregate_type),
-                          detail::printable(event.aggregate_id), event.aggregate_sequence,
-                          report.partition, report.offset);
-    } else {
-      detail::log().warn("relay {}: event {} ({} {} #{}) not published: {}: {}", relay_id(),
-                         event.event_id.to_string(), detail::printable(event.aggregate_type),
-                         detail::printable(event.aggregate_id), event.aggregate_sequence,
-                         to_string(report.outcome), detail::printable(report.error));
     }
   }
 

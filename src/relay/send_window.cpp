@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "common/log.hpp"
+#include "common/printable.hpp"
+
 namespace outbox::detail {
 
 std::pair<std::uint64_t, const Event&> SendWindow::add(Event event, std::string token) {
@@ -43,6 +46,20 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
     summary.broker_error = broker_trouble->error;
   }
   return summary;
+}
+
+void log_report(const std::string& relay_id, const Event& event, const DeliveryReport& report) {
+  if (report.outcome == DeliveryOutcome::published) {
+    log().debug("relay {}: event {} ({} {} #{}) acknowledged at [{}]@{}", relay_id,
+                event.event_id.to_string(), printable(event.aggregate_type),
+                printable(event.aggregate_id), event.aggregate_sequence, report.partition,
+                report.offset);
+  } else {
+    log().warn("relay {}: event {} ({} {} #{}) not published: {}: {}", relay_id,
+               event.event_id.to_string(), printable(event.aggregate_type),
+               printable(event.aggregate_id), event.aggregate_sequence, to_string(report.outcome),
+               printable(report.error));
+  }
 }
 
 }  // namespace outbox::detail

@@ -113,4 +113,8 @@ class SendWindow {
   std::vector<Outcome> failed_;
 };
 
+// Logs one report of relay `relay_id` for `event`: an ack at debug, anything else as a warning.
+// The ids come from the table, which any writer can fill: printed escaped (common/printable.hpp).
+void log_report(const std::string& relay_id, const Event& event, const DeliveryReport& report);
+
 }  // namespace outbox::detail
