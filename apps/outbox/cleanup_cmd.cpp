@@ -4,10 +4,12 @@
 
 #include <condition_variable>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "cli_common.hpp"
+#include "command.hpp"
 #include "outbox/cleanup.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
@@ -15,6 +17,21 @@
 
 namespace outbox::cli {
 namespace {
+
+const CleanupOptions kCleanupDefaults{};
+
+struct CleanupFlags {
+  std::string db;
+  std::string schema = kCleanupDefaults.schema.name();
+  std::string retention = duration_text(kCleanupDefaults.retention);
+  std::string inbox_retention;  // empty: keep inbox ids
+  bool allow_short_retention = kCleanupDefaults.allow_short_retention;  // tests only: below 1h
+  std::size_t batch_size = kCleanupDefaults.batch_size;
+  std::string pause = duration_text(kCleanupDefaults.pause);
+  std::string every;  // empty: once
+  bool dry_run = kCleanupDefaults.dry_run;
+  bool json = false;
+};
 
 CleanupOptions to_options(const CleanupFlags& flags) {
   CleanupOptions options;
@@ -51,8 +68,6 @@ void print(const CleanupFlags& flags, const CleanupReport& report, double second
                    report.batches, seconds)
             << std::endl;
 }
-
-}  // namespace
 
 int run_cleanup(const CleanupFlags& flags) {
   const CleanupOptions options = to_options(flags);  // bad flags fail before connecting
@@ -93,6 +108,31 @@ int run_cleanup(const CleanupFlags& flags) {
     std::unique_lock lock(mutex);
     if (wake.wait_until(lock, started + every, [&] { return stopping; })) return 0;
   }
+}
+
+}  // namespace
+
+void register_cleanup(Commands& commands) {
+  const auto [cleanup, flags] = commands.add(
+      "cleanup", "delete events finished before the retention, and old inbox ids, in batches",
+      run_cleanup);
+  Commands::add_database_options(cleanup, flags->db, flags->schema);
+  cleanup
+      ->add_option("--retention", flags->retention,
+                   "keep published and skipped events this long (the replay horizon)")
+      ->capture_default_str();
+  cleanup->add_option("--inbox-retention", flags->inbox_retention,
+                      "delete inbox ids older than this (at least --retention; default: keep)");
+  cleanup->add_option("--batch-size", flags->batch_size, "rows examined per transaction")
+      ->check(CLI::Range(1, 1000000));
+  cleanup->add_option("--pause", flags->pause, "pause between batches, e.g. 50ms");
+  cleanup->add_option("--every", flags->every,
+                      "repeat at this interval until stopped (default: once)");
+  cleanup->add_flag("--dry-run", flags->dry_run, "count what would be deleted");
+  cleanup->add_flag("--allow-short-retention", flags->allow_short_retention,
+                    "accept a retention below 1h (tests only: events published moments ago go)");
+  cleanup->add_flag("--json", flags->json, "print the report as JSON");
+  commands.add_password_file_option(cleanup);
 }
 
 }  // namespace outbox::cli

@@ -1,6 +1,6 @@
-// What the CLI's subcommands share: where the database is and how to connect to it, and secrets
-// from files (database passwords, Kafka properties), so that they never stand on a command line
-// (where `ps` shows them to every user) nor in a log line.
+// What the CLI's subcommands share: where the database is and how to connect to it, secrets from
+// files (database passwords, Kafka properties), so that they never stand on a command line (where
+// `ps` shows them to every user) nor in a log line, signals, and how flags are read.
 
 #include "cli_common.hpp"
 
@@ -8,10 +8,15 @@
 #include <libpq-fe.h>
 #include <sys/stat.h>
 
+#include <CLI/CLI.hpp>
+#include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
@@ -123,6 +128,100 @@ std::map<std::string, std::string> read_properties_file(const std::string& path)
     properties[key] = line.substr(eq + 1);
   }
   return properties;
+}
+
+void on_termination_signal(std::function<void()> on_signal) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);  // a closed terminal or a supervisor's hangup: stop in order too
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set, on_signal = std::move(on_signal)] {
+    int signal_number = 0;
+    sigwait(&set, &signal_number);
+    on_signal();
+  }).detach();
+}
+
+void wait_for_termination() {
+  static std::mutex mutex;
+  static std::condition_variable cv;
+  static bool stop = false;
+  on_termination_signal([] {
+    std::lock_guard lock(mutex);
+    stop = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mutex);
+  cv.wait(lock, [] { return stop; });
+}
+
+std::map<std::string, std::string> kafka_properties(const std::vector<std::string>& items) {
+  std::map<std::string, std::string> properties;
+  for (const std::string& item : items) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError("--kafka-property \"" + item + "\": expected key=value, e.g. linger.ms=5");
+    }
+    properties[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return properties;
+}
+
+std::string byte_size_text(std::uint64_t bytes) {
+  for (const auto& [unit, size] : {std::pair{"GiB", std::uint64_t{1} << 30},
+                                   std::pair{"MiB", std::uint64_t{1} << 20},
+                                   std::pair{"KiB", std::uint64_t{1} << 10}}) {
+    if (bytes != 0 && bytes % size == 0) return std::to_string(bytes / size) + unit;
+  }
+  return std::to_string(bytes);
+}
+
+std::string duration_text(std::chrono::milliseconds duration) {
+  const std::int64_t ms = duration.count();
+  for (const auto& [unit, size] :
+       {std::pair{"d", std::int64_t{86400000}}, std::pair{"h", std::int64_t{3600000}},
+        std::pair{"m", std::int64_t{60000}}, std::pair{"s", std::int64_t{1000}}}) {
+    if (ms != 0 && ms % size == 0) return std::to_string(ms / size) + unit;
+  }
+  return ms == 0 ? "0" : std::to_string(ms) + "ms";
+}
+
+std::vector<std::string> argument_secrets(int argc, char** argv) {
+  std::vector<std::string> secrets;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view argument = argv[i];
+    for (std::string& secret : detail::connection_secrets(argument)) {
+      secrets.push_back(std::move(secret));
+    }
+    if (const auto eq = argument.find('=');
+        eq != std::string_view::npos && detail::is_secret_kafka_property(argument.substr(0, eq))) {
+      secrets.emplace_back(argument.substr(eq + 1));
+    }
+  }
+  return secrets;
+}
+
+void decimal_integers_only(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (!type.starts_with("INT") && !type.starts_with("UINT")) continue;
+    option->transform(
+        CLI::Validator(
+            [](std::string& value) -> std::string {
+              std::size_t digits = value.starts_with('-') ? 1 : 0;
+              if (digits == value.size() ||
+                  value.find_first_not_of("0123456789", digits) != std::string::npos) {
+                return "takes a whole decimal number, not \"" + value + "\"";
+              }
+              while (digits + 1 < value.size() && value[digits] == '0') value.erase(digits, 1);
+              return {};
+            },
+            ""),
+        "decimal");
+  }
+  for (CLI::App* sub : app.get_subcommands({})) decimal_integers_only(*sub);
 }
 
 }  // namespace outbox::cli

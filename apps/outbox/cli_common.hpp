@@ -1,5 +1,6 @@
 #pragma once
-// Shared by the CLI's subcommands: where the database is, how to stop on a signal.
+// Shared by the CLI's subcommands: where the database is, secrets from files, how to stop on a
+// signal, and how flags are read and their errors printed.
 
 #include <chrono>
 #include <cstdint>
@@ -11,6 +12,10 @@
 #include <vector>
 
 #include "pg/connection.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace outbox::cli {
 
@@ -44,71 +49,23 @@ std::map<std::string, std::string> read_properties_file(const std::string& path)
 // a dedicated thread when one arrives (so it may take locks, unlike a signal handler).
 void on_termination_signal(std::function<void()> on_signal);
 
-struct DemoOptions {
-  std::string database_url;   // empty: embedded PostgreSQL
-  std::string kafka_brokers;  // empty: embedded Kafka mock cluster
-  int orders = 3000;
-  int writers = 4;
-  int relays = 2;
-  int rollback_percent = 10;
-  int customers = 20;
-  bool json = false;
-  bool quiet = false;
-};
+// Runs until SIGINT, SIGTERM or SIGHUP.
+void wait_for_termination();
 
-struct QuarantineFlags {
-  std::string db;
-  std::string schema = "outbox";
-  std::string action;  // list | retry | skip
-  std::vector<std::string> event_ids;
-  std::string actor;
-  std::string reason;
-  bool json = false;
-};
+// --kafka-property key=value items as a map (a later key wins). Throws ConfigError on an item
+// without a key or '='.
+std::map<std::string, std::string> kafka_properties(const std::vector<std::string>& items);
 
-// `outbox quarantine list|retry|skip`; returns the exit code.
-int run_quarantine(const QuarantineFlags& flags);
+// A default from an options struct as a flag takes it back: 64 MiB as "64MiB", 7 days as "7d".
+std::string byte_size_text(std::uint64_t bytes);
+std::string duration_text(std::chrono::milliseconds duration);
 
-struct CleanupFlags {
-  std::string db;
-  std::string schema = "outbox";
-  std::string retention = "7d";
-  std::string inbox_retention;         // empty: keep inbox ids
-  bool allow_short_retention = false;  // tests only: below 1h
-  std::size_t batch_size = 5000;
-  std::string pause = "0";
-  std::string every;  // empty: once
-  bool dry_run = false;
-  bool json = false;
-};
+// Every secret the command line holds: passwords of connection strings, values of Kafka properties
+// that hold secrets. Argument errors are scrubbed of them before they are printed.
+std::vector<std::string> argument_secrets(int argc, char** argv);
 
-// `outbox cleanup`; returns the exit code.
-int run_cleanup(const CleanupFlags& flags);
-
-struct BenchOptions {
-  std::string database_url;       // empty: embedded PostgreSQL
-  std::string kafka_brokers;      // empty: embedded Kafka mock cluster
-  std::int64_t events = 1000000;  // backlog size for ceiling and drain
-  int aggregates = 10000;
-  int payload_bytes = 200;
-  std::string shared_buffers = "1GB";         // embedded PostgreSQL only
-  std::vector<std::string> kafka_properties;  // key=value, passed to each Kafka relay
-  int clients = 4;                            // producer connections (producer and live)
-  double seconds = 10;                        // per producer comparison and per live rate
-  std::vector<int> rates = {1000, 5000};      // live offered rates; "max" always follows
-  int relays = 2;                             // relay processes for ceiling and drain
-  std::size_t batch_size = 500;               // relay
-  std::size_t max_in_flight = 10000;          // relay
-  int timeout_seconds = 900;                  // per backlog
-  std::vector<std::string> only;              // scenarios to run; empty: all
-  bool durable_marks = false;                 // relays commit marks synchronously
-  std::string out_dir = "bench-results";
-};
-
-// `outbox bench`; returns the exit code.
-int run_bench(const BenchOptions& options);
-
-// Runs the end-to-end demo and returns the process exit code (0 when every invariant held).
-int run_demo(const DemoOptions& options);
+// CLI11 reads integers with strtoll base 0: "010" would be 8 and "0x10" 16. Makes every integer
+// flag of `app` and its subcommands take plain decimal only (leading zeros read as decimal).
+void decimal_integers_only(CLI::App& app);
 
 }  // namespace outbox::cli

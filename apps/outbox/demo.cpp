@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -14,20 +15,32 @@
 #include <unordered_set>
 
 #include "cli_common.hpp"
-#include "outbox/embedded_postgres.hpp"
+#include "command.hpp"
 #include "outbox/kafka.hpp"
-#include "outbox/kafka_mock.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "servers.hpp"
+#include "workload.hpp"
 
 namespace outbox::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
+
+struct DemoOptions {
+  std::string database_url;   // empty: embedded PostgreSQL
+  std::string kafka_brokers;  // empty: embedded Kafka mock cluster
+  int orders = 3000;
+  int writers = 4;
+  int relays = 2;
+  int rollback_percent = 10;
+  int customers = 20;  // of workload::kCustomers
+  bool json = false;
+  bool quiet = false;
+};
 
 const SchemaName kSchema("outbox_demo");
 constexpr const char* kTopic = "outbox_demo.order";
@@ -42,10 +55,10 @@ struct WriteLog {
   std::uint64_t unknown_transactions = 0;
 };
 
+// The order service's tables (shared with the bench), and the consumer's.
 void create_business_tables(PGconn* conn) {
+  workload::create_tables(conn, kSchema);
   pg::exec(conn, fmt::format(R"SQL(
-CREATE TABLE {s}.orders (order_id text PRIMARY KEY, status text NOT NULL, items int NOT NULL);
-CREATE TABLE {s}.customers (customer_id text PRIMARY KEY, orders int NOT NULL);
 -- What the consumer did: no unique key on purpose, so a duplicate effect would show up here.
 CREATE TABLE {s}.effects (
   applied_order bigserial PRIMARY KEY, event_id uuid NOT NULL, aggregate_type text NOT NULL,
@@ -83,55 +96,52 @@ ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = EXCLUDE
             previous_sequence.c_str()});
 }
 
+// The events of one step of an order's life (0 placed, 1 items added, 2 paid), after its change to
+// the order service's tables.
+std::vector<NewEvent> order_step(const workload::Orders& tables, int n, int customer_number,
+                                 int step) {
+  const std::string order = fmt::format("order-{:07}", n);
+  const std::string customer = fmt::format("customer-{:03}", customer_number);
+  const int item_count = 1 + n % 3;
+  std::vector<NewEvent> events;
+  auto add = [&](const std::string& type, const std::string& id, const std::string& kind,
+                 const nlohmann::json& payload) {
+    events.push_back(NewEvent{type, id, kind, payload.dump(), "{}", 1, std::nullopt});
+  };
+  if (step == 0) {
+    tables.place(n, customer_number, 1999 * item_count, "");
+    add("order", order, "OrderPlaced", {{"order_id", order}, {"customer", customer}});
+    add("customer", customer, "CustomerOrdered", {{"order_id", order}});
+  } else if (step == 1) {
+    tables.add_items(n, item_count);
+    for (int item = 0; item < item_count; ++item) {
+      add("order", order, "ItemAdded", {{"order_id", order}, {"sku", 1000 + item}});
+    }
+  } else {
+    tables.pay(n);
+    add("order", order, "OrderPaid", {{"order_id", order}, {"amount_cents", 1999 * item_count}});
+    add("customer", customer, "CustomerPaid", {{"order_id", order}});
+  }
+  return events;
+}
+
 // One writer: its own orders, several transactions each, some rolled back on purpose; every
 // transaction also touches one of a few shared customers, so writers contend on aggregates.
 void write_orders(const DemoOptions& options, const std::string& url, int writer, WriteLog& log) {
   auto connection = pg::Connection::open(url, "outbox-demo-writer");
   PGconn* conn = connection.get();
   const Producer producer(ProducerOptions{kSchema, 64 * 1024});
+  const workload::Orders tables(conn, kSchema);
   std::mt19937 random(static_cast<unsigned>(writer) * 7919U + 17U);
   std::uniform_int_distribution<int> percent(0, 99);
   std::uniform_int_distribution<int> pick_customer(0, options.customers - 1);
-  const std::string orders = kSchema.table("orders");
-  const std::string customers = kSchema.table("customers");
-
   for (int n = writer; n < options.orders; n += options.writers) {
-    const std::string order = fmt::format("order-{:07}", n);
-    const std::string customer = fmt::format("customer-{:03}", pick_customer(random));
-    const int item_count = 1 + n % 3;
-    // Steps of one order: placed (+customer), items added (two events in one transaction), paid.
+    const int customer = pick_customer(random);
     for (int step = 0; step < 3; ++step) {
-      std::vector<NewEvent> events;
-      auto add = [&](const std::string& type, const std::string& id, const std::string& kind,
-                     const nlohmann::json& payload) {
-        events.push_back(NewEvent{type, id, kind, payload.dump(), "{}", 1, std::nullopt});
-      };
       pg::exec(conn, "BEGIN");
       const bool roll_back = step > 0 && percent(random) < options.rollback_percent;
       try {
-        if (step == 0) {
-          pg::exec(conn, "INSERT INTO " + orders + " VALUES ($1, 'placed', 0)", {order.c_str()});
-          pg::exec(conn,
-                   "INSERT INTO " + customers +
-                       " VALUES ($1, 1) ON CONFLICT (customer_id) DO UPDATE SET orders = " +
-                       customers + ".orders + 1",
-                   {customer.c_str()});
-          add("order", order, "OrderPlaced", {{"order_id", order}, {"customer", customer}});
-          add("customer", customer, "CustomerOrdered", {{"order_id", order}});
-        } else if (step == 1) {
-          pg::exec(conn, "UPDATE " + orders + " SET items = items + $2 WHERE order_id = $1",
-                   {order.c_str(), std::to_string(item_count).c_str()});
-          for (int item = 0; item < item_count; ++item) {
-            add("order", order, "ItemAdded", {{"order_id", order}, {"sku", 1000 + item}});
-          }
-        } else {
-          pg::exec(conn, "UPDATE " + orders + " SET status = 'paid' WHERE order_id = $1",
-                   {order.c_str()});
-          add("order", order, "OrderPaid",
-              {{"order_id", order}, {"amount_cents", 1999 * item_count}});
-          add("customer", customer, "CustomerPaid", {{"order_id", order}});
-        }
-        const auto enqueued = producer.enqueue(conn, events);
+        const auto enqueued = producer.enqueue(conn, order_step(tables, n, customer, step));
         if (roll_back) {
           pg::exec(conn, "ROLLBACK");
           std::lock_guard lock(log.mutex);
@@ -251,7 +261,124 @@ void print(const Report& r, bool json) {
   std::cout << (r.ok() ? "OK: every invariant held\n" : "FAILED: an invariant was violated\n");
 }
 
-}  // namespace
+// The relays, each on a thread of its own, until stop().
+class DemoRelays {
+ public:
+  DemoRelays(int count, const std::string& url, const std::string& brokers) {
+    for (int i = 0; i < count; ++i) {
+      RelayOptions relay_options;
+      relay_options.database_url = url;
+      relay_options.schema = kSchema;
+      relay_options.relay_id = fmt::format("demo-relay-{}", i + 1);
+      relay_options.idle_poll_max = 200ms;
+      KafkaSinkOptions sink{brokers, "outbox_demo.{aggregate_type}", {}};
+      relays_.push_back(std::make_unique<Relay>(relay_options, make_kafka_sink(sink)));
+    }
+    for (auto& relay : relays_) threads_.emplace_back([&relay] { relay->run(); });
+  }
+  DemoRelays(const DemoRelays&) = delete;
+  DemoRelays& operator=(const DemoRelays&) = delete;
+  ~DemoRelays() { stop(); }
+
+  [[nodiscard]] std::uint64_t published() const {
+    std::uint64_t published = 0;
+    for (const auto& relay : relays_) published += relay->stats().published;
+    return published;
+  }
+  // Stops every relay; returns how many marks were fenced.
+  std::uint64_t stop() {
+    for (auto& relay : relays_) relay->request_stop();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    std::uint64_t fenced = 0;
+    for (const auto& relay : relays_) fenced += relay->stats().fenced;
+    return fenced;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Relay>> relays_;
+  std::vector<std::thread> threads_;
+};
+
+// The writers, each on a thread of its own.
+struct DemoWriters {
+  WriteLog log;
+  std::atomic<int> left{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+
+  void start(const DemoOptions& options, const std::string& url) {
+    left = options.writers;
+    for (int w = 0; w < options.writers; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          write_orders(options, url, w, log);
+        } catch (const std::exception& e) {
+          spdlog::error("writer {} failed: {}", w, e.what());
+          failed = true;
+        }
+        --left;
+      });
+    }
+  }
+  void join() {
+    for (auto& t : threads) t.join();
+  }
+  std::uint64_t committed_events() {
+    std::lock_guard lock(log.mutex);
+    return log.committed.size();
+  }
+};
+
+// Progress until the writers are done and the consumer has applied every committed event (or
+// something failed, or nothing moved for 30 s). Returns when the last commit was seen.
+Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
+                        const KafkaInboxConsumer& consumer, const std::atomic<bool>& consumer_failed,
+                        const std::function<void(const std::string&)>& say) {
+  auto last_commit = Clock::now();
+  auto last_progress = Clock::now();
+  std::uint64_t last_applied = 0;
+  for (;;) {
+    std::this_thread::sleep_for(250ms);
+    const std::uint64_t committed_events = writers.committed_events();
+    const std::uint64_t published = relays.published();
+    const auto applied = consumer.stats().applied;
+    if (writers.left > 0) last_commit = Clock::now();
+    if (applied != last_applied) last_progress = Clock::now();
+    last_applied = applied;
+    say(fmt::format("  committed {:>7} events | published {:>7} | applied {:>7}", committed_events,
+                    published, applied));
+    if (writers.failed || consumer_failed) break;
+    if (writers.left == 0 && applied >= committed_events) break;
+    if (writers.left == 0 && Clock::now() - last_progress > 30s) {
+      say("no progress for 30 s; checking what is missing");
+      break;
+    }
+  }
+  return last_commit;
+}
+
+// A new consumer group under the same inbox name reads every message again; the inbox must turn
+// each one into a no-op. Returns the replay's duplicates.
+std::uint64_t replay(KafkaConsumerOptions options, std::uint64_t committed) {
+  options.group_id = "outbox-demo-replay";
+  KafkaInboxConsumer replay(options, apply_effect);
+  const auto deadline = Clock::now() + 30s;
+  while (replay.stats().received < committed && Clock::now() < deadline) replay.poll(200ms);
+  return replay.stats().duplicates;
+}
+
+KafkaConsumerOptions consumer_options(const std::string& url, const std::string& brokers) {
+  KafkaConsumerOptions options;
+  options.brokers = brokers;
+  options.group_id = "outbox-demo-projection";
+  options.topics = {kTopic, "outbox_demo.customer"};
+  options.database_url = url;
+  options.schema = kSchema;
+  options.consumer_name = "projection";
+  return options;
+}
 
 int run_demo(const DemoOptions& options) {
   const auto started = Clock::now();
@@ -259,44 +386,21 @@ int run_demo(const DemoOptions& options) {
   auto say = [&](const std::string& text) {
     if (!options.json && !options.quiet) std::cout << text << std::endl;
   };
-
   Servers servers(options.database_url, options.kafka_brokers, {}, 3, say);
   if (auto& kafka = servers.kafka()) {
     kafka->create_topic(kTopic, 6, 3);
     kafka->create_topic("outbox_demo.customer", 3, 3);
   }
   const std::string& url = servers.database_url();
-  const std::string& brokers = servers.brokers();
-  say(fmt::format("database: {}\nkafka: {}", url, brokers));
-
+  say(fmt::format("database: {}\nkafka: {}", url, servers.brokers()));
   auto admin = pg::Connection::open(url, "outbox-demo");
   pg::exec(admin.get(), "DROP SCHEMA IF EXISTS " + kSchema.quoted() + " CASCADE");
   migrate(admin.get(), kSchema);
   create_business_tables(admin.get());
 
-  // Relays.
-  std::vector<std::unique_ptr<Relay>> relays;
-  std::vector<std::thread> relay_threads;
-  for (int i = 0; i < options.relays; ++i) {
-    RelayOptions relay_options;
-    relay_options.database_url = url;
-    relay_options.schema = kSchema;
-    relay_options.relay_id = fmt::format("demo-relay-{}", i + 1);
-    relay_options.idle_poll_max = 200ms;
-    KafkaSinkOptions sink{brokers, "outbox_demo.{aggregate_type}", {}};
-    relays.push_back(std::make_unique<Relay>(relay_options, make_kafka_sink(sink)));
-  }
-  for (auto& relay : relays) relay_threads.emplace_back([&relay] { relay->run(); });
-
-  // Consumer.
-  KafkaConsumerOptions consumer_options;
-  consumer_options.brokers = brokers;
-  consumer_options.group_id = "outbox-demo-projection";
-  consumer_options.topics = {kTopic, "outbox_demo.customer"};
-  consumer_options.database_url = url;
-  consumer_options.schema = kSchema;
-  consumer_options.consumer_name = "projection";
-  KafkaInboxConsumer consumer(consumer_options, apply_effect);
+  DemoRelays relays(options.relays, url, servers.brokers());
+  const KafkaConsumerOptions consumer_settings = consumer_options(url, servers.brokers());
+  KafkaInboxConsumer consumer(consumer_settings, apply_effect);
   std::atomic<bool> consumer_failed{false};
   std::thread consumer_thread([&] {
     try {
@@ -306,79 +410,48 @@ int run_demo(const DemoOptions& options) {
       consumer_failed = true;
     }
   });
-
-  // Writers.
-  WriteLog log;
-  std::atomic<int> writers_left{options.writers};
-  std::atomic<bool> writer_failed{false};
-  std::vector<std::thread> writers;
+  DemoWriters writers;
   say(fmt::format("writing {} orders with {} writers, {} relays, 1 consumer ...", options.orders,
                   options.writers, options.relays));
-  for (int w = 0; w < options.writers; ++w) {
-    writers.emplace_back([&, w] {
-      try {
-        write_orders(options, url, w, log);
-      } catch (const std::exception& e) {
-        spdlog::error("writer {} failed: {}", w, e.what());
-        writer_failed = true;
-      }
-      --writers_left;
-    });
-  }
-
-  // Progress until the writers are done and the consumer has applied every committed event.
+  writers.start(options, url);
+  const auto last_commit = watch(writers, relays, consumer, consumer_failed, say);
+  writers.join();
   Report report;
-  auto last_commit = Clock::now();
-  auto last_progress = Clock::now();
-  std::uint64_t last_applied = 0;
-  for (;;) {
-    std::this_thread::sleep_for(250ms);
-    std::uint64_t committed_events = 0;
-    {
-      std::lock_guard lock(log.mutex);
-      committed_events = log.committed.size();
-    }
-    std::uint64_t published = 0;
-    for (const auto& relay : relays) published += relay->stats().published;
-    const auto applied = consumer.stats().applied;
-    if (writers_left > 0) last_commit = Clock::now();
-    if (applied != last_applied) last_progress = Clock::now();
-    last_applied = applied;
-    say(fmt::format("  committed {:>7} events | published {:>7} | applied {:>7}", committed_events,
-                    published, applied));
-    if (writer_failed || consumer_failed) break;
-    if (writers_left == 0 && applied >= committed_events) break;
-    if (writers_left == 0 && Clock::now() - last_progress > 30s) {
-      say("no progress for 30 s; checking what is missing");
-      break;
-    }
-  }
-  for (auto& t : writers) t.join();
   report.drain_seconds = std::chrono::duration<double>(Clock::now() - last_commit).count();
   consumer.request_stop();
   consumer_thread.join();
-  for (auto& relay : relays) relay->request_stop();
-  for (auto& t : relay_threads) t.join();
-  for (const auto& relay : relays) report.fenced += relay->stats().fenced;
+  report.fenced = relays.stop();
 
-  // Replay: a new consumer group under the same inbox name reads every message again; the inbox
-  // must turn each one into a no-op.
   say("replaying the whole topic through the same inbox ...");
-  consumer_options.group_id = "outbox-demo-replay";
-  KafkaInboxConsumer replay(consumer_options, apply_effect);
-  auto replay_deadline = Clock::now() + 30s;
-  while (replay.stats().received < log.committed.size() && Clock::now() < replay_deadline) {
-    replay.poll(200ms);
-  }
-  report.duplicates_suppressed = consumer.stats().duplicates + replay.stats().duplicates;
-
-  report.committed = log.committed_transactions;
-  report.rolled_back = log.rolled_back_transactions;
-  report.unknown = log.unknown_transactions;
-  check(admin.get(), log, report);
+  report.duplicates_suppressed =
+      consumer.stats().duplicates + replay(consumer_settings, writers.log.committed.size());
+  report.committed = writers.log.committed_transactions;
+  report.rolled_back = writers.log.rolled_back_transactions;
+  report.unknown = writers.log.unknown_transactions;
+  check(admin.get(), writers.log, report);
   report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   print(report, options.json);
-  return report.ok() && !writer_failed && !consumer_failed ? 0 : 1;
+  return report.ok() && !writers.failed && !consumer_failed ? 0 : 1;
+}
+
+}  // namespace
+
+void register_demo(Commands& commands) {
+  const auto [demo, options] =
+      commands.add("demo", "end-to-end demo on embedded PostgreSQL and Kafka", run_demo);
+  demo->add_option("--db", options->database_url,
+                   "use this database instead of an embedded one (schema outbox_demo is reset)");
+  demo->add_option("--kafka-brokers", options->kafka_brokers,
+                   "use these brokers instead of the embedded mock cluster");
+  demo->add_option("--orders", options->orders, "orders to write")->check(CLI::Range(1, 10000000));
+  demo->add_option("--writers", options->writers, "concurrent writer threads")
+      ->check(CLI::Range(1, 64));
+  demo->add_option("--relays", options->relays, "concurrent relays")->check(CLI::Range(1, 16));
+  demo->add_option("--rollback-percent", options->rollback_percent,
+                   "share of transactions rolled back on purpose")
+      ->check(CLI::Range(0, 100));
+  demo->add_flag("--json", options->json, "print the report as one JSON object");
+  demo->add_flag("--quiet", options->quiet, "no progress lines");
 }
 
 }  // namespace outbox::cli

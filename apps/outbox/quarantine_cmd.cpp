@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <iostream>
+#include <memory>
 
 #include "cli_common.hpp"
+#include "command.hpp"
 #include "common/printable.hpp"
 #include "outbox/error.hpp"
 #include "outbox/quarantine.hpp"
@@ -14,6 +16,16 @@
 
 namespace outbox::cli {
 namespace {
+
+struct QuarantineFlags {
+  std::string db;
+  std::string schema = SchemaName().name();
+  std::string action;  // list | retry | skip
+  std::vector<std::string> event_ids;
+  std::string actor;
+  std::string reason;
+  bool json = false;
+};
 
 // In the order given, each id once: `retry ID ID` is one event, not "1 of 2 released".
 std::vector<EventId> parse_ids(const std::vector<std::string>& texts) {
@@ -38,8 +50,6 @@ std::string actor_or_user(const std::string& actor) {
   throw InvalidArgument("say who acts with --actor NAME; it goes into the audit record");
 }
 
-}  // namespace
-
 int run_quarantine(const QuarantineFlags& flags) {
   const SchemaName schema(flags.schema);
   auto connection = open_cli_connection(flags.db, "outbox-quarantine");
@@ -61,6 +71,28 @@ int run_quarantine(const QuarantineFlags& flags) {
   skip_quarantined(connection.get(), schema, ids.front(), actor, flags.reason);
   std::cout << "skipped " << ids.front().to_string() << " (recorded in outbox_operator_audit)\n";
   return 0;
+}
+
+}  // namespace
+
+void register_quarantine(Commands& commands) {
+  const auto [quarantine, flags] = commands.add(
+      "quarantine", "events set aside after failing: list, retry, skip", run_quarantine);
+  quarantine->require_subcommand(1);
+  Commands::add_database_options(quarantine, flags->db, flags->schema);
+  auto* list = quarantine->add_subcommand("list", "quarantined events, oldest first");
+  list->add_flag("--json", flags->json, "one JSON object per line");
+  list->callback([flags] { flags->action = "list"; });
+  auto* retry = quarantine->add_subcommand("retry", "make events due again (fix the cause first)");
+  retry->add_option("event_ids", flags->event_ids, "event ids")->required();
+  retry->add_option("--actor", flags->actor, "who does this (default: $USER)");
+  retry->callback([flags] { flags->action = "retry"; });
+  auto* skip = quarantine->add_subcommand("skip", "finish an event without publishing it (audited)");
+  skip->add_option("event_id", flags->event_ids, "event id")->required()->expected(1);
+  skip->add_option("--reason", flags->reason, "why it is skipped")->required();
+  skip->add_option("--actor", flags->actor, "who does this (default: $USER)");
+  skip->callback([flags] { flags->action = "skip"; });
+  commands.add_password_file_option(quarantine);
 }
 
 }  // namespace outbox::cli

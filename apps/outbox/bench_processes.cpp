@@ -1,0 +1,150 @@
+// `outbox bench`: child processes, their output, their CPU time.
+
+#include "bench_processes.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "outbox/error.hpp"
+#include "session_names.hpp"
+
+extern char** environ;
+
+namespace outbox::cli::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+// CPU seconds from a /proc/.../stat file (a process, or one thread under task/).
+std::optional<double> cpu_seconds_in(const std::string& stat_path) {
+  std::ifstream stat(stat_path);
+  std::string line;
+  if (!std::getline(stat, line)) return std::nullopt;
+  const auto after_name = line.rfind(')');  // the command name may hold spaces
+  if (after_name == std::string::npos) return std::nullopt;
+  std::istringstream fields(line.substr(after_name + 2));
+  std::string field;
+  long long utime = 0;
+  long long stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {  // fields 14 and 15: utime, stime
+    if (i == 14) utime = std::stoll(field);
+    if (i == 15) stime = std::stoll(field);
+  }
+  if (!fields) return std::nullopt;
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// "FROM pg_stat_activity WHERE <the relays' sessions in this database>"
+std::string relay_sessions() {
+  return fmt::format(
+      "FROM pg_stat_activity WHERE application_name = '{}' AND datname = current_database()",
+      kRelayApplicationName);
+}
+
+}  // namespace
+
+std::optional<double> cpu_seconds_of(pid_t pid) {
+  return cpu_seconds_in("/proc/" + std::to_string(pid) + "/stat");
+}
+
+double mock_broker_cpu_seconds() {
+  double total = 0;
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("rdk:mock", 0) == 0) {
+      total += cpu_seconds_in((task.path() / "stat").string()).value_or(0);
+    }
+  }
+  return total;
+}
+
+Child::Child(const std::vector<std::string>& args, const std::string& log_path)
+    : log_path_(log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    throw Error(fmt::format("bench: cannot start {}: {}", args[0], std::strerror(error)));
+  }
+}
+
+Child::~Child() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool Child::running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+Child::End Child::stop() {
+  ::kill(pid_, SIGTERM);
+  End end;
+  struct rusage usage {};
+  const auto deadline = Clock::now() + 30s;
+  for (;;) {
+    const pid_t done = ::wait4(pid_, &end.status, WNOHANG, &usage);
+    if (done == pid_) break;
+    if (Clock::now() > deadline) ::kill(pid_, SIGKILL);
+    std::this_thread::sleep_for(20ms);
+  }
+  pid_ = -1;
+  end.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                    static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+  end.peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  return end;
+}
+
+const nlohmann::json& RelayProcess::stats() {
+  std::ifstream log(log_path());
+  log.seekg(log_offset_);
+  std::string line;
+  while (std::getline(log, line) && !log.eof()) {  // a line without '\n' yet is read next time
+    log_offset_ += static_cast<std::streamoff>(line.size()) + 1;
+    if (!line.starts_with('{')) continue;  // the log has the relay's warnings too
+    nlohmann::json stats = nlohmann::json::parse(line, nullptr, false);
+    if (stats.is_object() && stats.contains("published")) latest_ = std::move(stats);
+  }
+  return latest_;
+}
+
+std::uint64_t RelayProcess::published() {
+  const nlohmann::json& latest = stats();
+  return latest.is_null() ? 0 : latest["published"].get<std::uint64_t>();
+}
+
+Paused::Paused(pid_t pid) : pid_(pid) { ::kill(pid_, SIGSTOP); }
+Paused::~Paused() { ::kill(pid_, SIGCONT); }
+
+std::optional<pid_t> relay_session_pid(PGconn* conn) {
+  const auto found = pg::exec(conn, "SELECT pid " + relay_sessions());
+  if (found.rows() != 1) return std::nullopt;
+  return static_cast<pid_t>(found.int64(0, 0));
+}
+
+bool relay_sessions_idle(PGconn* conn) {
+  return pg::exec(conn, "SELECT count(*) " + relay_sessions() + " AND state <> 'idle'")
+             .int64(0, 0) == 0;
+}
+
+}  // namespace outbox::cli::bench

@@ -1,0 +1,82 @@
+#pragma once
+// `outbox bench`: child processes (relays run as `outbox relay`, so their CPU time and peak RSS
+// are their own), what they print, and what they and their PostgreSQL sessions cost in CPU.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <ios>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace outbox::cli::bench {
+
+// CPU seconds (user + system) a local process has used so far; nullopt if it cannot be read.
+std::optional<double> cpu_seconds_of(pid_t pid);
+
+// CPU seconds of the embedded Kafka mock cluster: librdkafka names its threads "rdk:mock".
+double mock_broker_cpu_seconds();
+
+// A child process with stdout and stderr in `log_path`; killed if still running when destroyed.
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::string& log_path);
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child();
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] const std::string& log_path() const { return log_path_; }
+  [[nodiscard]] bool running() const;
+
+  struct End {
+    int status = 0;
+    double cpu_seconds = 0;
+    double peak_rss_mib = 0;
+  };
+  // SIGTERM (a relay drains and exits), SIGKILL after 30 s; returns what the kernel measured.
+  End stop();
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_path_;
+};
+
+// A relay child (Setup::relay_args): reads the JSON stats lines it prints.
+class RelayProcess : public Child {
+ public:
+  using Child::Child;
+
+  // The relay's latest stats object (null before the first). Reads only what the log gained
+  // since the last call (whole lines), not the whole log every time.
+  const nlohmann::json& stats();
+  // Its latest "published" count (0 before the first stats line).
+  std::uint64_t published();
+
+ private:
+  std::streamoff log_offset_ = 0;
+  nlohmann::json latest_;
+};
+
+// Stops a process (SIGSTOP) for this object's lifetime; it resumes however the scope ends.
+class Paused {
+ public:
+  explicit Paused(pid_t pid);
+  ~Paused();
+  Paused(const Paused&) = delete;
+  Paused& operator=(const Paused&) = delete;
+
+ private:
+  pid_t pid_;
+};
+
+// The relays' PostgreSQL sessions (by application name) in the benchmark's database: the server
+// process of the only one (nullopt when there is not exactly one), and whether all are idle.
+std::optional<pid_t> relay_session_pid(PGconn* conn);
+bool relay_sessions_idle(PGconn* conn);
+
+}  // namespace outbox::cli::bench

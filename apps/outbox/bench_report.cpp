@@ -1,0 +1,139 @@
+// `outbox bench`: the table, the machine, results.json.
+
+#include "bench_report.hpp"
+
+#include <fmt/format.h>
+#include <librdkafka/rdkafka.h>
+
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+namespace outbox::cli::bench {
+namespace {
+
+using nlohmann::json;
+
+std::string number(double value) {
+  if (value >= 100) return fmt::format("{:.0f}", value);
+  if (value >= 10) return fmt::format("{:.1f}", value);
+  return fmt::format("{:.2f}", value);
+}
+
+std::string producer_text(const json& r) {
+  return fmt::format(
+      "{} clients: {} tx/s without an event (p99 {} ms), {} tx/s with one (p99 {} ms): "
+      "overhead {}x",
+      r["clients"].get<int>(), number(r["without_event_tx_per_s"]),
+      number(r["without_event_p99_ms"]), number(r["with_event_tx_per_s"]),
+      number(r["with_event_p99_ms"]), number(r["overhead_ratio"]));
+}
+
+std::string backlog_text(const json& r) {
+  std::string text = fmt::format(
+      "{} events in {} s: {} events/s; relay {} CPU s per 10k events, peak RSS "
+      "{} MiB{}",
+      r["events"].get<std::int64_t>(), number(r["seconds"]), number(r["events_per_s"]),
+      number(r["relay_cpu_s_per_10k"]), number(r["relay_peak_rss_mib"]),
+      r.contains("of_ceiling")
+          ? fmt::format("; {:.0f}% of the ceiling", r["of_ceiling"].get<double>() * 100)
+          : "");
+  if (r["scenario"] == "ceiling") text += " (sink acknowledges at once: SQL only)";
+  return text;
+}
+
+std::string live_text(const json& r) {
+  std::string text = fmt::format(
+      "{} tx/s committed; commit→ack p50 {} ms, p95 {} ms, p99 {} ms, max {} ms; relay {} "
+      "events/s, {}",
+      number(r["committed_per_s"]), number(r["latency_p50_ms"]), number(r["latency_p95_ms"]),
+      number(r["latency_p99_ms"]), number(r["latency_max_ms"]), number(r["relay_events_per_s"]),
+      r["kept_up"].get<bool>() ? "kept up" : "FELL BEHIND");
+  if (r.contains("of_producers_alone")) {
+    text += fmt::format(" ({:.0f}% of the {} tx/s the producers reached alone around it)",
+                        r["of_producers_alone"].get<double>() * 100,
+                        number(r["producers_alone_per_s"]));
+  }
+  if (r["relay_cores"].is_number() && r["relay_postgres_session_cores"].is_number()) {
+    text += fmt::format("; relay used {:.2f} cores, its PostgreSQL session {:.2f}",
+                        r["relay_cores"].get<double>(),
+                        r["relay_postgres_session_cores"].get<double>());
+    if (r["mock_broker_cores"].is_number()) {
+      text += fmt::format(", the mock broker {:.2f}", r["mock_broker_cores"].get<double>());
+    }
+  }
+  return text;
+}
+
+void print_table(const std::vector<json>& results) {
+  std::cout << "\n" << fmt::format("{:<22} {}", "scenario", "result") << "\n";
+  for (const json& r : results) {
+    const std::string scenario = r["scenario"];
+    std::string text;
+    if (scenario == "producer") {
+      text = producer_text(r);
+    } else if (scenario == "ceiling" || scenario == "drain") {
+      text = backlog_text(r);
+    } else if (scenario == "live") {
+      text = live_text(r);
+    }
+    const std::string name =
+        scenario == "live" ? "live " + r["offered"].get<std::string>() : scenario;
+    std::cout << fmt::format("{:<22} {}", name, text) << "\n";
+  }
+  std::cout << std::endl;
+}
+
+}  // namespace
+
+json machine(const Setup& setup) {
+  std::string cpu = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  long memory_kib = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    if (line.rfind("MemTotal:", 0) == 0) memory_kib = std::stol(line.substr(9));
+  }
+  auto c = setup.connect();
+  const auto settings =
+      pg::exec(c.get(),
+               "SELECT current_setting('server_version'), current_setting('fsync'),"
+               " current_setting('synchronous_commit'), current_setting('shared_buffers')");
+  return {{"scenario", "machine"},
+          {"cpus", std::thread::hardware_concurrency()},
+          {"cpu", cpu},
+          {"memory_gib", static_cast<double>(memory_kib) / 1048576.0},
+          {"postgresql", std::string(settings.text(0, 0))},
+          {"fsync", std::string(settings.text(0, 1))},
+          {"synchronous_commit", std::string(settings.text(0, 2))},
+          {"shared_buffers", std::string(settings.text(0, 3))},
+          {"librdkafka", rd_kafka_version_str()},
+          {"kafka", setup.kafka ? "librdkafka mock cluster, 1 broker, in the bench process"
+                                : setup.brokers}};
+}
+
+void finish_report(const BenchOptions& options, const std::vector<json>& results,
+                   const json& about) {
+  print_table(results);
+  std::cout << fmt::format(
+                   "machine: {} x {}, {:.0f} GiB; PostgreSQL {} (fsync {}, shared_buffers "
+                   "{}); librdkafka {}; Kafka: {}",
+                   about["cpus"].get<unsigned>(), about["cpu"].get<std::string>(),
+                   about["memory_gib"].get<double>(), about["postgresql"].get<std::string>(),
+                   about["fsync"].get<std::string>(), about["shared_buffers"].get<std::string>(),
+                   about["librdkafka"].get<std::string>(), about["kafka"].get<std::string>())
+            << std::endl;
+  std::ofstream file(std::filesystem::path(options.out_dir) / "results.json");
+  json everything = results;
+  everything.push_back(about);
+  file << everything.dump(2) << "\n";
+  std::cout << "results, plots and relay logs: " << options.out_dir << "/" << std::endl;
+}
+
+}  // namespace outbox::cli::bench

@@ -1,0 +1,144 @@
+// `outbox bench`: the producer scenario, and ceiling and drain (a backlog through relay processes).
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <thread>
+
+#include "bench_clients.hpp"
+#include "bench_processes.hpp"
+#include "bench_scenarios.hpp"
+#include "outbox/error.hpp"
+
+namespace outbox::cli::bench {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+json bench_producer(const Setup& setup) {
+  const auto& o = setup.options;
+  const SchemaName schema = setup.fresh_schema("bench_producer");
+  std::atomic<std::int64_t> next_order{1};
+  // Warm up both paths (connections, plans, caches), then alternate rounds so drift and noise on
+  // a shared machine fall on both sides alike.
+  run_clients(setup, schema, false, o.clients, 1.0, 0, next_order);
+  run_clients(setup, schema, true, o.clients, 1.0, 0, next_order);
+  TxResult without, with;
+  constexpr int kRounds = 4;
+  for (int round = 0; round < kRounds; ++round) {
+    for (const bool event : {false, true}) {
+      TxResult r = run_clients(setup, schema, event, o.clients, o.seconds / kRounds, 0, next_order);
+      TxResult& into = event ? with : without;
+      into.transactions += r.transactions;
+      into.seconds += r.seconds;
+      into.latencies_ms.insert(into.latencies_ms.end(), r.latencies_ms.begin(),
+                               r.latencies_ms.end());
+    }
+    progress(fmt::format("producer: round {}/{}: {:.0f} tx/s without, {:.0f} tx/s with an event",
+                         round + 1, kRounds, without.rate(), with.rate()));
+  }
+  const Percentiles a = percentiles(without.latencies_ms);
+  const Percentiles b = percentiles(with.latencies_ms);
+  setup.drop_schema(
+      schema);  // its ~100,000 unpublished events: autovacuum work for later scenarios
+  return {{"scenario", "producer"},
+          {"clients", o.clients},
+          {"without_event_tx_per_s", without.rate()},
+          {"with_event_tx_per_s", with.rate()},
+          {"overhead_ratio", with.rate() > 0 ? without.rate() / with.rate() : 0},
+          {"without_event_p50_ms", a.p50},
+          {"without_event_p99_ms", a.p99},
+          {"with_event_p50_ms", b.p50},
+          {"with_event_p99_ms", b.p99}};
+}
+
+namespace {
+
+// Until the relays published the whole backlog (by their stats), one exited, or the timeout.
+void watch_backlog(const Setup& setup, const std::string& name,
+                   std::vector<std::unique_ptr<RelayProcess>>& relays, Clock::time_point started,
+                   std::vector<std::pair<double, double>>& curve) {
+  const auto& o = setup.options;
+  std::uint64_t last = 0;
+  double last_t = 0;
+  auto last_print = Clock::now();
+  const auto deadline = started + std::chrono::seconds(o.timeout_seconds);
+  while (Clock::now() < deadline) {
+    std::this_thread::sleep_for(250ms);
+    std::uint64_t published = 0;
+    for (const auto& r : relays) published += r->published();
+    const double t = seconds_since(started);
+    if (published != last && t > last_t) {
+      curve.emplace_back(t, static_cast<double>(published - last) / (t - last_t));
+      last = published;
+      last_t = t;
+    }
+    if (Clock::now() - last_print > 2s) {
+      last_print = Clock::now();
+      progress(fmt::format("{}: {}/{} published, {:.0f} s", name, published, o.events, t));
+    }
+    const bool all_running =
+        std::all_of(relays.begin(), relays.end(), [](const auto& r) { return r->running(); });
+    if (published >= static_cast<std::uint64_t>(o.events) || !all_running) break;
+  }
+}
+
+// Seconds from `start_wall` to the last mark; throws if an event is still pending.
+double backlog_seconds(const Setup& setup, const std::string& name, const SchemaName& schema,
+                       double start_wall) {
+  auto c = setup.connect();
+  const auto result = pg::exec(c.get(),
+                               "SELECT count(*) FILTER (WHERE published_at IS NULL),"
+                               " extract(epoch FROM max(published_at))::float8 FROM " +
+                                   schema.table("outbox_events"));
+  const long long pending = result.int64(0, 0);
+  const double last_mark =
+      std::stod(std::string(result.text(0, 1).empty() ? "0" : result.text(0, 1)));
+  if (pending != 0) {
+    throw Error(fmt::format("bench {}: {} events still pending after {} s; see {}", name, pending,
+                            setup.options.timeout_seconds, setup.out.string()));
+  }
+  return last_mark - start_wall;
+}
+
+}  // namespace
+
+json bench_backlog(const Setup& setup, bool discard,
+                   std::vector<std::pair<double, double>>& curve) {
+  const auto& o = setup.options;
+  const std::string name = discard ? "ceiling" : "drain";
+  const SchemaName schema = setup.fresh_schema("bench_" + name);
+  setup.load_backlog(schema);
+  const double start_wall = wall_now();
+  const auto started = Clock::now();
+  std::vector<std::unique_ptr<RelayProcess>> relays;
+  for (int i = 0; i < o.relays; ++i) {
+    relays.push_back(std::make_unique<RelayProcess>(
+        setup.relay_args(schema, discard, i),
+        (setup.out / fmt::format("relay-{}-{}.log", name, i + 1)).string()));
+  }
+  watch_backlog(setup, name, relays, started, curve);
+  Child::End end;
+  for (auto& r : relays) {
+    const Child::End one = r->stop();
+    end.cpu_seconds += one.cpu_seconds;
+    end.peak_rss_mib = std::max(end.peak_rss_mib, one.peak_rss_mib);
+  }
+  const double seconds = backlog_seconds(setup, name, schema, start_wall);
+  const double rate = seconds > 0 ? static_cast<double>(o.events) / seconds : 0;
+  // The backlog's own tables are large: drop them so later scenarios run on a quiet database.
+  setup.drop_schema(schema);
+  return {{"scenario", name},
+          {"events", o.events},
+          {"aggregates", o.aggregates},
+          {"payload_bytes", o.payload_bytes},
+          {"seconds", seconds},
+          {"events_per_s", rate},
+          {"relay_cpu_s_per_10k", end.cpu_seconds / static_cast<double>(o.events) * 10000.0},
+          {"relay_cpu_s", end.cpu_seconds},
+          {"relays", o.relays},
+          {"relay_peak_rss_mib", end.peak_rss_mib}};
+}
+
+}  // namespace outbox::cli::bench

@@ -1,0 +1,36 @@
+#pragma once
+// `outbox bench`'s scenarios, all on one PostgreSQL and one Kafka:
+//   producer  the same business transaction with and without one enqueued event, alternating
+//             rounds from several clients; the ratio of their rates is the overhead.
+//   ceiling   a backlog drained by relays whose sink acknowledges at once (`--sink discard`):
+//             the claim-and-complete SQL alone, what PostgreSQL allows here.
+//   drain     the same backlog drained through the Kafka sink; events/s, CPU, peak RSS.
+//   live      producers commit one event per transaction at fixed offered rates and flat out
+//             while a relay runs; latency from COMMIT to the row's published_at (set by the mark
+//             that follows the broker's ack, so an upper bound of commit→ack).
+// Each returns one JSON object of figures (what results.json holds).
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "bench.hpp"
+#include "svg_plot.hpp"
+
+namespace outbox::cli::bench {
+
+nlohmann::json bench_producer(const Setup& setup);
+
+// ceiling (`discard`) or drain; `curve` gets (seconds since start, events/s) points.
+nlohmann::json bench_backlog(const Setup& setup, bool discard,
+                             std::vector<std::pair<double, double>>& curve);
+
+// live at every --rates rate, then max (bracketed by the producers alone, and compared with
+// `producer_scenario_per_s` when the producer scenario ran). Each result goes to `report`; each
+// rate's latency distribution becomes a series of `latency`.
+void bench_live(const Setup& setup, std::optional<double> producer_scenario_per_s,
+                const std::function<void(nlohmann::json)>& report, Chart& latency);
+
+}  // namespace outbox::cli::bench

@@ -1,0 +1,104 @@
+// `outbox bench`: the schemas each scenario runs in, the backlog, the relays' command line.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "bench.hpp"
+#include "workload.hpp"
+
+namespace outbox::cli::bench {
+
+pg::Connection Setup::connect() const { return pg::Connection::open(url, "outbox-bench"); }
+
+void Setup::drop_schema(const SchemaName& schema) const {
+  auto c = connect();
+  pg::exec(c.get(), "SET client_min_messages = warning");
+  pg::exec(c.get(), "DROP SCHEMA IF EXISTS " + schema.quoted() + " CASCADE");
+}
+
+SchemaName Setup::fresh_schema(const std::string& name) const {
+  const SchemaName schema(name);
+  auto c = connect();
+  pg::exec(c.get(), "SET client_min_messages = warning");
+  pg::exec(c.get(), "DROP SCHEMA IF EXISTS " + schema.quoted() + " CASCADE");
+  migrate(c.get(), schema);
+  workload::create_tables(c.get(), schema);
+  pg::exec(c.get(), fmt::format(R"SQL(
+-- UUIDv7 as the producer makes them (time first), so the backlog has the producer's key order.
+CREATE FUNCTION {s}.uuid_v7() RETURNS uuid LANGUAGE sql VOLATILE AS $$
+  SELECT encode(set_byte(overlay(uuid_send(gen_random_uuid())
+           PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+                             FROM 3) FROM 1 FOR 6), 6,
+           (get_byte(uuid_send(gen_random_uuid()), 6) & 15) | 112), 'hex')::uuid $$;
+)SQL",
+                                fmt::arg("s", schema.quoted())));
+  if (kafka) kafka->create_topic(topic(schema), 6, 1);
+  return schema;
+}
+
+void Setup::load_backlog(const SchemaName& schema) const {
+  auto c = connect();
+  const std::int64_t events = options.events;
+  const std::int64_t aggregates = std::min<std::int64_t>(options.aggregates, events);
+  const int note = std::max(0, options.payload_bytes - 72);
+  const auto started = Clock::now();
+  constexpr std::int64_t kChunk = 100000;
+  for (std::int64_t from = 0; from < events; from += kChunk) {
+    const std::int64_t to = std::min(events, from + kChunk) - 1;
+    pg::exec(c.get(),
+             fmt::format(R"SQL(
+INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
+                      payload)
+SELECT {s}.uuid_v7(), 'order', 'order-' || (i % {a}), i / {a} + 1, 'OrderPlaced',
+       jsonb_build_object('order_id', i, 'customer', 'c-' || (i % 997),
+                          'total_cents', (i * 7919) % 100000, 'note', repeat('x', {note}))
+FROM generate_series({from}::bigint, {to}::bigint) i ORDER BY i)SQL",
+                         fmt::arg("events", schema.table("outbox_events")),
+                         fmt::arg("s", schema.quoted()), fmt::arg("a", aggregates),
+                         fmt::arg("note", note), fmt::arg("from", from), fmt::arg("to", to)));
+    progress(fmt::format("loading backlog into {}: {}/{} events, {:.0f} s", schema.name(), to + 1,
+                         events, seconds_since(started)));
+  }
+  pg::exec(c.get(), fmt::format(R"SQL(
+INSERT INTO {seq} (aggregate_type, aggregate_id, last_sequence)
+SELECT aggregate_type, aggregate_id, max(aggregate_sequence) FROM {events}
+GROUP BY aggregate_type, aggregate_id)SQL",
+                                fmt::arg("seq", schema.table("outbox_aggregate_sequences")),
+                                fmt::arg("events", schema.table("outbox_events"))));
+  pg::exec(c.get(), "VACUUM ANALYZE " + schema.table("outbox_events"));
+  pg::exec(c.get(), "CHECKPOINT");
+}
+
+std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discard,
+                                           int index) const {
+  std::vector<std::string> args{self,
+                                "relay",
+                                "--db",
+                                url,
+                                "--schema",
+                                schema.name(),
+                                "--relay-id",
+                                fmt::format("bench-{}-{}", schema.name(), index + 1),
+                                "--stats-every",
+                                "250ms",
+                                "--stats-format",
+                                "json",
+                                "--batch-size",
+                                std::to_string(options.batch_size),
+                                "--max-in-flight",
+                                std::to_string(options.max_in_flight)};
+  if (options.durable_marks) args.emplace_back("--durable-marks");
+  if (discard) {
+    args.insert(args.end(), {"--sink", "discard"});
+  } else {
+    args.insert(args.end(), {"--kafka-brokers", brokers, "--topic-template",
+                             schema.name() + ".{aggregate_type}"});
+    for (const std::string& property : options.kafka_properties) {
+      args.insert(args.end(), {"--kafka-property", property});
+    }
+  }
+  return args;
+}
+
+}  // namespace outbox::cli::bench

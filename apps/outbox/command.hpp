@@ -1,0 +1,79 @@
+#pragma once
+// The CLI's subcommands. Each command's file defines its register_<command>(Commands&): it adds the
+// subcommand with its flags (defaults from the library's options structs) and says what runs when
+// that subcommand is chosen. main() registers every command, parses, and runs the chosen one.
+//
+// A new command: a file with its register function, declared below and called from main().
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace outbox::cli {
+
+class Commands {
+ public:
+  explicit Commands(CLI::App& app) : app_(app) {}
+
+  // Adds subcommand `name`; `run` returns the process exit code when it was chosen. `run` must
+  // own (or share) the flags its options write into: they are read after parsing.
+  CLI::App* add(const std::string& name, const std::string& description,
+                std::function<int()> run) {
+    CLI::App* command = app_.add_subcommand(name, description);
+    commands_.emplace_back(command, std::move(run));
+    return command;
+  }
+
+  // A subcommand whose flags live in a `Flags` (default-initialised: the defaults --help shows);
+  // `run(flags)` runs when it was chosen. Returns the subcommand, to add options to, and its flags.
+  template <class Flags>
+  std::pair<CLI::App*, std::shared_ptr<Flags>> add(const std::string& name,
+                                                   const std::string& description,
+                                                   int (*run)(const Flags&)) {
+    auto flags = std::make_shared<Flags>();
+    return {add(name, description, [flags, run] { return run(*flags); }), flags};
+  }
+
+  // --db and --schema of a command that works on outbox's tables.
+  static void add_database_options(CLI::App* command, std::string& db, std::string& schema) {
+    command->add_option("--db", db, "libpq connection string or URI");
+    command->add_option("--schema", schema, "schema holding outbox_events");
+  }
+
+  // --db-password-file on a command that connects to the user's database (one value for all).
+  void add_password_file_option(CLI::App* command) {
+    command->add_option("--db-password-file", password_file_,
+                        "the database password, from the first line of this file (default: "
+                        "$OUTBOX_DATABASE_PASSWORD_FILE; libpq's PGPASSFILE works too)");
+  }
+  [[nodiscard]] const std::string& password_file() const { return password_file_; }
+
+  // The chosen command's exit code (the app requires exactly one).
+  [[nodiscard]] int run_chosen() const {
+    for (const auto& [command, run] : commands_) {
+      if (command->parsed()) return run();
+    }
+    return 0;
+  }
+
+ private:
+  CLI::App& app_;
+  std::vector<std::pair<CLI::App*, std::function<int()>>> commands_;
+  std::string password_file_;
+};
+
+// In the order `outbox --help` lists them.
+void register_migrate(Commands& commands);
+void register_relay(Commands& commands);
+void register_status(Commands& commands);
+void register_quarantine(Commands& commands);
+void register_cleanup(Commands& commands);
+void register_kafka_mock(Commands& commands);
+void register_postgres(Commands& commands);
+void register_demo(Commands& commands);
+void register_bench(Commands& commands);
+
+}  // namespace outbox::cli

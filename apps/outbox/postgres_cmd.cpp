@@ -1,0 +1,21 @@
+// `outbox postgres`: a private PostgreSQL cluster, until stopped; prints its connection string.
+
+#include <iostream>
+
+#include "cli_common.hpp"
+#include "command.hpp"
+#include "outbox/embedded_postgres.hpp"
+
+namespace outbox::cli {
+
+void register_postgres(Commands& commands) {
+  commands.add("postgres",
+               "run a private PostgreSQL cluster until stopped; prints its connection string", [] {
+                 EmbeddedPostgres postgres;
+                 std::cout << postgres.connection_string() << std::endl;
+                 wait_for_termination();
+                 return 0;
+               });
+}
+
+}  // namespace outbox::cli

@@ -1,0 +1,239 @@
+// `outbox relay`: the polling relay, until SIGTERM/SIGINT/SIGHUP (which drain in-flight sends).
+// Flags default to RelayOptions' and KafkaSinkOptions' own defaults.
+
+#include <condition_variable>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cli_common.hpp"
+#include "command.hpp"
+#include "common/backoff.hpp"
+#include "outbox/byte_size.hpp"
+#include "outbox/duration.hpp"
+#include "outbox/error.hpp"
+#include "outbox/kafka.hpp"
+#include "outbox/relay.hpp"
+#include "relay_stats_format.hpp"
+
+namespace outbox::cli {
+namespace {
+
+const RelayOptions kRelayDefaults{};
+
+struct RelayFlags {
+  std::string db;
+  std::string schema = kRelayDefaults.schema.name();
+  std::string brokers;
+  std::vector<std::string> properties;
+  std::string properties_file;  // key=value lines; --kafka-property overrides
+  std::string topic_template = KafkaSinkOptions{}.topic_template;
+  std::string relay_id;
+  std::size_t batch_size = kRelayDefaults.batch_size;
+  std::size_t max_in_flight = kRelayDefaults.max_in_flight;
+  std::string max_in_flight_bytes = byte_size_text(kRelayDefaults.max_in_flight_bytes);
+  long lease_ms = kRelayDefaults.lease.count();
+  long backoff_base_ms = kRelayDefaults.backoff_base.count();
+  long backoff_max_ms = kRelayDefaults.backoff_max.count();
+  int max_attempts = kRelayDefaults.max_attempts;
+  std::string sink = "kafka";
+  std::string stats_every;  // empty: only at the end
+  std::string stats_format = "text";
+  bool durable_marks = kRelayDefaults.durable_marks;
+};
+
+RelayOptions relay_options(const RelayFlags& flags) {
+  RelayOptions options;
+  options.database_url = database_url(flags.db);
+  options.schema = SchemaName(flags.schema);
+  options.relay_id = flags.relay_id;
+  options.batch_size = flags.batch_size;
+  options.max_in_flight = flags.max_in_flight;
+  options.max_in_flight_bytes = parse_byte_size(flags.max_in_flight_bytes);
+  options.lease = std::chrono::milliseconds(flags.lease_ms);
+  options.backoff_base = std::chrono::milliseconds(flags.backoff_base_ms);
+  options.backoff_max = std::chrono::milliseconds(flags.backoff_max_ms);
+  options.max_attempts = flags.max_attempts;
+  options.durable_marks = flags.durable_marks;
+  return options;
+}
+
+KafkaSinkOptions sink_options(const RelayFlags& flags, std::chrono::milliseconds lease) {
+  KafkaSinkOptions sink;
+  sink.brokers = flags.brokers;
+  sink.topic_template = flags.topic_template;
+  if (!flags.properties_file.empty()) sink.properties = read_properties_file(flags.properties_file);
+  for (auto& [key, value] : kafka_properties(flags.properties)) sink.properties[key] = value;
+  sink.max_message_timeout = lease;
+  return sink;
+}
+
+std::chrono::milliseconds stats_interval(const RelayFlags& flags) {
+  if (flags.stats_every.empty()) return std::chrono::milliseconds(0);
+  const auto every = parse_duration(flags.stats_every);
+  if (every < std::chrono::milliseconds(100)) {
+    throw ConfigError("relay: --stats-every must be at least 100ms, not \"" + flags.stats_every +
+                      "\"");
+  }
+  return every;
+}
+
+void print_stats(const RelayFlags& flags, const Relay& relay) {
+  const RelayStats stats = relay.stats();
+  if (flags.stats_format == "json") {
+    // A last error may quote bytes that are not UTF-8 (a server's message, a broker's).
+    std::cout << relay_stats_json(relay.relay_id(), stats)
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
+  } else {
+    std::cout << relay_stats_text(relay.relay_id(), stats) << std::endl;
+  }
+}
+
+// What the signal thread, the first connection's retries and the stats reporter share.
+struct RelayControl {
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;     // a signal came
+  bool finished = false;     // the relay returned: the reporter stops
+  Relay* current = nullptr;  // the running relay, for the signal thread
+};
+
+// Once running, the relay rides out PostgreSQL outages itself (Relay::run). Until PostgreSQL
+// accepts the first connection, retry with capped exponential backoff. Null when a signal came.
+std::unique_ptr<Relay> start_relay(const RelayOptions& options,
+                                   const std::function<std::unique_ptr<Sink>()>& make_sink,
+                                   RelayControl& control) {
+  detail::Backoff backoff(std::chrono::milliseconds(500), std::chrono::milliseconds(30000));
+  for (;;) {
+    const auto wait = backoff.next();
+    try {
+      auto relay = std::make_unique<Relay>(options, make_sink());
+      std::lock_guard lock(control.mutex);
+      if (control.stopping) return nullptr;
+      control.current = relay.get();
+      return relay;
+    } catch (const DatabaseError& e) {
+      if (!e.retryable()) throw;
+      std::cerr << "outbox relay: " << e.what() << "; retrying in " << wait.count() << " ms\n";
+    }
+    std::unique_lock lock(control.mutex);
+    if (control.wake.wait_for(lock, wait, [&] { return control.stopping; })) return nullptr;
+  }
+}
+
+// Runs `relay` to its end, with a stats line every `every` (0: none) meanwhile.
+void run_reporting(const RelayFlags& flags, Relay& relay, RelayControl& control,
+                   std::chrono::milliseconds every) {
+  std::thread reporter;
+  if (every.count() > 0) {
+    reporter = std::thread([&] {
+      std::unique_lock lock(control.mutex);
+      while (!control.wake.wait_for(lock, every, [&] { return control.finished; })) {
+        print_stats(flags, relay);
+      }
+    });
+  }
+  auto stop_reporter = [&] {
+    {
+      std::lock_guard lock(control.mutex);
+      control.finished = true;
+      control.current = nullptr;  // the signal thread must never see a destroyed relay
+    }
+    control.wake.notify_all();
+    if (reporter.joinable()) reporter.join();
+  };
+  try {
+    relay.run();
+  } catch (...) {
+    stop_reporter();
+    throw;
+  }
+  stop_reporter();
+}
+
+int run_relay(const RelayFlags& flags) {
+  const bool discard = flags.sink == "discard";
+  if (!discard && flags.sink != "kafka") {
+    throw ConfigError("relay: --sink must be kafka or discard, not \"" + flags.sink + "\"");
+  }
+  if (!discard && flags.brokers.empty()) {
+    throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
+  }
+  const auto every = stats_interval(flags);
+  const RelayOptions options = relay_options(flags);
+  const KafkaSinkOptions sink = sink_options(flags, options.lease);
+  auto make_sink = [&] { return discard ? make_discard_sink() : make_kafka_sink(sink); };
+
+  RelayControl control;
+  on_termination_signal([&] {
+    std::lock_guard lock(control.mutex);
+    control.stopping = true;
+    if (control.current != nullptr) control.current->request_stop();
+    control.wake.notify_all();
+  });
+  const std::unique_ptr<Relay> relay = start_relay(options, make_sink, control);
+  if (!relay) return 0;
+  run_reporting(flags, *relay, control, every);
+  print_stats(flags, *relay);
+  return 0;
+}
+
+void add_relay_tuning(CLI::App* relay, RelayFlags& flags) {
+  relay->add_option("--batch-size", flags.batch_size, "rows per claim")
+      ->check(CLI::Range(1, 100000));
+  relay->add_option("--max-in-flight", flags.max_in_flight, "sends awaiting an ack")
+      ->check(CLI::Range(1, 1000000));
+  relay
+      ->add_option("--max-in-flight-bytes", flags.max_in_flight_bytes,
+                   "payload and header bytes the relay holds at most (claimed and awaiting an "
+                   "ack; a larger row goes alone), e.g. 64MiB")
+      ->capture_default_str();
+  relay->add_option("--lease-ms", flags.lease_ms, "claim lease")
+      ->check(CLI::Range(100L, 3600000L));
+  relay
+      ->add_option("--backoff-base-ms", flags.backoff_base_ms,
+                   "first retry delay after a failed send")
+      ->check(CLI::Range(1L, 3600000L));
+  relay->add_option("--backoff-max-ms", flags.backoff_max_ms, "longest retry delay")
+      ->check(CLI::Range(1L, 86400000L));
+  relay
+      ->add_option("--max-attempts", flags.max_attempts,
+                   "failed sends before an event is quarantined (0: never)")
+      ->check(CLI::Range(0, 1000000));
+}
+
+}  // namespace
+
+void register_relay(Commands& commands) {
+  const auto [relay, flags] =
+      commands.add("relay", "publish committed events to Kafka (polling relay)", run_relay);
+  Commands::add_database_options(relay, flags->db, flags->schema);
+  relay->add_option("--kafka-brokers", flags->brokers, "bootstrap servers host:port,...");
+  relay->add_option("--kafka-property", flags->properties, "librdkafka property key=value");
+  relay->add_option("--kafka-properties-file", flags->properties_file,
+                    "librdkafka properties, key=value per line (for secrets: ps shows flags)");
+  relay->add_option("--topic-template", flags->topic_template,
+                    "topic per event; {aggregate_type} and {event_type} are replaced");
+  relay->add_option("--relay-id", flags->relay_id, "name in claimed_by (default host-pid-rand)");
+  add_relay_tuning(relay, *flags);
+  relay
+      ->add_option("--sink", flags->sink,
+                   "kafka, or discard: acknowledge every event at once without sending it "
+                   "(measures the database side alone; nothing reaches a broker)")
+      ->capture_default_str();
+  relay->add_flag("--durable-marks", flags->durable_marks,
+                  "commit marks synchronously: after a PostgreSQL crash no topic shows an "
+                  "aggregate's k+1 before a repeat of k (docs/GUARANTEES.md)");
+  relay->add_option("--stats-every", flags->stats_every,
+                    "print a stats line (health, counts, last error) at this interval, e.g. 30s");
+  relay
+      ->add_option("--stats-format", flags->stats_format,
+                   "text (one line a person reads) or json (one object per line, every counter)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  commands.add_password_file_option(relay);
+}
+
+}  // namespace outbox::cli
