@@ -17,7 +17,6 @@
 #include <thread>
 
 #include "outbox/error.hpp"
-#include "session_names.hpp"
 
 extern char** environ;
 
@@ -49,7 +48,7 @@ std::optional<double> cpu_seconds_in(const std::string& stat_path) {
 std::string relay_sessions() {
   return fmt::format(
       "FROM pg_stat_activity WHERE application_name = '{}' AND datname = current_database()",
-      kRelayApplicationName);
+      outbox::kRelayApplicationName);
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 
 #include "cli_common.hpp"
 #include "command.hpp"
-#include "common/backoff.hpp"
 #include "outbox/byte_size.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
@@ -100,27 +99,16 @@ struct RelayControl {
   Relay* current = nullptr;  // the running relay, for the signal thread
 };
 
-// Once running, the relay rides out PostgreSQL outages itself (Relay::run). Until PostgreSQL
-// accepts the first connection, retry with capped exponential backoff. Null when a signal came.
+// Builds the relay (a PostgreSQL not up yet is no error: the relay retries, Relay::run) and
+// hands it to the signal handler; nullptr when a stop came first.
 std::unique_ptr<Relay> start_relay(const RelayOptions& options,
                                    const std::function<std::unique_ptr<Sink>()>& make_sink,
                                    RelayControl& control) {
-  detail::Backoff backoff(std::chrono::milliseconds(500), std::chrono::milliseconds(30000));
-  for (;;) {
-    const auto wait = backoff.next();
-    try {
-      auto relay = std::make_unique<Relay>(options, make_sink());
-      std::lock_guard lock(control.mutex);
-      if (control.stopping) return nullptr;
-      control.current = relay.get();
-      return relay;
-    } catch (const DatabaseError& e) {
-      if (!e.retryable()) throw;
-      std::cerr << "outbox relay: " << e.what() << "; retrying in " << wait.count() << " ms\n";
-    }
-    std::unique_lock lock(control.mutex);
-    if (control.wake.wait_for(lock, wait, [&] { return control.stopping; })) return nullptr;
-  }
+  auto relay = std::make_unique<Relay>(options, make_sink());
+  std::lock_guard lock(control.mutex);
+  if (control.stopping) return nullptr;
+  control.current = relay.get();
+  return relay;
 }
 
 // Runs `relay` to its end, with a stats line every `every` (0: none) meanwhile.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "outbox/health.hpp"
 #include "outbox/schema.hpp"
@@ -47,6 +48,10 @@ struct RelayOptions {
   // has the measured cost).
   bool durable_marks = false;
 };
+
+// The application_name of every relay session (pg_stat_activity shows it; the benchmark and the
+// crash campaign find relays by it).
+inline constexpr std::string_view kRelayApplicationName = "outbox-relay";
 
 // Counters since the relay started. Read from any thread.
 struct RelayStats {

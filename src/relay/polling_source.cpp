@@ -83,7 +83,7 @@ PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counter
 // relay that reconnects while its old session lingers on a half-open connection must not wait for
 // itself) and non-negative (relay_sql::sweep reads it back from pg_locks).
 PollingSource::Session PollingSource::open_session(const RelayOptions& options) {
-  auto connection = pg::Connection::open(options.database_url, "outbox-relay");
+  auto connection = pg::Connection::open(options.database_url, std::string(kRelayApplicationName));
   for (const std::string& setting : relay_sql::session_settings(options.durable_marks)) {
     pg::exec(connection.get(), setting);
   }

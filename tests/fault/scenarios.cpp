@@ -19,6 +19,7 @@
 #include "outbox/kafka_mock.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/transaction.hpp"
+#include "outbox/relay.hpp"
 #include "pg/connection.hpp"
 #include "support/claim_plan.hpp"
 
@@ -171,10 +172,11 @@ int run_stalled_relay(const ScenarioOptions& options) {
   for (;;) {
     const auto sample =
         pg::exec(connection.get(),
-                 "SELECT (SELECT count(*) FROM campaign.outbox_events WHERE published_at IS NULL),"
-                 " coalesce((SELECT max(extract(epoch FROM clock_timestamp() - query_start)) * 1000"
-                 "  FROM pg_stat_activity WHERE application_name = 'outbox-relay' AND state = "
-                 "'active'), 0)");
+                 fmt::format("SELECT (SELECT count(*) FROM campaign.outbox_events WHERE "
+                             "published_at IS NULL), coalesce((SELECT max(extract(epoch FROM "
+                             "clock_timestamp() - query_start)) * 1000 FROM pg_stat_activity "
+                             "WHERE application_name = '{}' AND state = 'active'), 0)",
+                             kRelayApplicationName));
     slowest_ms = std::max(slowest_ms, std::stod(std::string(sample.text(0, 1))));
     if (sample.int64(0, 0) == 0) {
       published_seconds = std::chrono::duration<double>(Clock::now() - drain_started).count();
