@@ -106,6 +106,7 @@ class Relay::Impl {
     // with nothing in flight.
     Clock::time_point last_report = Clock::now();
     Clock::time_point last_work = Clock::now();  // the last fetch that found rows, or report
+    std::vector<DeliveryReport> reports;  // reused by every step: no allocation per poll
   };
 
   void connect_source() {
@@ -171,7 +172,8 @@ class Relay::Impl {
         : busy     ? milliseconds(0)
                    : std::clamp(pass.schedule.until(Clock::now(), look), milliseconds(0),
                                 milliseconds(5));
-    std::vector<DeliveryReport> reports;
+    std::vector<DeliveryReport>& reports = pass.reports;
+    reports.clear();
     if (!window_.empty()) {
       sink_->poll(wait, reports);
     } else if (paced && source_->wait_for_news(wait)) {
