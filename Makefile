@@ -44,10 +44,10 @@ bench: build
 	./$(BUILD_DIR)/outbox bench $(ARGS)
 
 # The tests start their own embedded PostgreSQL and Kafka mock; nothing else needs to run.
-# `make test` (what CI runs): the gtest tests under ASan/UBSan in build-address-undefined/, the
-# crash campaign, fuzzers and command-line tests on the plain build, side by side
-# (scripts/test.sh says why). The fuzz tests (label fuzz, 20 s per target) build tests/fuzz with
-# clang++ in $(BUILD_DIR)/fuzz. Tests labelled slow are left out.
+# `make test` (what CI runs): the gtest tests and the fuzzers in build-address-undefined/, the
+# crash campaign and command-line tests on the plain build, side by side (scripts/test.sh says
+# why). The fuzz tests (label fuzz, 20 s per target) build tests/fuzz with clang++ in
+# <tree>/fuzz. Tests labelled slow are left out.
 SANITIZE_DIR := build-address-undefined
 test:
 	BUILD_DIR=$(BUILD_DIR) SANITIZE_DIR=$(SANITIZE_DIR) BUILD_TYPE=$(BUILD_TYPE) WERROR=$(WERROR) \

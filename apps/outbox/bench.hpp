@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "outbox/kafka_mock.hpp"
+#include "outbox/testing/kafka_mock.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/schema.hpp"
 #include "pg/connection.hpp"

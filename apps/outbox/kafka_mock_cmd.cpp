@@ -7,14 +7,14 @@
 
 #include "cli_common.hpp"
 #include "command.hpp"
-#include "outbox/kafka_mock.hpp"
+#include "outbox/testing/kafka_mock.hpp"
 
 namespace outbox::cli {
 namespace {
 
 struct KafkaMockFlags {
-  int brokers = 3;
-  int partitions = 4;
+  int brokers = KafkaMockCluster::kDefaultBrokers;
+  int partitions = KafkaMockCluster::kAutoCreatedPartitions;
   std::vector<std::string> topics;
 };
 
@@ -26,10 +26,10 @@ int run_kafka_mock(const KafkaMockFlags& flags) {
   std::cerr << fmt::format(
       "outbox kafka-mock: an in-memory test broker. Each partition keeps at most 5 MiB and drops "
       "its oldest messages beyond that; {} ({} partition(s) each); other topics are created on "
-      "first use with 4 partitions. For demos and tests, not for data you need.\n",
+      "first use with {} partitions. For demos and tests, not for data you need.\n",
       flags.topics.empty() ? std::string("no topic created up front (--topic NAME)")
                            : fmt::format("{} topic(s) created", flags.topics.size()),
-      flags.partitions);
+      flags.partitions, KafkaMockCluster::kAutoCreatedPartitions);
   std::cout << cluster.bootstrap_servers() << std::endl;
   wait_for_termination();
   return 0;
@@ -40,7 +40,8 @@ int run_kafka_mock(const KafkaMockFlags& flags) {
 void register_kafka_mock(Commands& commands) {
   const auto [mock, flags] = commands.add(
       "kafka-mock", "run librdkafka's mock Kafka cluster until stopped", run_kafka_mock);
-  mock->add_option("--brokers", flags->brokers, "number of brokers")->check(CLI::Range(1, 64));
+  mock->add_option("--brokers", flags->brokers, "number of brokers")
+      ->check(CLI::Range(1, KafkaMockCluster::kMaxBrokers));
   mock->add_option("--topic", flags->topics,
                    "create this topic up front with --partitions partitions (repeatable)");
   mock->add_option("--partitions", flags->partitions,

@@ -4,7 +4,7 @@
 
 #include "cli_common.hpp"
 #include "command.hpp"
-#include "outbox/embedded_postgres.hpp"
+#include "outbox/testing/embedded_postgres.hpp"
 
 namespace outbox::cli {
 

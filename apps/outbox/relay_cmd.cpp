@@ -10,9 +10,10 @@
 #include "cli_common.hpp"
 #include "command.hpp"
 #include "outbox/byte_size.hpp"
+#include "outbox/discard_sink.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
-#include "outbox/kafka.hpp"
+#include "outbox/kafka_sink.hpp"
 #include "outbox/relay.hpp"
 #include "relay_stats_format.hpp"
 

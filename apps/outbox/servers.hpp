@@ -6,8 +6,8 @@
 #include <optional>
 #include <string>
 
-#include "outbox/embedded_postgres.hpp"
-#include "outbox/kafka_mock.hpp"
+#include "outbox/testing/embedded_postgres.hpp"
+#include "outbox/testing/kafka_mock.hpp"
 
 namespace outbox::cli {
 

@@ -54,9 +54,4 @@ class Sink {
   [[nodiscard]] virtual std::string describe() const = 0;
 };
 
-// A sink that reports every send as published at once and sends nothing anywhere. For measuring
-// what the database side alone allows (`outbox relay --sink discard`, `outbox bench`) and for
-// tests. Never point it at events anyone needs: they are marked published.
-std::unique_ptr<Sink> make_discard_sink();
-
 }  // namespace outbox

@@ -277,57 +277,16 @@ class Scanner {
       }
       const std::size_t escape_at = pos_++;
       const char e = pos_ < text_.size() ? text_[pos_++] : '\0';
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          add(static_cast<unsigned char>(e));
-          continue;
-        case 'b':
-          add('\b');
-          continue;
-        case 'f':
-          add('\f');
-          continue;
-        case 'n':
-          add('\n');
-          continue;
-        case 'r':
-          add('\r');
-          continue;
-        case 't':
-          add('\t');
-          continue;
-        case 'u':
-          break;
-        default:
+      if (e != 'u') {
+        const int byte = simple_escape(e);
+        if (byte < 0) {
           return fail(fmt::format("is not valid JSON: invalid escape at byte {}", escape_at));
+        }
+        add(static_cast<unsigned char>(byte));
+        continue;
       }
       std::uint32_t code_point = 0;
-      if (!read_hex4(code_point)) {
-        return fail(
-            fmt::format("is not valid JSON: \\u at byte {} needs four hex digits", escape_at));
-      }
-      if (code_point >= 0xDC00 && code_point <= 0xDFFF) {
-        return fail(fmt::format(
-            "is not valid JSON: the low surrogate at byte {} must follow a high surrogate",
-            escape_at));
-      }
-      if (code_point >= 0xD800 && code_point <= 0xDBFF) {
-        std::uint32_t low = 0;
-        if (text_.substr(pos_, 2) != "\\u" || (pos_ += 2, !read_hex4(low)) || low < 0xDC00 ||
-            low > 0xDFFF) {
-          return fail(fmt::format(
-              "is not valid JSON: the high surrogate at byte {} must be followed by a low one "
-              "(\\uDC00 to \\uDFFF)",
-              escape_at));
-        }
-        code_point = 0x10000 + ((code_point - 0xD800) << 10) + (low - 0xDC00);
-      }
-      if (code_point == 0) {
-        return fail(fmt::format(
-            "contains \\u0000, which PostgreSQL jsonb cannot store (at byte {})", escape_at));
-      }
+      if (!read_unicode_escape(escape_at, code_point)) return false;
       if (code_point < 0x80) {
         add(static_cast<unsigned char>(code_point));
       } else if (key == nullptr) {
@@ -338,6 +297,58 @@ class Scanner {
         append_utf8(code_point, printed, decoded, *key);
       }
     }
+  }
+
+  // The byte a one-letter escape (after the backslash) stands for; -1 when it is none.
+  static int simple_escape(char e) {
+    switch (e) {
+      case '"':
+      case '\\':
+      case '/':
+        return e;
+      case 'b':
+        return '\b';
+      case 'f':
+        return '\f';
+      case 'n':
+        return '\n';
+      case 'r':
+        return '\r';
+      case 't':
+        return '\t';
+      default:
+        return -1;
+    }
+  }
+
+  // After `\u` (the backslash at `escape_at`): four hex digits, and a second `\uXXXX` when they
+  // are a high surrogate. The code point must be one jsonb stores (not a lone surrogate, not 0).
+  bool read_unicode_escape(std::size_t escape_at, std::uint32_t& code_point) {
+    if (!read_hex4(code_point)) {
+      return fail(
+          fmt::format("is not valid JSON: \\u at byte {} needs four hex digits", escape_at));
+    }
+    if (code_point >= 0xDC00 && code_point <= 0xDFFF) {
+      return fail(fmt::format(
+          "is not valid JSON: the low surrogate at byte {} must follow a high surrogate",
+          escape_at));
+    }
+    if (code_point >= 0xD800 && code_point <= 0xDBFF) {
+      std::uint32_t low = 0;
+      if (text_.substr(pos_, 2) != "\\u" || (pos_ += 2, !read_hex4(low)) || low < 0xDC00 ||
+          low > 0xDFFF) {
+        return fail(fmt::format(
+            "is not valid JSON: the high surrogate at byte {} must be followed by a low one "
+            "(\\uDC00 to \\uDFFF)",
+            escape_at));
+      }
+      code_point = 0x10000 + ((code_point - 0xD800) << 10) + (low - 0xDC00);
+    }
+    if (code_point == 0) {
+      return fail(fmt::format(
+          "contains \\u0000, which PostgreSQL jsonb cannot store (at byte {})", escape_at));
+    }
+    return true;
   }
 
   static void append_utf8(std::uint32_t code_point, std::uint64_t& printed, std::uint64_t& decoded,

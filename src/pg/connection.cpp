@@ -87,7 +87,7 @@ Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>
 namespace {
 
 // The names prepared on one connection, kept as libpq instance data so they live and die with
-// the PGconn (whoever owns it: the caller's connection for the producer).
+// the PGconn, whoever owns it (for the producer that is the caller's connection).
 struct PreparedNames {
   std::unordered_set<std::string> names;
   // How often a statement we prepared was missing (26000) or one we had not was there (42P05):
@@ -124,8 +124,8 @@ struct PreparedNames {
         "statement [" + first_line + "]: its prepared statement " + name +
             " vanished from the server (DISCARD ALL, DEALLOCATE, or a transaction pooler that "
             "moved the session); the transaction was aborted. Retry it: the next try prepares "
-            "again. Behind a pooler in transaction mode without prepared-statement support, "
-            "turn prepared statements off (ProducerOptions::prepare_statements = false)",
+            "again. Behind a pooler in transaction mode without prepared-statement support, run "
+            "these statements unprepared",
         "26000", true);
   }
 };
@@ -244,63 +244,62 @@ namespace {
 void check_commit(PGconn* conn, const PGresult* raw, const char* lost, bool redo_is_safe);
 }  // namespace
 
-std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>& statements,
-                                     bool prepare) {
-  PreparedNames& prepared = prepared_names(conn);
-  const bool use_prepared = prepare && !prepared.unprepared();
-  if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF || PQenterPipelineMode(conn) == 0) {
-    throw DatabaseError(
-        "could not enter libpq pipeline mode (is a command still running on the "
-        "connection?): " +
-            std::string(PQerrorMessage(conn)),
-        "", false);
-  }
-  // What each command of the pipeline is: statement i's Prepare, statement i's execution, COMMIT.
-  struct Command {
-    enum Kind { prepare, execute, commit } kind;
-    std::size_t statement;
-    std::string name;
-  };
-  std::vector<Command> commands;
-  auto lost_before_commit = [&] {
-    DatabaseError error = make_error(conn, nullptr, "sending the enqueue and COMMIT failed");
-    return DatabaseError(
-        std::string(error.what()) + "; COMMIT was never sent, so the transaction did not commit",
-        error.sqlstate().empty() ? "08006" : error.sqlstate(), true);
-  };
+namespace {
+
+// What each command of a pipeline is: statement i's Prepare, statement i's execution, COMMIT.
+struct PipelineCommand {
+  enum Kind { prepare, execute, commit } kind;
+  std::size_t statement;
+  std::string name;  // the prepared statement's name; empty when run unprepared
+};
+
+DatabaseError lost_before_commit(PGconn* conn) {
+  DatabaseError error = make_error(conn, nullptr, "sending the statements and COMMIT failed");
+  return DatabaseError(
+      std::string(error.what()) + "; COMMIT was never sent, so the transaction did not commit",
+      error.sqlstate().empty() ? "08006" : error.sqlstate(), true);
+}
+
+// Queues every statement (with a Prepare before the first use of a name) and COMMIT. Throws
+// lost_before_commit() when libpq refuses to queue one: nothing committed.
+std::vector<PipelineCommand> send_pipeline(PGconn* conn, const std::vector<Statement>& statements,
+                                           const PreparedNames* prepared) {
+  std::vector<PipelineCommand> commands;
   std::unordered_set<std::string> preparing;  // Prepares queued in this pipeline
   for (std::size_t i = 0; i < statements.size(); ++i) {
     const Statement& statement = statements[i];
     const int n = static_cast<int>(statement.params.size());
     int sent = 0;
-    if (!use_prepared) {
+    if (prepared == nullptr) {
       sent = PQsendQueryParams(conn, statement.sql->c_str(), n, nullptr, statement.params.data(),
                                nullptr, nullptr, 0);
-      commands.push_back({Command::execute, i, {}});
+      commands.push_back({PipelineCommand::execute, i, {}});
     } else {
       std::string name = statement_name(*statement.sql);
-      if (!prepared.names.contains(name) && !preparing.contains(name)) {
-        preparing.insert(name);
+      if (!prepared->names.contains(name) && preparing.insert(name).second) {
         if (PQsendPrepare(conn, name.c_str(), statement.sql->c_str(), n, nullptr) == 0) {
-          throw lost_before_commit();
+          throw lost_before_commit(conn);
         }
-        commands.push_back({Command::prepare, i, name});
+        commands.push_back({PipelineCommand::prepare, i, name});
       }
       sent =
           PQsendQueryPrepared(conn, name.c_str(), n, statement.params.data(), nullptr, nullptr, 0);
-      commands.push_back({Command::execute, i, std::move(name)});
+      commands.push_back({PipelineCommand::execute, i, std::move(name)});
     }
-    if (sent == 0) throw lost_before_commit();
+    if (sent == 0) throw lost_before_commit(conn);
   }
   if (PQsendQueryParams(conn, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 0) {
-    throw lost_before_commit();
+    throw lost_before_commit(conn);
   }
-  commands.push_back({Command::commit, 0, {}});
-  const bool sync_sent = PQpipelineSync(conn) != 0;
+  commands.push_back({PipelineCommand::commit, 0, {}});
+  return commands;
+}
 
-  // Each command answers with one result and then a null; the pipeline ends with a sync result.
-  // After a failed command the rest answer PGRES_PIPELINE_ABORTED.
-  std::vector<ResultHandle> answers(commands.size());
+// Reads the pipeline's answers: each command answers with one result and then a null; the
+// pipeline ends with a sync result; after a failed command the rest answer
+// PGRES_PIPELINE_ABORTED. A command without an answer (the connection broke) keeps a null.
+std::vector<ResultHandle> read_pipeline(PGconn* conn, std::size_t commands, bool sync_sent) {
+  std::vector<ResultHandle> answers(commands);
   bool synced = false;
   for (std::size_t index = 0; sync_sent && !synced;) {
     PGresult* raw = PQgetResult(conn);
@@ -320,46 +319,65 @@ std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>&
     if (!synced && PQstatus(conn) == CONNECTION_BAD) break;
   }
   if (synced) PQexitPipelineMode(conn);
+  return answers;
+}
 
-  auto status_of = [&](std::size_t c) {
-    return answers[c].get() != nullptr ? PQresultStatus(answers[c].get()) : PGRES_FATAL_ERROR;
-  };
-  auto state_of = [&](std::size_t c) -> std::string {
-    const char* s = answers[c].get() != nullptr
-                        ? PQresultErrorField(answers[c].get(), PG_DIAG_SQLSTATE)
-                        : nullptr;
-    return s != nullptr ? s : "";
-  };
+// The statements' results in order, up to the first command without an answer. Throws the
+// server's refusal of a statement (a vanished or already existing prepared statement as its own
+// retryable error).
+std::vector<Result> statement_results(PGconn* conn, const std::vector<Statement>& statements,
+                                      const std::vector<PipelineCommand>& commands,
+                                      std::vector<ResultHandle>& answers,
+                                      PreparedNames& prepared) {
   std::vector<Result> results;
   for (std::size_t c = 0; c + 1 < commands.size(); ++c) {
-    const Command& command = commands[c];
-    const ExecStatusType status = status_of(c);
-    const std::string state = state_of(c);
-    if (command.kind == Command::prepare) {
+    const PipelineCommand& command = commands[c];
+    const PGresult* answer = answers[c].get();
+    const ExecStatusType status = answer != nullptr ? PQresultStatus(answer) : PGRES_FATAL_ERROR;
+    const char* sqlstate =
+        answer != nullptr ? PQresultErrorField(answer, PG_DIAG_SQLSTATE) : nullptr;
+    const std::string state = sqlstate != nullptr ? sqlstate : "";
+    const std::string& sql = *statements[command.statement].sql;
+    if (command.kind == PipelineCommand::prepare) {
       if (status == PGRES_COMMAND_OK) {
         prepared.names.insert(command.name);
         continue;
       }
-      if (state == "42P05") {
-        throw prepared.already_there(first_line(*statements[command.statement].sql), command.name);
-      }
+      if (state == "42P05") throw prepared.already_there(first_line(sql), command.name);
     } else if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
       results.emplace_back(answers[c].release());
       continue;
-    } else if (state == "26000" && command.kind == Command::execute && !command.name.empty()) {
-      throw prepared.vanished(first_line(*statements[command.statement].sql), command.name);
+    } else if (state == "26000" && !command.name.empty()) {
+      throw prepared.vanished(first_line(sql), command.name);
     }
     if (status == PGRES_PIPELINE_ABORTED) continue;  // an earlier command failed: reported below
-    if (!state.empty()) {
-      throw make_error(conn, answers[c].get(),
-                       "statement failed [" + first_line(*statements[command.statement].sql) + "]");
-    }
-    // No answer from the server: the connection broke, and COMMIT had been sent.
-    break;
+    if (!state.empty()) throw make_error(conn, answer, "statement failed [" + first_line(sql) + "]");
+    break;  // no answer from the server: the connection broke, and COMMIT had been sent
   }
+  return results;
+}
+
+}  // namespace
+
+std::vector<Result> exec_then_commit(PGconn* conn, const std::vector<Statement>& statements,
+                                     bool prepare) {
+  PreparedNames& prepared = prepared_names(conn);
+  const bool use_prepared = prepare && !prepared.unprepared();
+  if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF || PQenterPipelineMode(conn) == 0) {
+    throw DatabaseError(
+        "could not enter libpq pipeline mode (is a command still running on the "
+        "connection?): " +
+            std::string(PQerrorMessage(conn)),
+        "", false);
+  }
+  const std::vector<PipelineCommand> commands =
+      send_pipeline(conn, statements, use_prepared ? &prepared : nullptr);
+  const bool sync_sent = PQpipelineSync(conn) != 0;
+  std::vector<ResultHandle> answers = read_pipeline(conn, commands.size(), sync_sent);
+  std::vector<Result> results = statement_results(conn, statements, commands, answers, prepared);
   const char* lost =
-      "the connection broke after the enqueue and COMMIT were sent: the transaction may or may "
-      "not have committed";
+      "the connection broke after the statements and COMMIT were sent: the transaction may or "
+      "may not have committed";
   if (results.size() != statements.size()) throw OutcomeUnknown(lost);
   check_commit(conn, answers.back().get(), lost, false);
   return results;

@@ -315,6 +315,14 @@ void take_returned(const AggregateInsert& insert, const pg::Result& result,
   }
 }
 
+// A prepared statement the server no longer knows (26000): say which option runs the producer's
+// statements unprepared, for when a transaction pooler keeps dropping them.
+[[noreturn]] void rethrow_vanished(const DatabaseError& error) {
+  throw DatabaseError(std::string(error.what()) +
+                          " (the producer's option: ProducerOptions::prepare_statements = false)",
+                      error.sqlstate(), error.retryable());
+}
+
 }  // namespace
 
 std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEvent> events) const {
@@ -324,9 +332,16 @@ std::vector<EnqueuedEvent> Producer::enqueue(PGconn* conn, std::span<const NewEv
   for (AggregateInsert& insert : plan_inserts(events, enqueued)) {
     const auto params = insert.params();
     const std::string& sql = insert.sql(insert_one_sql_, insert_many_sql_);
-    const auto result = options_.prepare_statements ? pg::exec_prepared(conn, sql, params)
-                                                    : pg::exec(conn, sql, params);
-    take_returned(insert, result, enqueued);
+    if (!options_.prepare_statements) {
+      take_returned(insert, pg::exec(conn, sql, params), enqueued);
+      continue;
+    }
+    try {
+      take_returned(insert, pg::exec_prepared(conn, sql, params), enqueued);
+    } catch (const DatabaseError& e) {
+      if (e.sqlstate() == "26000") rethrow_vanished(e);
+      throw;
+    }
   }
   return enqueued;
 }
@@ -358,6 +373,9 @@ std::vector<EnqueuedEvent> Producer::enqueue_and_commit(PGconn* conn,
             "; ask outbox::resolve_commit() on a new connection with this error before running "
             "the transaction again",
         std::move(ids), backend_pid);
+  } catch (const DatabaseError& e) {
+    if (e.sqlstate() == "26000") rethrow_vanished(e);
+    throw;
   }
   OUTBOX_FAULT(fault::kProducerAfterCommit);
   for (std::size_t i = 0; i < inserts.size(); ++i) take_returned(inserts[i], results[i], enqueued);

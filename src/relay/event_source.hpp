@@ -31,6 +31,9 @@ struct SourcedEvent {
 struct Fetched {
   std::vector<SourcedEvent> events;
   bool reached_end = true;  // nothing more is ready after these (else fetch again at once)
+  // The fetch began part way through the ready events (after a cursor): those before it were not
+  // looked at, so when it reached the end a fetch from the start may still find some.
+  bool began_mid_way = false;
   // The next ready event did not fit the byte room: it needs this many bytes (0: none waits).
   std::uint64_t waiting_bytes = 0;
 };

@@ -133,6 +133,7 @@ Fetched PollingSource::fetch(std::size_t limit, std::uint64_t byte_room, bool ho
   // Continue after the last aggregate visited, or start over at the end. A claim that stopped at
   // a row the byte budget could not hold continues at that row once the budget can.
   fetched.waiting_bytes = rows.stopped_for_bytes.value_or(0);
+  fetched.began_mid_way = !cursor_type_.empty() || !cursor_id_.empty();
   fetched.reached_end = !rows.visited_any || (!rows.stopped_for_bytes.has_value() &&
                                               static_cast<std::size_t>(rows.visited) < limit);
   cursor_type_ = fetched.reached_end ? std::string() : std::move(rows.last_type);
@@ -254,24 +255,24 @@ std::vector<SourcedEvent> PollingSource::record_published(std::vector<Outcome>& 
   // Successors only in the first try: what a second try (for rows the first passed over) would
   // take is not counted in the byte room yet, so those successors are left to the regular claim.
   bool first_try = take_successors;
-  const auto results = complete(
+  std::size_t marked = 0;
+  std::vector<SourcedEvent> successors;
+  const std::size_t statements = complete(
       mark_published_sql_, published,
       [&](const auto&) {
         const char* claim_successors = first_try ? "true" : "false";
         first_try = false;
         return std::vector<std::string>{token, lease_text, claim_successors, bytes_text};
       },
-      [](const pg::Result& result) { return relay_sql::read_marked_ids(result); });
+      [&](const pg::Result& result) {
+        relay_sql::MarkRows rows = relay_sql::read_mark_published(result);
+        marked += rows.marked.size();
+        for (Event& event : rows.successors) successors.push_back({std::move(event), token});
+        return std::move(rows.marked);
+      });
   published.clear();
-  RelayCounters::add(counters_.mark_queries, results.size());
+  RelayCounters::add(counters_.mark_queries, statements);
   OUTBOX_FAULT(fault::kRelayAfterMark);
-  std::size_t marked = 0;
-  std::vector<SourcedEvent> successors;
-  for (const pg::Result& result : results) {
-    relay_sql::MarkRows rows = relay_sql::read_mark_published(result);
-    marked += rows.marked.size();
-    for (Event& event : rows.successors) successors.push_back({std::move(event), token});
-  }
   RelayCounters::add(counters_.published, marked);
   RelayCounters::add(counters_.claimed, successors.size());
   RelayCounters::add(counters_.successors, successors.size());
@@ -280,7 +281,8 @@ std::vector<SourcedEvent> PollingSource::record_published(std::vector<Outcome>& 
 
 void PollingSource::record_failed(std::vector<Outcome>& failed) {
   if (failed.empty()) return;
-  const auto results = complete(
+  std::vector<std::string> quarantined;
+  complete(
       mark_failed_sql_, failed,
       [&](const std::vector<const Outcome*>& of) {
         pg::ArrayLiteral errors, permanent;
@@ -293,24 +295,22 @@ void PollingSource::record_failed(std::vector<Outcome>& failed) {
             std::to_string(options_.backoff_max.count()), std::to_string(options_.max_attempts),
             permanent.text()};
       },
-      [](const pg::Result& result) {
+      [&](const pg::Result& result) {
         std::vector<std::string> ids;
         for (relay_sql::FailedRow& row : relay_sql::read_mark_failed(result)) {
+          if (row.quarantined) quarantined.push_back(row.event_id);
           ids.push_back(std::move(row.event_id));
         }
         return ids;
       });
   RelayCounters::add(counters_.failed, failed.size());
   failed.clear();
-  for (const pg::Result& result : results) {
-    for (const relay_sql::FailedRow& row : relay_sql::read_mark_failed(result)) {
-      if (!row.quarantined) continue;
-      RelayCounters::add(counters_.quarantined, 1);
-      log().error(
-          "relay {}: event {} quarantined; its aggregate waits for an operator "
-          "(outbox quarantine list | retry | skip)",
-          relay_id(), row.event_id);
-    }
+  RelayCounters::add(counters_.quarantined, quarantined.size());
+  for (const std::string& event_id : quarantined) {
+    log().error(
+        "relay {}: event {} quarantined; its aggregate waits for an operator "
+        "(outbox quarantine list | retry | skip)",
+        relay_id(), event_id);
   }
 }
 
@@ -319,13 +319,11 @@ void PollingSource::record_failed(std::vector<Outcome>& failed) {
 // lost; an operator's skip) may be passed over (PostgreSQL versions differ in how they recheck a
 // TID scan), so the rows that did not match get one more try in a new statement, which finds
 // their newest version: only rows that are truly no longer ours count as fenced.
-std::vector<pg::Result> PollingSource::complete(const std::string& sql,
-                                                const std::vector<Outcome>& outcomes,
-                                                const ExtraParams& extra,
-                                                const MatchedIds& matched_ids) {
+std::size_t PollingSource::complete(const std::string& sql, const std::vector<Outcome>& outcomes,
+                                   const ExtraParams& extra, const ReadRows& read_rows) {
   std::vector<const Outcome*> pending;
   for (const Outcome& outcome : outcomes) pending.push_back(&outcome);
-  std::vector<pg::Result> results;
+  std::size_t statements = 0;
   for (int attempt = 0; attempt < 2 && !pending.empty(); ++attempt) {
     pg::ArrayLiteral ids, tokens;
     for (const Outcome* outcome : pending) {
@@ -335,9 +333,9 @@ std::vector<pg::Result> PollingSource::complete(const std::string& sql,
     const std::vector<std::string> extra_values = extra(pending);
     std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};
     for (const std::string& value : extra_values) params.push_back(value.c_str());
-    const pg::Result& result =
-        results.emplace_back(pg::exec_prepared(session_.connection.get(), sql, params));
-    const std::vector<std::string> matched_list = matched_ids(result);
+    const pg::Result result = pg::exec_prepared(session_.connection.get(), sql, params);
+    ++statements;
+    const std::vector<std::string> matched_list = read_rows(result);
     if (matched_list.size() == pending.size()) {  // the usual case: every row matched
       pending.clear();
       break;
@@ -355,7 +353,7 @@ std::vector<pg::Result> PollingSource::complete(const std::string& sql,
         "possible)",
         relay_id(), pending.size());
   }
-  return results;
+  return statements;
 }
 
 }  // namespace outbox::detail

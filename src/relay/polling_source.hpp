@@ -53,12 +53,14 @@ class PollingSource final : public EventSource, public CompletionRecorder {
   static Session open_session(const RelayOptions& options);
   void begin_session();
   std::string next_token();
-  // Runs one batched completion ($1 ids, $2 tokens, then `extra`); returns its results. Rows not
-  // matched get one more try; those still unmatched are fenced (counted, logged).
+  // Runs one batched completion ($1 ids, $2 tokens, then `extra`) and hands each statement's
+  // result to `read_rows`, which decodes it once, keeps what its caller needs and returns the ids
+  // of the rows it completed. Rows not completed get one more try; those still not are fenced
+  // (counted, logged). Returns how many statements it sent.
   using ExtraParams = std::function<std::vector<std::string>(const std::vector<const Outcome*>&)>;
-  using MatchedIds = std::function<std::vector<std::string>(const pg::Result&)>;
-  std::vector<pg::Result> complete(const std::string& sql, const std::vector<Outcome>& outcomes,
-                                   const ExtraParams& extra, const MatchedIds& matched_ids);
+  using ReadRows = std::function<std::vector<std::string>(const pg::Result&)>;
+  std::size_t complete(const std::string& sql, const std::vector<Outcome>& outcomes,
+                       const ExtraParams& extra, const ReadRows& read_rows);
   bool sweep();
   [[nodiscard]] const std::string& relay_id() const { return options_.relay_id; }
 

@@ -1,9 +1,7 @@
 #include "outbox/relay.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <thread>
+#include <functional>
 
 #include "common/backoff.hpp"
 #include "common/fault.hpp"
@@ -14,6 +12,7 @@
 #include "relay/relay_counters.hpp"
 #include "relay/relay_options.hpp"
 #include "relay/send_window.hpp"
+#include "relay/sender.hpp"
 
 namespace outbox {
 
@@ -39,10 +38,9 @@ class Relay::Impl {
  public:
   Impl(RelayOptions options, std::unique_ptr<Sink> sink)
       : options_(detail::checked(std::move(options), kFirstIdleWait)),
-        sink_(std::move(sink)),
         window_(options_.max_in_flight, options_.max_in_flight_bytes),
-        health_("relay " + options_.relay_id) {
-    if (!sink_) throw InvalidArgument("relay: the sink is null");
+        health_("relay " + options_.relay_id),
+        sender_(options_.relay_id, std::move(sink), window_, counters_, health_) {
     // PostgreSQL not up yet (a service starting beside its database) is not an error: run() keeps
     // trying. What no retry can fix (a wrong password, a schema too old) is thrown here.
     try {
@@ -119,13 +117,20 @@ class Relay::Impl {
   // Until PostgreSQL takes the first connection, tries again with backoff; false when stopped or
   // past the deadline of run_until_idle first.
   bool first_connection(bool until_idle, Clock::time_point deadline) {
-    detail::Backoff backoff(options_.reconnect_backoff_base, options_.reconnect_backoff_max);
-    const auto stopping = [&] {
+    return retry([this] { connect_source(); }, [&] {
       return stop_.load(std::memory_order_relaxed) || (until_idle && Clock::now() >= deadline);
-    };
-    while (backoff.wait(stopping)) {
+    });
+  }
+
+  // Tries `attempt` until it works, with backoff between tries, calling `between` in slices while
+  // it waits; false when `stopping` said so first. A DatabaseError no retry can fix stops the
+  // relay and is thrown; a retryable one shows as database_unavailable until an attempt works.
+  bool retry(const std::function<void()>& attempt, const std::function<bool()>& stopping,
+             const std::function<void(milliseconds)>& between = {}) {
+    detail::Backoff backoff(options_.reconnect_backoff_base, options_.reconnect_backoff_max);
+    while (backoff.wait(stopping, between, milliseconds(50))) {
       try {
-        connect_source();
+        attempt();
         return true;
       } catch (const DatabaseError& error) {
         if (!error.retryable()) {
@@ -173,15 +178,14 @@ class Relay::Impl {
                    : std::clamp(pass.schedule.until(Clock::now(), look), milliseconds(0),
                                 milliseconds(5));
     std::vector<DeliveryReport>& reports = pass.reports;
-    reports.clear();
     if (!window_.empty()) {
-      sink_->poll(wait, reports);
-    } else if (paced && source_->wait_for_news(wait)) {
-      pass.schedule.announced();
+      sender_.poll(wait, reports);
+    } else {
+      reports.clear();
+      if (paced && source_->wait_for_news(wait)) pass.schedule.announced();
     }
     if (!reports.empty()) {
       pass.last_report = Clock::now();
-      take(reports);
       record();
       // A published event may unblock the next of its aggregate; a failed one frees room.
       pass.claim_wanted = true;
@@ -204,10 +208,10 @@ class Relay::Impl {
     const auto now = Clock::now();
     pass.schedule.started(now);
     if (window_.empty()) pass.last_report = now;
-    const bool from_start = source_at_start_;
     detail::Fetched result = fetch_and_send(limit);
     std::size_t fetched = result.events.size();
-    if (result.reached_end && !from_start && fetched < limit && window_.allows_a_fetch()) {
+    if (result.reached_end && result.began_mid_way && fetched < limit &&
+        window_.allows_a_fetch()) {
       // Wrap around: the aggregates before the cursor get their turn in this same pass.
       const detail::Fetched wrapped = fetch_and_send(limit - fetched);
       fetched += wrapped.events.size();
@@ -223,19 +227,8 @@ class Relay::Impl {
   detail::Fetched fetch_and_send(std::size_t limit) {
     detail::Fetched result = source_->fetch(limit, window_.byte_room(), window_.empty());
     window_.set_waiting(result.waiting_bytes);
-    source_at_start_ = result.reached_end;
-    send(result.events);
+    sender_.send(result.events);
     return result;
-  }
-
-  // Takes events into the window and sends them.
-  void send(std::vector<detail::SourcedEvent>& events) {
-    for (detail::SourcedEvent& sourced : events) {
-      const auto [ticket, event] = window_.add(std::move(sourced.event), std::move(sourced.token));
-      OUTBOX_FAULT(fault::kRelayBeforePublish);
-      sink_->send(event, ticket);
-    }
-    count_window();
   }
 
   // Nothing in flight and no fetch wanted: stay awake a little, then listen and sleep.
@@ -277,32 +270,12 @@ class Relay::Impl {
     return false;
   }
 
-  // Moves finished sends to the outcomes to write; health follows the reports: an ack means the
-  // broker works, only transient failures mean it does not.
-  void take(const std::vector<DeliveryReport>& reports) {
-    const auto summary = window_.take(reports, [&](const detail::SendWindow::InFlight& item,
-                                                    const DeliveryReport& report) {
-      detail::log_report(relay_id(), item.event, report);
-    });
-    if (summary.unknown_tickets > 0) {
-      detail::log().error("relay {}: {} report(s) for unknown tickets ignored", relay_id(),
-                          summary.unknown_tickets);
-    }
-    count_window();
-    if (summary.published > 0 && health_.health() == Health::broker_unavailable) {
-      health_.set(Health::running);
-    } else if (summary.broker_error && health_.health() == Health::running) {
-      health_.set(Health::broker_unavailable,
-                  fmt::format("{}: {}", sink_->describe(), *summary.broker_error));
-    }
-  }
-
   // Writes the outcomes taken so far, and sends the successors the marks claimed. What a failed
   // write left in the window is written by the next call.
   void record() {
     std::vector<detail::SourcedEvent> successors = recorder_->record_published(
         window_.published(), !draining_, window_.room_beyond_waiting());
-    send(successors);
+    sender_.send(successors);
     recorder_->record_failed(window_.failed());
   }
 
@@ -311,42 +284,20 @@ class Relay::Impl {
   // what is still in flight. Returns when all that worked or a stop was requested.
   void reconnect(const DatabaseError& first) {
     health_.set(Health::database_unavailable, first.what());
-    detail::Backoff backoff(options_.reconnect_backoff_base, options_.reconnect_backoff_max);
-    const auto stopping = [this] { return stop_.load(std::memory_order_relaxed); };
-    const auto take_reports = [&](milliseconds slice) {
-      if (window_.empty()) {
-        std::this_thread::sleep_for(slice);
-        return;
-      }
-      std::vector<DeliveryReport> reports;
-      sink_->poll(slice, reports);
-      take(reports);
+    std::vector<DeliveryReport> reports;
+    const auto take_reports = [&](milliseconds slice) { sender_.poll(slice, reports, true); };
+    const auto reconnected = [&] {
+      source_->reconnect(window_);
+      record();
+      counters_.reconnects.fetch_add(1, std::memory_order_relaxed);
+      health_.set(Health::running);
     };
-    while (backoff.wait(stopping, take_reports, milliseconds(50))) {
-      try {
-        source_->reconnect(window_);
-        record();
-        counters_.reconnects.fetch_add(1, std::memory_order_relaxed);
-        health_.set(Health::running);
-        return;
-      } catch (const DatabaseError& error) {
-        if (!error.retryable()) {
-          health_.set(Health::stopped, error.what());
-          throw;
-        }
-        health_.set(Health::database_unavailable, error.what());
-      }
-    }
+    retry(reconnected, [this] { return stop_.load(std::memory_order_relaxed); }, take_reports);
   }
 
   void drain() {
     draining_ = true;
-    const auto deadline = Clock::now() + options_.drain_timeout;
-    while (!window_.empty() && Clock::now() < deadline) {
-      std::vector<DeliveryReport> reports;
-      sink_->poll(milliseconds(50), reports);
-      take(reports);
-    }
+    sender_.drain(Clock::now() + options_.drain_timeout);
     try {
       record();
     } catch (const DatabaseError& error) {
@@ -362,21 +313,15 @@ class Relay::Impl {
     }
   }
 
-  void count_window() {
-    detail::RelayCounters::set(counters_.in_flight, window_.size());
-    detail::RelayCounters::set(counters_.in_flight_bytes, window_.bytes());
-  }
-
   RelayOptions options_;
-  std::unique_ptr<Sink> sink_;
   detail::SendWindow window_;
   detail::RelayCounters counters_;
   detail::HealthBoard health_;
+  detail::Sender sender_;  // the sink, driven into and out of the window
   std::unique_ptr<detail::PollingSource> polling_;  // owns the source and the recorder
   detail::EventSource* source_ = nullptr;
   detail::CompletionRecorder* recorder_ = nullptr;
   bool draining_ = false;  // stopping: record outcomes, fetch nothing new
-  bool source_at_start_ = true;  // the last fetch reached the end: the next starts over
   std::atomic<bool> stop_{false};
 };
 

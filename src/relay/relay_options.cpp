@@ -25,9 +25,16 @@ RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_id
   if (options.batch_size == 0 || options.max_in_flight == 0) {
     throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
   }
-  if (options.max_in_flight_bytes == 0) {
-    throw InvalidArgument(
-        "relay: max_in_flight_bytes must be at least 1 (a row larger than it still goes alone)");
+  if (options.batch_size > kMaxBatchSize) {
+    throw InvalidArgument(fmt::format(
+        "relay: batch_size is {}; it must be at most {} (rows per claim statement)",
+        options.batch_size, kMaxBatchSize));
+  }
+  if (options.max_in_flight_bytes == 0 || options.max_in_flight_bytes > kMaxInFlightBytes) {
+    throw InvalidArgument(fmt::format(
+        "relay: max_in_flight_bytes is {}; it must be at least 1 byte (a row larger than it "
+        "still goes alone) and at most 1 TiB (the relay needs about three times it in memory)",
+        options.max_in_flight_bytes));
   }
   if (options.max_attempts < 0) {
     throw InvalidArgument("relay: max_attempts must be 0 (no limit) or more");
@@ -51,6 +58,5 @@ RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_id
   }
   return options;
 }
-
 
 }  // namespace outbox::detail

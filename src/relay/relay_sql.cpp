@@ -465,14 +465,6 @@ MarkRows read_mark_published(const pg::Result& result) {
   return rows;
 }
 
-std::vector<std::string> read_marked_ids(const pg::Result& result) {
-  std::vector<std::string> ids;
-  for (int row = 0; row < result.rows(); ++row) {
-    if (result.text(row, kMarkKind) == "marked") ids.emplace_back(result.text(row, kEventId));
-  }
-  return ids;
-}
-
 std::vector<FailedRow> read_mark_failed(const pg::Result& result) {
   std::vector<FailedRow> rows;
   for (int row = 0; row < result.rows(); ++row) {

@@ -75,8 +75,6 @@ struct MarkRows {
   std::vector<Event> successors;
 };
 MarkRows read_mark_published(const pg::Result& result);
-// Only the marked ids (no successor is copied).
-std::vector<std::string> read_marked_ids(const pg::Result& result);
 
 // A mark_failed's rows: every row it changed, and whether that quarantined it.
 struct FailedRow {

@@ -154,6 +154,9 @@ expect_refusal "OUTBOX_FAULTS with a misspelt point" "no fault point \"relay.aft
 # --- durations ----------------------------------------------------------------------------------------
 expect_refusal "--stats-every 200000d" "at most 3650d" \
   "$outbox_binary" relay --db "$db" --schema "$schema" --sink discard --stats-every 200000d
+# A byte budget of terabytes parses as a byte size; the relay refuses it before it reaches the SQL.
+expect_refusal "--max-in-flight-bytes 2048GiB" "at most 1 TiB" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --sink discard --max-in-flight-bytes 2048GiB
 expect_refusal "cleanup --every 200000d" "at most 3650d" \
   "$outbox_binary" cleanup --db "$db" --schema "$schema" --every 200000d
 expect_refusal "cleanup --retention 0" "below the minimum" \

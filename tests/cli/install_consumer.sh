@@ -62,6 +62,21 @@ if ! cmake --build "$example_build" >"$work_dir/build.log" 2>&1; then
 fi
 pass
 
+# An application that links only outbox::outbox gets no broker client and no mock broker: Kafka
+# is outbox::kafka, the embedded servers outbox::testing (both in the package, checked below).
+if ldd "$example_build/order_service" | grep -q 'librdkafka'; then
+  fail "order_service links only outbox::outbox but loads librdkafka: $(ldd "$example_build/order_service" | grep rdkafka)"
+else
+  pass
+fi
+for target in outbox::kafka outbox::testing; do
+  if grep -rqs "add_library($target " "$prefix"/lib*/cmake/outbox/; then
+    pass
+  else
+    fail "the installed package does not define $target"
+  fi
+done
+
 # --- 2. run it twice on a private PostgreSQL ---------------------------------------------------
 : >"$work_dir/postgres.out"  # created before the poll below reads it, not by the redirection
 "$build_dir/outbox" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &

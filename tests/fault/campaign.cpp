@@ -28,8 +28,8 @@
 #include "fault/process.hpp"
 #include "fault/scenarios.hpp"
 #include "fault/workers.hpp"
-#include "outbox/embedded_postgres.hpp"
-#include "outbox/kafka_mock.hpp"
+#include "outbox/testing/embedded_postgres.hpp"
+#include "outbox/testing/kafka_mock.hpp"
 #include "outbox/schema.hpp"
 #include "pg/connection.hpp"
 

@@ -11,7 +11,7 @@
 #include "fuzz_common.hpp"
 #include "outbox/error.hpp"
 #include "outbox/kafka.hpp"
-#include "sinks/kafka/kafka_topic.hpp"
+#include "kafka/kafka_topic.hpp"
 
 namespace {
 

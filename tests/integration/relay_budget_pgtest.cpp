@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "outbox/discard_sink.hpp"
 #include "outbox/relay.hpp"
 #include "support/relay_fixture.hpp"
 #include "support/test_env.hpp"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "outbox/cleanup.hpp"
+#include "outbox/discard_sink.hpp"
 #include "outbox/inbox.hpp"
 #include "outbox/quarantine.hpp"
 #include "outbox/roles.hpp"

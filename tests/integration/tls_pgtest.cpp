@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "outbox/discard_sink.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/sink.hpp"
 #include "support/test_env.hpp"

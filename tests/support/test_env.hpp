@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "outbox/embedded_postgres.hpp"
-#include "outbox/kafka_mock.hpp"
+#include "outbox/testing/embedded_postgres.hpp"
+#include "outbox/testing/kafka_mock.hpp"
 #include "outbox/schema.hpp"
 #include "pg/connection.hpp"
 

@@ -12,7 +12,7 @@
 #include "outbox/error.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/sink.hpp"
-#include "sinks/kafka/kafka_topic.hpp"
+#include "kafka/kafka_topic.hpp"
 
 namespace outbox {
 namespace {

@@ -10,9 +10,9 @@
 #include "common/health_board.hpp"
 #include "common/log.hpp"
 #include "common/printable.hpp"
-#include "outbox/kafka.hpp"
+#include "outbox/kafka_consumer.hpp"
 #include "pg/connection.hpp"
-#include "sinks/kafka/kafka_common.hpp"
+#include "kafka/kafka_common.hpp"
 
 namespace outbox {
 namespace {

@@ -1,10 +1,10 @@
-#include "outbox/kafka_mock.hpp"
+#include "outbox/testing/kafka_mock.hpp"
 
 #include <fmt/format.h>
 
 #include <vector>
 
-#include "sinks/kafka/kafka_common.hpp"
+#include "kafka/kafka_common.hpp"
 // After rdkafka.h (from kafka_common.hpp), as it demands.
 #include <librdkafka/rdkafka_mock.h>
 
@@ -13,8 +13,9 @@ namespace outbox {
 class KafkaMockCluster::Impl {
  public:
   explicit Impl(int brokers) : brokers_(brokers) {
-    if (brokers < 1 || brokers > 64) {
-      throw InvalidArgument(fmt::format("mock cluster: {} brokers; use 1..64", brokers));
+    if (brokers < 1 || brokers > kMaxBrokers) {
+      throw InvalidArgument(
+          fmt::format("mock cluster: {} brokers; use 1..{}", brokers, kMaxBrokers));
     }
     // The mock cluster lives inside a client instance; this one is never used to produce.
     kafka::ConfHandle conf(rd_kafka_conf_new());

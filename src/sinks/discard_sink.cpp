@@ -1,22 +1,9 @@
-#include "outbox/sink.hpp"
+#include "outbox/discard_sink.hpp"
 
 #include <thread>
+#include <vector>
 
 namespace outbox {
-
-const char* to_string(DeliveryOutcome outcome) noexcept {
-  switch (outcome) {
-    case DeliveryOutcome::published:
-      return "published";
-    case DeliveryOutcome::retryable_failure:
-      return "retryable_failure";
-    case DeliveryOutcome::permanent_failure:
-      return "permanent_failure";
-    case DeliveryOutcome::unknown:
-      return "unknown";
-  }
-  return "?";
-}
 
 namespace {
 

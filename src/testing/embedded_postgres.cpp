@@ -1,4 +1,4 @@
-// A throwaway PostgreSQL cluster (see outbox/embedded_postgres.hpp). initdb, pg_ctl and pg_config
+// A throwaway PostgreSQL cluster (see outbox/testing/embedded_postgres.hpp). initdb, pg_ctl and pg_config
 // are started with fork + execv, never through a shell, and as an unprivileged user when this
 // process is root, because initdb, pg_ctl and postgres refuse to run as root.
 //
@@ -14,7 +14,7 @@
 // a timed-out test's whole tree of children (found by parent pid), and a terminal's Ctrl-C its
 // process group.
 
-#include "outbox/embedded_postgres.hpp"
+#include "outbox/testing/embedded_postgres.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -332,6 +332,49 @@ std::optional<std::string> read_line(int fd, std::chrono::milliseconds timeout, 
   }
 }
 
+// The highest file descriptor worth closing one by one, where close_range is missing.
+int open_file_limit() {
+  rlimit open_files{};
+  return ::getrlimit(RLIMIT_NOFILE, &open_files) == 0 && open_files.rlim_cur != RLIM_INFINITY &&
+                 open_files.rlim_cur < 65536
+             ? static_cast<int>(open_files.rlim_cur)
+             : 65536;
+}
+
+// The forked child of start_watcher(): puts /dev/null on 0..2 and the watcher's end of the socket
+// on 3, closes everything else, leaves the session, forks again (init adopts the grandchild),
+// becomes the server's OS user and runs the watcher script. The child of a possibly
+// multi-threaded process: only async-signal-safe calls until execv.
+[[noreturn]] void become_watcher(int watcher_end, int null_device, int max_fd, const OsUser& user,
+                                 char* const* argv) {
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  sigprocmask(SIG_SETMASK, &no_signals, nullptr);
+  // Out of the way of 0..3 first (socketpair/open return a low fd when one of those is closed).
+  const int socket_fd = ::fcntl(watcher_end, F_DUPFD, 10);
+  const int null_fd = ::fcntl(null_device, F_DUPFD, 10);
+  // stdin/stdout/stderr on /dev/null: never hold the owner's (ctest's) pipes open.
+  if (socket_fd < 0 || null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0 ||
+      ::dup2(null_fd, STDOUT_FILENO) < 0 || ::dup2(null_fd, STDERR_FILENO) < 0 ||
+      ::dup2(socket_fd, 3) < 0) {
+    ::_exit(125);
+  }
+  // Nothing else, in particular not the owner's end of the socket: we would wait for ourselves.
+  if (::close_range(4, ~0U, 0) != 0) {
+    for (int fd = 4; fd < max_fd; ++fd) ::close(fd);
+  }
+  ::setsid();  // a Ctrl-C or hangup that kills the owner must not reach the watcher
+  if (::chdir("/") != 0) ::_exit(125);
+  const pid_t watcher = ::fork();  // this child exits at once: init adopts the watcher
+  if (watcher != 0) ::_exit(watcher < 0 ? 125 : 0);
+  if (user.switch_user && (::setgroups(user.groups.size(), user.groups.data()) != 0 ||
+                           ::setgid(user.gid) != 0 || ::setuid(user.uid) != 0)) {
+    ::_exit(126);
+  }
+  ::execv(argv[0], argv);
+  ::_exit(127);
+}
+
 }  // namespace
 
 class EmbeddedPostgres::Impl {
@@ -463,12 +506,7 @@ void EmbeddedPostgres::Impl::start_watcher() {
   argv.reserve(arguments.size() + 1);
   for (auto& argument : arguments) argv.push_back(argument.data());
   argv.push_back(nullptr);
-  const OsUser& user = user_;
-  rlimit open_files{};
-  const int max_fd = ::getrlimit(RLIMIT_NOFILE, &open_files) == 0 &&
-                             open_files.rlim_cur != RLIM_INFINITY && open_files.rlim_cur < 65536
-                         ? static_cast<int>(open_files.rlim_cur)
-                         : 65536;
+  const int max_fd = open_file_limit();
   auto give_up = [this](const std::string& why) {
     detail::log().warn(
         "embedded PostgreSQL: no watchdog for {} ({}); should this process die without cleaning "
@@ -486,35 +524,7 @@ void EmbeddedPostgres::Impl::start_watcher() {
   const int watcher_end = sockets[1];
   const int null_device = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   const pid_t pid = null_device < 0 ? -1 : ::fork();
-  if (pid == 0) {
-    // Child of a possibly multi-threaded process: only async-signal-safe calls until execv.
-    sigset_t no_signals;
-    sigemptyset(&no_signals);
-    sigprocmask(SIG_SETMASK, &no_signals, nullptr);
-    // Out of the way of 0..3 first (socketpair/open return a low fd when one of those is closed).
-    const int socket_fd = ::fcntl(watcher_end, F_DUPFD, 10);
-    const int null_fd = ::fcntl(null_device, F_DUPFD, 10);
-    // stdin/stdout/stderr on /dev/null: never hold the owner's (ctest's) pipes open.
-    if (socket_fd < 0 || null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0 ||
-        ::dup2(null_fd, STDOUT_FILENO) < 0 || ::dup2(null_fd, STDERR_FILENO) < 0 ||
-        ::dup2(socket_fd, 3) < 0) {
-      ::_exit(125);
-    }
-    // Nothing else, in particular not the owner's end of the socket: we would wait for ourselves.
-    if (::close_range(4, ~0U, 0) != 0) {
-      for (int fd = 4; fd < max_fd; ++fd) ::close(fd);
-    }
-    ::setsid();  // a Ctrl-C or hangup that kills the owner must not reach the watcher
-    if (::chdir("/") != 0) ::_exit(125);
-    const pid_t watcher = ::fork();  // this child exits at once: init adopts the watcher
-    if (watcher != 0) ::_exit(watcher < 0 ? 125 : 0);
-    if (user.switch_user && (::setgroups(user.groups.size(), user.groups.data()) != 0 ||
-                             ::setgid(user.gid) != 0 || ::setuid(user.uid) != 0)) {
-      ::_exit(126);
-    }
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
+  if (pid == 0) become_watcher(watcher_end, null_device, max_fd, user_, argv.data());
   const int fork_error = errno;  // of open or fork, when pid < 0
   ::close(watcher_end);          // now only the watcher holds it: its exit shows as end of file
   if (null_device >= 0) ::close(null_device);

@@ -10,8 +10,14 @@ namespace outbox {
 
 class KafkaMockCluster {
  public:
-  // Starts `brokers` mock brokers on 127.0.0.1 (random ports). Throws BrokerError on failure.
-  explicit KafkaMockCluster(int brokers = 3);
+  static constexpr int kDefaultBrokers = 3;
+  static constexpr int kMaxBrokers = 64;
+  // librdkafka's mock creates a topic it has not seen with this many partitions on first use.
+  static constexpr int kAutoCreatedPartitions = 4;
+
+  // Starts `brokers` mock brokers (1..kMaxBrokers) on 127.0.0.1 (random ports). Throws
+  // InvalidArgument for a count outside that, BrokerError on failure.
+  explicit KafkaMockCluster(int brokers = kDefaultBrokers);
   ~KafkaMockCluster();
   KafkaMockCluster(const KafkaMockCluster&) = delete;
   KafkaMockCluster& operator=(const KafkaMockCluster&) = delete;

@@ -1,10 +1,10 @@
-#include "sinks/kafka/kafka_topic.hpp"
+#include "kafka/kafka_topic.hpp"
 
 #include <fmt/format.h>
 
 #include "common/printable.hpp"
 #include "outbox/error.hpp"
-#include "outbox/kafka.hpp"
+#include "outbox/kafka_sink.hpp"
 
 namespace outbox {
 

@@ -4,9 +4,9 @@
 #include <unordered_set>
 
 #include "common/log.hpp"
-#include "outbox/kafka.hpp"
-#include "sinks/kafka/kafka_common.hpp"
-#include "sinks/kafka/kafka_topic.hpp"
+#include "outbox/kafka_sink.hpp"
+#include "kafka/kafka_common.hpp"
+#include "kafka/kafka_topic.hpp"
 
 namespace outbox {
 namespace {

@@ -1,0 +1,97 @@
+#pragma once
+// The Kafka inbox consumer: applies outbox events from Kafka exactly once through an Inbox.
+// Part of the outbox::kafka target (links librdkafka).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "outbox/event.hpp"
+#include "outbox/health.hpp"
+#include "outbox/inbox.hpp"
+
+namespace outbox {
+
+// A delivered message as the consumer sees it.
+struct ConsumedEvent {
+  EventId event_id;
+  std::string aggregate_type;
+  std::string aggregate_id;
+  std::int64_t aggregate_sequence = 0;
+  std::string event_type;
+  std::int32_t schema_version = 0;
+  std::string payload;
+  std::string topic;
+  std::int32_t partition = 0;
+  std::int64_t offset = 0;
+};
+
+struct KafkaConsumerOptions {
+  std::string brokers;
+  std::string group_id;
+  std::vector<std::string> topics;  // names or "^regex"
+  std::string database_url;         // where the inbox and the effects live
+  SchemaName schema;
+  std::string consumer_name;                      // inbox scope; default: group_id
+  std::map<std::string, std::string> properties;  // extra librdkafka properties
+  // run(): delay after a failed batch (effect threw, PostgreSQL down), doubled per consecutive
+  // failure up to the max.
+  std::chrono::milliseconds retry_backoff_base{100};
+  std::chrono::milliseconds retry_backoff_max{30000};
+};
+
+struct KafkaConsumerStats {
+  std::uint64_t received = 0;
+  std::uint64_t applied = 0;
+  std::uint64_t duplicates = 0;
+  std::uint64_t rejected = 0;  // messages without a valid outbox event_id header (skipped, logged)
+  std::uint64_t failed_batches = 0;  // batches rolled back and rewound (effect or database failed)
+  std::uint64_t reconnects = 0;      // new PostgreSQL connections or Kafka clients after a failure
+  Health health = Health::starting;
+  std::string last_error;  // latest failure (kept after recovery)
+};
+
+// Consumes outbox events and applies `effect` through an Inbox. What one poll() receives (up to
+// 500 messages) is applied in one inbox transaction; offsets are stored for commit only after it
+// committed, so a crash anywhere re-delivers, and the redelivery is a no-op. Messages of one
+// partition are applied in order.
+//
+// Thread safety: one thread calls poll()/run(); request_stop() and stats() from any thread.
+class KafkaInboxConsumer {
+ public:
+  using Effect = std::function<void(PGconn*, const ConsumedEvent&)>;
+
+  KafkaInboxConsumer(KafkaConsumerOptions options, Effect effect);
+  ~KafkaInboxConsumer();
+  KafkaInboxConsumer(const KafkaInboxConsumer&) = delete;
+  KafkaInboxConsumer& operator=(const KafkaInboxConsumer&) = delete;
+
+  // Processes what arrives within `max_wait`; returns how many messages it handled.
+  // When an effect throws, nothing of the batch commits, every partition of the batch is rewound
+  // to its first message in it, and the exception propagates: the batch comes again, whether the
+  // caller polls on or restarts.
+  // Throws DatabaseError when PostgreSQL fails (the next poll() reconnects first, and throws
+  // while it cannot), BrokerError when the Kafka client is unusable.
+  std::size_t poll(std::chrono::milliseconds max_wait);
+  // Polls until request_stop(), then commits stored offsets and leaves the group. Survives
+  // failures: a PostgreSQL outage (Health::database_unavailable: reconnects), a broker outage
+  // (Health::broker_unavailable: librdkafka reconnects; an unusable client is replaced) and an
+  // effect that throws (Health::effect_failing: the batch is retried). Each waits with capped
+  // exponential backoff and nothing is skipped meanwhile. An effect that throws for a message
+  // forever blocks its partition: catch what you can never apply and record it yourself.
+  // Throws only for errors no retry can fix (e.g. a missing inbox table).
+  void run();
+  void request_stop() noexcept;
+  [[nodiscard]] KafkaConsumerStats stats() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,62 @@
+#include "relay/sender.hpp"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "common/fault.hpp"
+#include "common/log.hpp"
+
+namespace outbox::detail {
+
+void Sender::send(std::vector<SourcedEvent>& events) {
+  for (SourcedEvent& sourced : events) {
+    const auto [ticket, event] = window_.add(std::move(sourced.event), std::move(sourced.token));
+    OUTBOX_FAULT(fault::kRelayBeforePublish);
+    sink_->send(event, ticket);
+  }
+  count_window();
+}
+
+void Sender::poll(std::chrono::milliseconds wait, std::vector<DeliveryReport>& reports,
+                  bool sleep_if_empty) {
+  reports.clear();
+  if (window_.empty()) {
+    if (sleep_if_empty) std::this_thread::sleep_for(wait);
+    return;
+  }
+  sink_->poll(wait, reports);
+  if (!reports.empty()) take(reports);
+}
+
+void Sender::drain(std::chrono::steady_clock::time_point deadline) {
+  std::vector<DeliveryReport> reports;
+  while (!window_.empty() && std::chrono::steady_clock::now() < deadline) {
+    poll(std::chrono::milliseconds(50), reports);
+  }
+}
+
+void Sender::take(const std::vector<DeliveryReport>& reports) {
+  const auto summary =
+      window_.take(reports, [&](const SendWindow::InFlight& item, const DeliveryReport& report) {
+        log_report(relay_id_, item.event, report);
+      });
+  if (summary.unknown_tickets > 0) {
+    log().error("relay {}: {} report(s) for unknown tickets ignored", relay_id_,
+                summary.unknown_tickets);
+  }
+  count_window();
+  if (summary.published > 0 && health_.health() == Health::broker_unavailable) {
+    health_.set(Health::running);
+  } else if (summary.broker_error && health_.health() == Health::running) {
+    health_.set(Health::broker_unavailable,
+                fmt::format("{}: {}", sink_->describe(), *summary.broker_error));
+  }
+}
+
+void Sender::count_window() {
+  RelayCounters::set(counters_.in_flight, window_.size());
+  RelayCounters::set(counters_.in_flight_bytes, window_.bytes());
+}
+
+}  // namespace outbox::detail

@@ -1,0 +1,76 @@
+// The relay's option checks: every value that cannot work is refused before anything connects,
+// with a message naming the option.
+#include "relay/relay_options.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "outbox/error.hpp"
+
+namespace outbox::detail {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kShortestIdleWait{5};
+
+// The InvalidArgument `options` gives, or "" when they pass.
+std::string refusal(const RelayOptions& options) {
+  try {
+    (void)checked(options, kShortestIdleWait);
+    return "";
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+}
+
+TEST(RelayOptionsCheck, TheDefaultsPassAndGetARelayId) {
+  const RelayOptions options = checked(RelayOptions{}, kShortestIdleWait);
+  EXPECT_FALSE(options.relay_id.empty());
+}
+
+TEST(RelayOptionsCheck, AByteBudgetOfZeroOrBeyondOneTebibyteIsRefused) {
+  RelayOptions options;
+  options.max_in_flight_bytes = 0;
+  EXPECT_NE(refusal(options).find("max_in_flight_bytes"), std::string::npos);
+  options.max_in_flight_bytes = kMaxInFlightBytes + 1;
+  EXPECT_NE(refusal(options).find("max_in_flight_bytes is 1099511627777"), std::string::npos)
+      << refusal(options);
+  options.max_in_flight_bytes = UINT64_MAX;  // must not reach the SQL (a bigint)
+  EXPECT_NE(refusal(options).find("at most 1 TiB"), std::string::npos) << refusal(options);
+  options.max_in_flight_bytes = kMaxInFlightBytes;
+  EXPECT_EQ(refusal(options), "");
+}
+
+TEST(RelayOptionsCheck, ABatchLargerThanAClaimTakesIsRefused) {
+  RelayOptions options;
+  options.batch_size = kMaxBatchSize + 1;
+  EXPECT_NE(refusal(options).find("batch_size is 100001"), std::string::npos) << refusal(options);
+  options.batch_size = 0;
+  EXPECT_NE(refusal(options).find("batch_size"), std::string::npos);
+  options.batch_size = kMaxBatchSize;
+  EXPECT_EQ(refusal(options), "");
+}
+
+TEST(RelayOptionsCheck, EachUnworkableValueIsRefusedByName) {
+  auto with = [](auto change) {
+    RelayOptions options;
+    change(options);
+    return refusal(options);
+  };
+  EXPECT_NE(with([](RelayOptions& o) { o.max_in_flight = 0; }).find("max_in_flight"),
+            std::string::npos);
+  EXPECT_NE(with([](RelayOptions& o) { o.max_attempts = -1; }).find("max_attempts"),
+            std::string::npos);
+  EXPECT_NE(with([](RelayOptions& o) { o.idle_poll_max = milliseconds(1); }).find("idle_poll_max"),
+            std::string::npos);
+  EXPECT_NE(with([](RelayOptions& o) { o.lease = milliseconds(99); }).find("lease"),
+            std::string::npos);
+  EXPECT_NE(with([](RelayOptions& o) { o.reconnect_backoff_base = milliseconds(0); })
+                .find("reconnect_backoff_base"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace outbox::detail
