@@ -52,8 +52,11 @@ struct DecodeError {
 
 // 'w': a piece of WAL; for logical replication, exactly one pgoutput message.
 struct XLogData {
-  Lsn wal_start = 0;  // the position of `payload` in the WAL
-  Lsn wal_end = 0;    // the end of WAL on the server
+  // The WAL position of the change `payload` describes (Begin: the transaction's first record;
+  // Commit: the end of the commit record). 0 for a Relation message (PostgreSQL 15 sends 0/0
+  // there), so do not take it as progress; confirm Commit::end_lsn instead.
+  Lsn wal_start = 0;
+  Lsn wal_end = 0;  // for logical replication the same value again
   PgTimestamp send_time = 0;
   std::string_view payload;  // a view into the decoded buffer
 };
@@ -150,9 +153,13 @@ struct Insert {
   std::vector<TupleColumn> columns;
 };
 
-// 'M': pg_logical_emit_message(transactional, prefix, content).
+// 'M': pg_logical_emit_message(transactional, prefix, content). A non-transactional one comes
+// outside any Begin/Commit, and only once its WAL is flushed: PostgreSQL 15 does not flush for it
+// (the WAL writer does within wal_writer_delay, or the next commit).
 struct LogicalMessage {
   std::uint8_t flags = 0;  // bit 0: transactional (between Begin and Commit)
+  // The END of the message's WAL record, as pg_logical_emit_message returns it, not its start:
+  // for a transactional message often equal to the Commit's commit_lsn.
   Lsn lsn = 0;
   std::string_view prefix;   // views into the decoded buffer
   std::string_view content;  // any bytes, NUL included
