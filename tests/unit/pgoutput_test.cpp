@@ -209,9 +209,7 @@ TEST(Pgoutput, DecodesCapturedMessages) {
   EXPECT_EQ(message.content, "event 'one'");
 
   const std::string nul_bytes = from_hex(captured::kMessageWithNul);
-  EXPECT_EQ(as<LogicalMessage>(decode_pgoutput(nul_bytes)).content, std::string("\0\xff"
-                                                                                "a",
-                                                                                3));
+  EXPECT_EQ(as<LogicalMessage>(decode_pgoutput(nul_bytes)).content, std::string("\0\xff\x61", 3));
 
   const std::string plain_bytes = from_hex(captured::kMessageNotTransactional);
   const auto plain = as<LogicalMessage>(decode_pgoutput(plain_bytes));
