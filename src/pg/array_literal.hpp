@@ -20,7 +20,7 @@ void append_array_element(std::string& literal, std::string_view value);
 std::size_t array_element_bytes(std::string_view value);
 
 // Builds an array literal element by element: add() quotes (text, JSON), add_plain() does not
-// (uuids, numbers, booleans: text that needs no quoting). text() closes it; nothing may be added
+// (uuids, numbers, booleans: text that needs no quoting), add_null() adds NULL. text() closes it; nothing may be added
 // after.
 class ArrayLiteral {
  public:
@@ -33,6 +33,8 @@ class ArrayLiteral {
     separate();
     text_ += value;
   }
+  // An SQL NULL element.
+  void add_null() { add_plain("NULL"); }
   [[nodiscard]] const std::string& text() {
     if (!closed_) text_ += '}';
     closed_ = true;

@@ -125,7 +125,7 @@ Fetched PollingSource::fetch(std::size_t limit, std::uint64_t byte_room, bool ho
       session_.connection.get(), claim_sql_,
       {token.c_str(), limit_text.c_str(), lease_text.c_str(), cursor_type_.c_str(),
        cursor_id_.c_str(), dead_sessions_.prefixes().c_str(), bytes_text.c_str(),
-       holding_nothing ? "true" : "false"});
+       holding_nothing ? "true" : "false", claim_horizon_.c_str()});
   RelayCounters::add(counters_.claim_queries, 1);
   relay_sql::ClaimRows rows = relay_sql::read_claim(result);
   if (!rows.events.empty()) OUTBOX_FAULT(fault::kRelayAfterClaim);
@@ -328,7 +328,11 @@ std::size_t PollingSource::complete(const std::string& sql, const std::vector<Ou
     pg::ArrayLiteral ids, tokens;
     for (const Outcome* outcome : pending) {
       ids.add(outcome->event_id);
-      tokens.add(outcome->token);
+      if (outcome->token.empty()) {
+        tokens.add_null();  // streamed, claimed by no one
+      } else {
+        tokens.add(outcome->token);
+      }
     }
     const std::vector<std::string> extra_values = extra(pending);
     std::vector<const char*> params{ids.text().c_str(), tokens.text().c_str()};

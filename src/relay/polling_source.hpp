@@ -45,6 +45,13 @@ class PollingSource final : public EventSource, public CompletionRecorder {
   // Extends the leases of everything in flight (also after a reconnect: our claims are ours).
   void renew_leases(const SendWindow& window);
 
+  // For a change-data-capture relay's table path: claims take rows no relay has touched only
+  // when they occurred before `horizon` (timestamptz text; "infinity", the default, takes all).
+  void set_claim_horizon(std::string horizon) { claim_horizon_ = std::move(horizon); }
+
+  // The session, for a source built on this one (a change-data-capture relay's own statements).
+  [[nodiscard]] PGconn* connection() const { return session_.connection.get(); }
+
  private:
   struct Session {
     pg::Connection connection;
@@ -83,6 +90,7 @@ class PollingSource final : public EventSource, public CompletionRecorder {
   Clock::time_point last_renewal_;
   std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
   std::string cursor_id_;
+  std::string claim_horizon_ = "infinity";
 };
 
 }  // namespace outbox::detail

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace outbox::relay_sql {
 
 namespace {
@@ -102,7 +104,8 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
 }
 
 // The CTE `sent`: the rows of the relay's arrays `arrays` (event ids first, then the columns
-// named `columns`) whose event still carries their token, each with the ctid and attempt_count of
+// named `columns`) whose event still carries their token (a NULL token: the row is claimed by no
+// one, as the rows a change-data-capture relay streams are), each with the ctid and attempt_count of
 // the row version the statement's snapshot sees, looked up one by one in the primary key. The
 // statements below update by that ctid (a TID scan), so with the session's settings no plan of
 // theirs reads the table any other way: the relay's plans are generic, made once per
@@ -119,7 +122,7 @@ std::string sent(const SchemaName& schema, const char* arrays, const char* colum
     SELECT e.ctid AS row_ctid, e.attempt_count, e.claimed_by FROM {events} e
     WHERE e.event_id = d.event_id
     LIMIT 1) t
-  WHERE t.claimed_by = d.token
+  WHERE t.claimed_by IS NOT DISTINCT FROM d.token
 ))SQL",
                      fmt::arg("arrays", arrays), fmt::arg("columns", columns),
                      fmt::arg("events", schema.table("outbox_events")));
@@ -151,7 +154,9 @@ std::string visit_head(const std::string& events) {
       FROM (
         SELECT e.event_id, e.ctid AS row_ctid, e.payload, e.headers,
                e.available_at <= now() AND (e.claim_until IS NULL OR e.claim_until < now()
-                                            OR e.claimed_by ^@ ANY ($6::text[])) AS claimable,
+                                            OR e.claimed_by ^@ ANY ($6::text[]))
+                 AND (e.available_at <> e.occurred_at OR e.occurred_at < $9::timestamptz)
+                 AS claimable,
                pg_column_size(e.payload)::bigint + pg_column_size(e.headers) AS stored
         FROM {events} e
         WHERE e.published_at IS NULL AND e.skipped_at IS NULL
@@ -210,6 +215,12 @@ std::string claim(const SchemaName& schema) {
   // and reads each one's lowest pending sequence. Cost grows with the batch, not with how many
   // events wait behind each head. Heads that are not due or are leased (to a live session) are
   // passed over.
+  //
+  // The horizon $9: a row no relay has touched has available_at = occurred_at (both the same
+  // now() of its insert); a failure's backoff, a quarantine release and a delayed delivery move
+  // available_at. A change-data-capture relay's own claim takes untouched rows only when they
+  // are older than $9 (its stream's position less a grace): the newer ones come through its
+  // stream. A polling relay passes 'infinity'.
   //
   // The byte budget: the visit keeps a running sum of the payload and header text of the heads it
   // takes, and stops at the first claimable head that would take the sum past $7 (the bytes the
@@ -290,8 +301,8 @@ std::string mark_published(const SchemaName& schema) {
   UPDATE {events} e
   SET published_at = coalesce(e.published_at, now()), claim_until = NULL, last_error = NULL
   FROM sent d
-  WHERE e.ctid = d.row_ctid AND e.event_id = d.event_id AND e.claimed_by = d.token
-    AND e.skipped_at IS NULL
+  WHERE e.ctid = d.row_ctid AND e.event_id = d.event_id
+    AND e.claimed_by IS NOT DISTINCT FROM d.token AND e.skipped_at IS NULL
   RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence
 ), successors AS MATERIALIZED (
   -- One lookup per marked row in the (unique) pending index, whatever the statistics say: as a
@@ -347,8 +358,8 @@ FROM (SELECT d.*,
              CASE WHEN d.permanent THEN 'permanent failure'
                   ELSE 'gave up after ' || (d.attempt_count + 1) || ' attempts' END AS reason
       FROM sent d) f
-WHERE e.ctid = f.row_ctid AND e.event_id = f.event_id AND e.claimed_by = f.token
-  AND e.published_at IS NULL AND e.skipped_at IS NULL
+WHERE e.ctid = f.row_ctid AND e.event_id = f.event_id
+  AND e.claimed_by IS NOT DISTINCT FROM f.token AND e.published_at IS NULL AND e.skipped_at IS NULL
 RETURNING e.event_id, e.quarantined_at IS NOT NULL)SQL",
                      fmt::arg("events", schema.table("outbox_events")),
                      fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[], $3::text[], $7::bool[]",
@@ -431,6 +442,23 @@ FROM ended)SQL",
                      fmt::arg("relays", schema.table("outbox_relays")));
 }
 
+std::string pending_lower(const SchemaName& schema) {
+  // One probe of the pending-by-aggregate index per candidate (its first pending entry below the
+  // candidate's sequence), written as a LATERAL ... LIMIT 1 so that no plan reads the index whole
+  // for a hash join (the generic plan of an EXISTS did, on an empty table). Unordered: the reader
+  // sorts.
+  return fmt::format(R"SQL(SELECT c.n::text
+FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS c(aggregate_type,
+                                                                      aggregate_id, sequence, n)
+CROSS JOIN LATERAL (
+  SELECT 1 FROM {events} e
+  WHERE e.aggregate_type = c.aggregate_type AND e.aggregate_id = c.aggregate_id
+    AND e.aggregate_sequence < c.sequence
+    AND e.published_at IS NULL AND e.skipped_at IS NULL  -- the pending index's predicate
+  LIMIT 1) lower)SQL",
+                     fmt::arg("events", schema.table("outbox_events")));
+}
+
 std::string schema_version(const SchemaName& schema) {
   return "SELECT coalesce(max(version), 0) FROM " + schema.table("outbox_schema_migrations");
 }
@@ -472,6 +500,15 @@ std::vector<FailedRow> read_mark_failed(const pg::Result& result) {
                     result.text(row, kQuarantined) == "t"});
   }
   return rows;
+}
+
+std::vector<std::size_t> read_pending_lower(const pg::Result& result) {
+  std::vector<std::size_t> blocked;
+  for (int row = 0; row < result.rows(); ++row) {
+    blocked.push_back(static_cast<std::size_t>(result.int64(row, 0)) - 1);
+  }
+  std::sort(blocked.begin(), blocked.end());
+  return blocked;
 }
 
 std::vector<EndedSession> read_sweep(const pg::Result& result) {

@@ -20,19 +20,23 @@ std::vector<std::string> session_settings(bool durable_marks = false);
 // last aggregate visited by the previous claim; '' and '' to start over), $6 text[]: the
 // claim-token prefixes ("<row id>:") of dead relay sessions (see sweep), $7 the payload and
 // header bytes the relay may still hold, $8 whether it holds none (then a row larger than $7 may
-// go alone). Claims due rows that are the lowest pending sequence of their aggregate and not
+// go alone), $9 timestamptz: the horizon for rows no relay has touched yet ('infinity' for a
+// polling relay; a change-data-capture relay leaves the rows its stream will bring to the stream:
+// see claim()). Claims due rows that are the lowest pending sequence of their aggregate and not
 // leased to anyone (or whose lease expired, or is held by a dead session), in the order visited,
 // until the next would not fit the bytes. SKIP LOCKED lets concurrent relays take disjoint rows
 // without waiting for each other.
 // Returns the claimed rows (payload and headers as text), then one cursor row (event_id NULL;
 // see relay_sql.cpp).
 std::string claim(const SchemaName& schema);
-// $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them,
+// $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them
+// (a NULL token: rows claimed by no one, as a change-data-capture relay streams them),
 // and (when $5) claims their successors with token $3 and lease $4 ms, as many as fit $6 bytes.
 // Rows: the claim's ten columns plus a kind, 'marked' (only event_id set) or 'claimed'.
 std::string mark_published(const SchemaName& schema);
-// $1 uuid[], $2 token[], $3 error[], $4 backoff base ms, $5 backoff cap ms, $6 attempt limit
-// (0: none), $7 permanent bool[]. Returns (event_id, quarantined) of the rows it changed.
+// $1 uuid[], $2 token[] (NULL: unclaimed, as for mark_published), $3 error[], $4 backoff base
+// ms, $5 backoff cap ms, $6 attempt limit (0: none), $7 permanent bool[]. Returns (event_id,
+// quarantined) of the rows it changed.
 std::string mark_failed(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.
 std::string renew(const SchemaName& schema);
@@ -52,6 +56,10 @@ std::string take_session_lock();
 // grace and a lease ago, and returns every ended session: (row id, ms until it counts as dead;
 // <= 0: dead, its claims may be taken over).
 std::string sweep(const SchemaName& schema);
+// $1 aggregate_type[], $2 aggregate_id[], $3 sequence[]: which of these events have a lower
+// sequence of their aggregate still pending (a change-data-capture relay must not send them
+// before it). Rows: the 1-based position of each such event, in order.
+std::string pending_lower(const SchemaName& schema);
 // The highest migration applied to the schema.
 std::string schema_version(const SchemaName& schema);
 
@@ -82,6 +90,9 @@ struct FailedRow {
   bool quarantined = false;
 };
 std::vector<FailedRow> read_mark_failed(const pg::Result& result);
+
+// pending_lower's rows: the 0-based positions of the events that must wait.
+std::vector<std::size_t> read_pending_lower(const pg::Result& result);
 
 // A sweep's rows: ended sessions and the ms until each counts as dead (<= 0: it does).
 struct EndedSession {

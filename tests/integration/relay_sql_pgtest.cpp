@@ -30,7 +30,9 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
   const std::string ids = "'{00000000-0000-7000-8000-000000000001}'";
   return {
       {"claim", relay_sql::claim(schema),
-       "'token', '500', '30000', '', '', '{dead:1:}', '67108864', 'true'"},
+       "'token', '500', '30000', '', '', '{dead:1:}', '67108864', 'true', 'infinity'"},
+      {"claim below a stream's horizon", relay_sql::claim(schema),
+       "'token', '500', '30000', '', '', '{}', '67108864', 'true', now() - interval '5 s'"},
       {"mark_published", relay_sql::mark_published(schema),
        ids + ", '{token}', 'token', '30000', 'true', '67108864'"},
       {"mark_failed", relay_sql::mark_failed(schema),
@@ -39,6 +41,7 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
       {"set_listening", relay_sql::set_listening(schema), "'r:1', 'true', '1', '30000'"},
       {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
       {"sweep", relay_sql::sweep(schema), "'1000', '10000'"},
+      {"pending_lower", relay_sql::pending_lower(schema), "'{order}', '{o-1}', '{3}'"},
   };
 }
 

@@ -1,0 +1,182 @@
+#include "cdc/stream_book.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
+#include <utility>
+
+namespace outbox::cdc {
+
+std::size_t StreamBook::KeyHash::operator()(const Key& key) const {
+  const std::size_t type = std::hash<std::string>{}(key.aggregate_type);
+  return type ^ (std::hash<std::string>{}(key.aggregate_id) + 0x9e3779b97f4a7c15ULL + (type << 6) +
+                 (type >> 2));
+}
+
+std::size_t StreamBook::IdHash::operator()(const EventId& id) const {
+  // UUIDv7: the low bytes are random (or a counter), good enough to hash on.
+  std::size_t hash = 0;
+  for (std::size_t i = 8; i < 16; ++i) hash = (hash << 8) | id.bytes()[i];
+  return hash;
+}
+
+void StreamBook::begin() {
+  if (reading_) throw std::logic_error("StreamBook: Begin inside a transaction");
+  reading_.emplace();
+}
+
+void StreamBook::add(Event event, std::uint64_t bytes) {
+  if (!reading_) throw std::logic_error("StreamBook: an insert outside a transaction");
+  reading_->push_back({std::move(event), bytes, 0});
+}
+
+void StreamBook::commit(Lsn end_lsn) {
+  if (!reading_) throw std::logic_error("StreamBook: Commit outside a transaction");
+  std::vector<Waiting> read = std::move(*reading_);
+  reading_.reset();
+  const std::uint64_t number = first_transaction_ + transactions_.size();
+  transactions_.push_back({end_lsn, read.size()});
+  for (Waiting& waiting : read) {
+    waiting.transaction = number;
+    place(std::move(waiting));
+  }
+  if (read.empty()) done_transactions();
+}
+
+void StreamBook::keepalive(Lsn wal_end) {
+  if (!reading_ && transactions_.empty() && wal_end > confirmed_) confirmed_ = wal_end;
+}
+
+void StreamBook::place(Waiting waiting) {
+  const Event& event = waiting.event;
+  Key key{event.aggregate_type, event.aggregate_id};
+  Aggregate& aggregate = aggregates_[key];
+  events_[event.event_id] =
+      Open{waiting.transaction, &aggregate, std::move(key), event.aggregate_sequence};
+  waiting_bytes_ += waiting.bytes;
+  if (aggregate.busy) {
+    aggregate.behind.push_back(std::move(waiting));
+  } else {
+    aggregate.busy = true;
+    ready_.push_back(std::move(waiting));
+  }
+}
+
+StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_room,
+                                        bool holding_nothing) {
+  if (!checking_.empty()) throw std::logic_error("StreamBook: next() before decide()");
+  Candidates candidates;
+  std::uint64_t taken = 0;
+  while (!ready_.empty() && candidates.events.size() < limit) {
+    Waiting& front = ready_.front();
+    const bool alone = holding_nothing && candidates.events.empty();
+    if (!alone && taken + front.bytes > byte_room) break;
+    taken += front.bytes;
+    const Aggregate& aggregate = *events_.at(front.event.event_id).aggregate;
+    const std::int64_t sequence = front.event.aggregate_sequence;
+    candidates.needs_check.push_back(sequence > 1 && aggregate.published != sequence - 1);
+    candidates.events.push_back(front.event);
+    waiting_bytes_ -= front.bytes;
+    checking_.push_back(std::move(front));
+    ready_.pop_front();
+  }
+  return candidates;
+}
+
+std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked) {
+  std::vector<Event> go;
+  std::size_t next_blocked = 0;
+  std::vector<Waiting> checked = std::move(checking_);
+  checking_.clear();
+  for (std::size_t i = 0; i < checked.size(); ++i) {
+    if (next_blocked < blocked.size() && blocked[next_blocked] == i) {
+      ++next_blocked;
+      const EventId id = checked[i].event.event_id;
+      const Open& open = events_.at(id);
+      Aggregate& aggregate = *open.aggregate;
+      Key key = open.key;
+      ++left_to_table_;
+      leave_behind_to_table(aggregate);
+      done(id);
+      became_idle(std::move(key));
+    } else {
+      go.push_back(std::move(checked[i].event));
+    }
+  }
+  return go;
+}
+
+void StreamBook::published(const EventId& id) {
+  const auto found = events_.find(id);
+  if (found == events_.end()) return;  // not the stream's (the table path's), or already done
+  Aggregate& aggregate = *found->second.aggregate;
+  aggregate.published = found->second.sequence;
+  Key key = found->second.key;
+  done(id);
+  if (!aggregate.behind.empty()) {  // still busy: its next event is a candidate, unchecked
+    ready_.push_back(std::move(aggregate.behind.front()));
+    aggregate.behind.pop_front();
+  } else {
+    aggregate.busy = false;
+    became_idle(std::move(key));
+  }
+}
+
+void StreamBook::failed(const EventId& id) {
+  const auto found = events_.find(id);
+  if (found == events_.end()) return;
+  Aggregate& aggregate = *found->second.aggregate;
+  Key key = found->second.key;
+  leave_behind_to_table(aggregate);
+  done(id);
+  became_idle(std::move(key));
+}
+
+// Everything waiting behind the aggregate's event that went to the table goes there too: it must
+// not overtake it. The aggregate is then idle until the stream brings it again (the check then
+// finds the table's rows pending and leaves that one as well, until the table path is through).
+void StreamBook::leave_behind_to_table(Aggregate& aggregate) {
+  while (!aggregate.behind.empty()) {
+    const Waiting& waiting = aggregate.behind.front();
+    waiting_bytes_ -= waiting.bytes;
+    ++left_to_table_;
+    const EventId id = waiting.event.event_id;
+    aggregate.behind.pop_front();
+    done(id);
+  }
+  aggregate.busy = false;
+  aggregate.published = 0;
+}
+
+// Idle aggregates are kept (their `published` spares the next event a check) up to kIdleKept;
+// then the oldest that are still idle are forgotten.
+void StreamBook::became_idle(Key key) {
+  idle_.push_back(std::move(key));
+  while (idle_.size() > kIdleKept) {
+    const auto found = aggregates_.find(idle_.front());
+    if (found != aggregates_.end() && !found->second.busy && found->second.behind.empty()) {
+      aggregates_.erase(found);
+    }
+    idle_.pop_front();
+  }
+}
+
+void StreamBook::done(const EventId& id) {
+  const auto found = events_.find(id);
+  if (found == events_.end()) return;
+  const std::uint64_t transaction = found->second.transaction;
+  events_.erase(found);
+  Transaction& entry = transactions_.at(transaction - first_transaction_);
+  --entry.open;
+  done_transactions();
+}
+
+void StreamBook::done_transactions() {
+  while (!transactions_.empty() && transactions_.front().open == 0) {
+    confirmed_ = std::max(confirmed_, transactions_.front().end_lsn);
+    transactions_.pop_front();
+    ++first_transaction_;
+  }
+}
+
+}  // namespace outbox::cdc

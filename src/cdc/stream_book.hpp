@@ -1,0 +1,134 @@
+#pragma once
+// The change-data-capture relay's books over its stream, without I/O (tests/unit/stream_book_test):
+// which streamed events may go out now, which wait behind an earlier event of their aggregate,
+// which are left to the table path, and how far the slot's confirmed position may move.
+//
+// Per-aggregate order (docs/ARCHITECTURE.md, "Change data capture"): the stream brings an
+// aggregate's events in sequence order; at most one of them is out (handed to the loop, or being
+// checked) at a time, the next waits here. The first event of an aggregate with nothing out is a
+// candidate: unless its sequence is 1 or the book itself saw its predecessor published, the source
+// asks the table whether a lower sequence is still pending (relay_sql::pending_lower) and tells
+// the book (decide). An event with a lower one pending is left to the table, and so is every
+// event of its aggregate that waits here; a failed event likewise.
+//
+// The confirmed position: a transaction is done when each of its events is published, failed
+// (recorded in the table) or left to the table; the position moves to the end of the last
+// transaction that is done with every one before it.
+//
+// Not thread safe: the relay's thread owns it.
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cdc/pgoutput.hpp"
+#include "outbox/event.hpp"
+
+namespace outbox::cdc {
+
+class StreamBook {
+ public:
+  // Candidates for sending, in stream order, from next().
+  struct Candidates {
+    std::vector<Event> events;
+    std::vector<bool> needs_check;  // ask the table whether a lower sequence is pending
+  };
+
+  // --- reading the stream ---
+  // A transaction begins; add() its outbox inserts, then commit().
+  void begin();
+  void add(Event event, std::uint64_t bytes);
+  // The transaction ends at `end_lsn` (Commit's end_lsn): its events become candidates or wait
+  // behind their aggregate's event that is out. A transaction without events is done at once.
+  void commit(Lsn end_lsn);
+  // The server's WAL end from a keepalive: with nothing read and not done, the confirmed position
+  // may move there (traffic that publishes nothing then holds no WAL).
+  void keepalive(Lsn wal_end);
+
+  // --- handing out ---
+  // Up to `limit` candidates whose bytes fit `byte_room` (the first always goes when
+  // `holding_nothing`); each is then out until decide().
+  Candidates next(std::size_t limit, std::uint64_t byte_room, bool holding_nothing);
+  // For the last next(): the positions whose aggregate has a lower sequence pending (sorted).
+  // Those, and what waits behind them, are left to the table; the rest are returned, to be sent.
+  std::vector<Event> decide(const std::vector<std::size_t>& blocked);
+
+  // --- outcomes of sent events ---
+  // Published: done; the next event of its aggregate becomes a candidate that needs no check.
+  void published(const EventId& id);
+  // Failed (recorded in the table with backoff or quarantine): done; what waits behind it is left
+  // to the table, where it stays behind the failed one.
+  void failed(const EventId& id);
+
+  // --- positions and sizes ---
+  // Everything before this is done: what to confirm to the server (0: nothing yet).
+  [[nodiscard]] Lsn confirmable() const { return confirmed_; }
+  [[nodiscard]] bool in_transaction() const { return reading_.has_value(); }
+  // Bytes of events read and not yet out: the source stops reading past its budget.
+  [[nodiscard]] std::uint64_t waiting_bytes() const { return waiting_bytes_; }
+  // Events read and not done (waiting, out or in flight).
+  [[nodiscard]] std::size_t open_events() const { return events_.size(); }
+  // Events left to the table so far (for counters and tests).
+  [[nodiscard]] std::uint64_t left_to_table() const { return left_to_table_; }
+  // Aggregates the book keeps (busy ones, and idle ones up to kIdleKept): its memory.
+  [[nodiscard]] std::size_t tracked_aggregates() const { return aggregates_.size(); }
+  static constexpr std::size_t kIdleKept = 65536;
+
+ private:
+  struct Key {
+    std::string aggregate_type, aggregate_id;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const;
+  };
+  struct IdHash {
+    std::size_t operator()(const EventId& id) const;
+  };
+  struct Waiting {
+    Event event;
+    std::uint64_t bytes = 0;
+    std::uint64_t transaction = 0;
+  };
+  struct Aggregate {
+    bool busy = false;            // an event of it is a candidate, out or in flight
+    std::deque<Waiting> behind;   // its events read after that one, in order
+    std::int64_t published = 0;   // the sequence last published through the book (0: none)
+  };
+  struct Transaction {
+    Lsn end_lsn = 0;
+    std::size_t open = 0;  // events not done
+  };
+  // An event read and not done. Aggregates live in an unordered_map: pointers to them stay valid
+  // until they are erased, and only idle ones (nothing open) are.
+  struct Open {
+    std::uint64_t transaction = 0;
+    Aggregate* aggregate = nullptr;
+    Key key;
+    std::int64_t sequence = 0;
+  };
+
+  void place(Waiting waiting);
+  void done(const EventId& id);
+  void done_transactions();
+  void leave_behind_to_table(Aggregate& aggregate);
+  void became_idle(Key key);
+
+  std::optional<std::vector<Waiting>> reading_;  // the transaction being read
+  std::deque<Waiting> ready_;                    // candidates not handed out yet, in order
+  std::vector<Waiting> checking_;                // handed out by next(), until decide()
+  std::unordered_map<Key, Aggregate, KeyHash> aggregates_;
+  std::unordered_map<EventId, Open, IdHash> events_;  // read and not done
+  std::deque<Key> idle_;  // aggregates that went idle, oldest first (may repeat)
+  std::deque<Transaction> transactions_;  // not yet confirmable, oldest first
+  std::uint64_t first_transaction_ = 0;   // the number of transactions_.front()
+  Lsn confirmed_ = 0;
+  std::uint64_t waiting_bytes_ = 0;
+  std::uint64_t left_to_table_ = 0;
+};
+
+}  // namespace outbox::cdc

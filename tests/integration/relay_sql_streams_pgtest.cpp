@@ -1,0 +1,133 @@
+// The statements a change-data-capture relay adds to the polling relay's: completions of rows
+// claimed by no one (the stream brought them), a claim that leaves the rows its stream will bring
+// to the stream, and the question whether a lower sequence of an aggregate is still pending.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "relay/relay_sql.hpp"
+#include "support/test_env.hpp"
+
+namespace outbox {
+namespace {
+
+using testing::connect;
+using testing::count;
+using testing::fresh_schema;
+
+class RelaySqlStreams : public ::testing::Test {
+ protected:
+  // One pending event; `age` shifts both occurred_at and available_at into the past.
+  std::string insert(const std::string& aggregate, int sequence, const std::string& age = "0 s") {
+    return std::string(
+        pg::exec(conn_.get(),
+                 "INSERT INTO " + events_ +
+                     " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
+                     "  payload, occurred_at, available_at)"
+                     " VALUES (gen_random_uuid(), 'order', $1, $2::bigint, 'OrderPlaced', '{}',"
+                     "  now() - $3::interval, now() - $3::interval) RETURNING event_id::text",
+                 {aggregate.c_str(), std::to_string(sequence).c_str(), age.c_str()})
+            .text(0, 0));
+  }
+  long long where(const std::string& condition) {
+    return count(conn_.get(), "SELECT count(*) FROM " + events_ + " WHERE " + condition);
+  }
+  // The event ids a claim with `horizon` takes (each aggregate's head, up to 100).
+  std::vector<std::string> claim(const std::string& horizon) {
+    const auto result =
+        pg::exec(conn_.get(), relay_sql::claim(schema_),
+                 {"cdc:1", "100", "30000", "", "", "{}", "67108864", "true", horizon.c_str()});
+    std::vector<std::string> ids;
+    for (const Event& event : relay_sql::read_claim(result).events) {
+      ids.push_back(event.event_id.to_string());
+    }
+    return ids;
+  }
+
+  const SchemaName schema_ = fresh_schema();
+  const std::string events_ = schema_.table("outbox_events");
+  pg::Connection conn_ = connect();
+};
+
+TEST_F(RelaySqlStreams, AMarkWithoutATokenMarksOnlyRowsNoOneClaimed) {
+  const std::string streamed = insert("o-1", 1);
+  const std::string claimed = insert("o-2", 1);
+  pg::exec(conn_.get(), "UPDATE " + events_ + " SET claimed_by = 'other:1' WHERE event_id = $1",
+           {claimed.c_str()});
+  const std::string ids = "{" + streamed + "," + claimed + "}";
+  const auto result = pg::exec(conn_.get(), relay_sql::mark_published(schema_),
+                               {ids.c_str(), "{NULL,NULL}", "cdc:1", "30000", "false", "1000"});
+  const relay_sql::MarkRows rows = relay_sql::read_mark_published(result);
+  ASSERT_EQ(rows.marked.size(), 1U);
+  EXPECT_EQ(rows.marked[0], streamed);
+  EXPECT_TRUE(rows.successors.empty());
+  EXPECT_EQ(where("published_at IS NOT NULL"), 1);
+  EXPECT_EQ(where("event_id = '" + claimed + "' AND published_at IS NULL"), 1)
+      << "a row another relay claimed is its to mark";
+}
+
+TEST_F(RelaySqlStreams, AFailureWithoutATokenIsRecordedWithBackoffOrQuarantine) {
+  const std::string retried = insert("o-1", 1);
+  const std::string poisoned = insert("o-2", 1);
+  const std::string ids = "{" + retried + "," + poisoned + "}";
+  const auto result =
+      pg::exec(conn_.get(), relay_sql::mark_failed(schema_),
+               {ids.c_str(), "{NULL,NULL}", "{timeout,too large}", "1000", "60000", "25",
+                "{false,true}"});
+  const std::vector<relay_sql::FailedRow> rows = relay_sql::read_mark_failed(result);
+  ASSERT_EQ(rows.size(), 2U);
+  EXPECT_EQ(where("event_id = '" + retried +
+                  "' AND attempt_count = 1 AND available_at > now() AND quarantined_at IS NULL"
+                  " AND last_error = 'timeout'"),
+            1);
+  EXPECT_EQ(where("event_id = '" + poisoned + "' AND quarantined_at IS NOT NULL"), 1);
+}
+
+// Fresh untouched rows are the stream's; rows a relay touched (a failure's backoff ran out) and
+// rows older than the horizon (from before the slot, or whose mark was lost) are the table's.
+TEST_F(RelaySqlStreams, AClaimBelowAHorizonLeavesFreshUntouchedRowsToTheStream) {
+  const std::string fresh = insert("o-fresh", 1);
+  const std::string old = insert("o-old", 1, "1 min");
+  const std::string touched = insert("o-touched", 1);
+  pg::exec(conn_.get(),
+           "UPDATE " + events_ +
+               " SET attempt_count = 1, available_at = now() - interval '1 s' WHERE event_id = $1",
+           {touched.c_str()});
+  const std::string horizon(
+      pg::exec(conn_.get(), "SELECT (now() - interval '5 s')::text").text(0, 0));
+  pg::exec(conn_.get(), "BEGIN");
+  std::vector<std::string> below = claim(horizon);
+  pg::exec(conn_.get(), "ROLLBACK");
+  std::sort(below.begin(), below.end());
+  std::vector<std::string> expected{old, touched};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(below, expected);
+
+  pg::exec(conn_.get(), "BEGIN");
+  const std::vector<std::string> all = claim("infinity");
+  pg::exec(conn_.get(), "ROLLBACK");
+  EXPECT_EQ(all.size(), 3U) << "a polling relay's claim takes every head";
+}
+
+TEST_F(RelaySqlStreams, PendingLowerNamesTheEventsThatMustWait) {
+  insert("x", 1);
+  insert("x", 2);
+  const std::string y1 = insert("y", 1);
+  insert("y", 2);
+  pg::exec(conn_.get(), "UPDATE " + events_ + " SET published_at = now() WHERE event_id = $1",
+           {y1.c_str()});
+  // (x,2): x 1 is pending. (y,2): y 1 is published. (z,1) and (x,1): nothing lower.
+  const auto result = pg::exec(conn_.get(), relay_sql::pending_lower(schema_),
+                               {"{order,order,order,order}", "{x,y,z,x}", "{2,2,1,1}"});
+  EXPECT_EQ(relay_sql::read_pending_lower(result), std::vector<std::size_t>{0});
+  pg::exec(conn_.get(), "UPDATE " + events_ + " SET skipped_at = now() WHERE aggregate_id = 'x'"
+                        " AND aggregate_sequence = 1");
+  const auto after_skip = pg::exec(conn_.get(), relay_sql::pending_lower(schema_),
+                                   {"{order}", "{x}", "{2}"});
+  EXPECT_TRUE(relay_sql::read_pending_lower(after_skip).empty()) << "a skipped row is finished";
+}
+
+}  // namespace
+}  // namespace outbox

@@ -1,0 +1,182 @@
+// The change-data-capture relay's stream books: per-aggregate order, what is left to the table,
+// and how far the confirmed position may move. No I/O.
+#include "cdc/stream_book.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace outbox::cdc {
+namespace {
+
+Event event(const std::string& aggregate, std::int64_t sequence) {
+  Event e;
+  e.event_id = EventId::generate();
+  e.aggregate_type = "order";
+  e.aggregate_id = aggregate;
+  e.aggregate_sequence = sequence;
+  e.event_type = "E";
+  return e;
+}
+
+// Reads one transaction of `events` ending at `end_lsn`; returns them.
+std::vector<Event> read(StreamBook& book, std::vector<Event> events, Lsn end_lsn,
+                        std::uint64_t bytes = 10) {
+  book.begin();
+  for (const Event& e : events) book.add(e, bytes);
+  book.commit(end_lsn);
+  return events;
+}
+
+std::vector<std::string> ids(const std::vector<Event>& events) {
+  std::vector<std::string> out;
+  for (const Event& e : events) out.push_back(e.aggregate_id + "#" + std::to_string(e.aggregate_sequence));
+  return out;
+}
+
+// Hands out everything it may (no check blocks anything); returns what goes.
+std::vector<Event> send_all(StreamBook& book) {
+  book.next(100, 1000000, true);
+  return book.decide({});
+}
+
+TEST(StreamBook, AnAggregatesNextEventWaitsUntilItsPredecessorIsPublished) {
+  StreamBook book;
+  const auto first = read(book, {event("a", 1), event("b", 1)}, 100);
+  const auto second = read(book, {event("a", 2)}, 200);
+  const StreamBook::Candidates candidates = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(candidates.events), (std::vector<std::string>{"a#1", "b#1"}));
+  EXPECT_EQ(candidates.needs_check, (std::vector<bool>{false, false})) << "sequence 1: nothing lower";
+  EXPECT_EQ(book.decide({}).size(), 2U);
+  EXPECT_TRUE(send_all(book).empty()) << "a#2 waits behind a#1";
+
+  book.published(first[0].event_id);
+  const StreamBook::Candidates after = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(after.events), (std::vector<std::string>{"a#2"}));
+  EXPECT_EQ(after.needs_check, (std::vector<bool>{false})) << "the book saw a#1 published";
+  book.decide({});
+}
+
+TEST(StreamBook, ThePositionMovesPastATransactionOnlyWhenItAndAllBeforeItAreDone) {
+  StreamBook book;
+  const auto first = read(book, {event("a", 1)}, 100);
+  const auto second = read(book, {event("b", 1), event("c", 1)}, 200);
+  send_all(book);
+  book.published(second[0].event_id);
+  book.published(second[1].event_id);
+  EXPECT_EQ(book.confirmable(), 0U) << "the first transaction is still out";
+  book.published(first[0].event_id);
+  EXPECT_EQ(book.confirmable(), 200U);
+  EXPECT_EQ(book.open_events(), 0U);
+}
+
+TEST(StreamBook, AnEventWithALowerSequencePendingIsLeftToTheTableAndItsPositionMoves) {
+  StreamBook book;
+  read(book, {event("a", 5), event("b", 3)}, 100);
+  const StreamBook::Candidates candidates = book.next(100, 1000000, true);
+  EXPECT_EQ(candidates.needs_check, (std::vector<bool>{true, true}));
+  const std::vector<Event> go = book.decide({0});
+  EXPECT_EQ(ids(go), (std::vector<std::string>{"b#3"}));
+  EXPECT_EQ(book.left_to_table(), 1U);
+  EXPECT_EQ(book.confirmable(), 0U) << "b#3 is out";
+  book.published(go[0].event_id);
+  EXPECT_EQ(book.confirmable(), 100U);
+
+  read(book, {event("a", 6)}, 200);
+  const StreamBook::Candidates again = book.next(100, 1000000, true);
+  EXPECT_EQ(again.needs_check, (std::vector<bool>{true})) << "a is the table's until it says not";
+  book.decide({0});
+  EXPECT_EQ(book.confirmable(), 200U);
+}
+
+TEST(StreamBook, WhatWaitsBehindAFailedEventIsLeftToTheTable) {
+  StreamBook book;
+  const auto events = read(book, {event("a", 1), event("a", 2), event("a", 3), event("b", 1)}, 100);
+  const std::vector<Event> go = send_all(book);
+  EXPECT_EQ(ids(go), (std::vector<std::string>{"a#1", "b#1"}));
+  book.failed(events[0].event_id);
+  EXPECT_EQ(book.left_to_table(), 2U) << "a#2 and a#3";
+  EXPECT_TRUE(send_all(book).empty());
+  book.published(events[3].event_id);
+  EXPECT_EQ(book.confirmable(), 100U);
+
+  read(book, {event("a", 4)}, 200);
+  const StreamBook::Candidates later = book.next(100, 1000000, true);
+  EXPECT_EQ(later.needs_check, (std::vector<bool>{true})) << "after a failure a#4 is checked";
+  book.decide({0});
+}
+
+TEST(StreamBook, AKeepaliveMovesThePositionOnlyWithNothingOpen) {
+  StreamBook book;
+  book.keepalive(50);
+  EXPECT_EQ(book.confirmable(), 50U);
+  const auto events = read(book, {event("a", 1)}, 100);
+  book.keepalive(150);
+  EXPECT_EQ(book.confirmable(), 50U) << "a#1 is open";
+  send_all(book);
+  book.published(events[0].event_id);
+  EXPECT_EQ(book.confirmable(), 100U);
+  book.begin();
+  book.keepalive(300);
+  EXPECT_EQ(book.confirmable(), 100U) << "a transaction is being read";
+  book.commit(320);
+  EXPECT_EQ(book.confirmable(), 320U) << "a transaction without outbox events is done at once";
+  book.keepalive(400);
+  EXPECT_EQ(book.confirmable(), 400U);
+  book.keepalive(390);
+  EXPECT_EQ(book.confirmable(), 400U) << "never backwards";
+}
+
+TEST(StreamBook, CandidatesStopAtTheByteRoomButOneGoesAloneWhenNothingIsHeld) {
+  StreamBook book;
+  read(book, {event("a", 1), event("b", 1)}, 100, 600);
+  EXPECT_EQ(book.waiting_bytes(), 1200U);
+  EXPECT_TRUE(book.next(100, 500, false).events.empty());
+  book.decide({});
+  EXPECT_EQ(book.next(100, 500, true).events.size(), 1U) << "alone, though larger than the room";
+  book.decide({});
+  EXPECT_EQ(book.waiting_bytes(), 600U);
+  EXPECT_EQ(book.next(1, 1000000, false).events.size(), 1U) << "the limit";
+  book.decide({});
+}
+
+TEST(StreamBook, OutcomesOfEventsItDoesNotKnowAreIgnored) {
+  StreamBook book;
+  const auto events = read(book, {event("a", 1)}, 100);
+  send_all(book);
+  book.published(EventId::generate());  // the table path's
+  book.failed(EventId::generate());
+  EXPECT_EQ(book.open_events(), 1U);
+  book.published(events[0].event_id);
+  book.published(events[0].event_id);  // twice: the second is nothing
+  EXPECT_EQ(book.confirmable(), 100U);
+}
+
+TEST(StreamBook, IdleAggregatesAreForgottenPastABound) {
+  StreamBook book;
+  const std::size_t aggregates = StreamBook::kIdleKept + 5000;
+  for (std::size_t i = 0; i < aggregates; ++i) {
+    const auto events = read(book, {event("a" + std::to_string(i), 1)}, 100 + i);
+    send_all(book);
+    book.published(events[0].event_id);
+  }
+  EXPECT_LE(book.tracked_aggregates(), StreamBook::kIdleKept);
+  EXPECT_EQ(book.open_events(), 0U);
+  EXPECT_EQ(book.confirmable(), 100 + aggregates - 1);
+}
+
+TEST(StreamBook, ReadingOutOfOrderIsAProgrammingError) {
+  StreamBook book;
+  EXPECT_THROW(book.add(event("a", 1), 1), std::logic_error);
+  EXPECT_THROW(book.commit(1), std::logic_error);
+  book.begin();
+  EXPECT_THROW(book.begin(), std::logic_error);
+  book.commit(1);
+  read(book, {event("a", 1)}, 2);
+  book.next(1, 100, true);
+  EXPECT_THROW(book.next(1, 100, true), std::logic_error) << "decide() first";
+}
+
+}  // namespace
+}  // namespace outbox::cdc
