@@ -220,8 +220,9 @@ class ReplicationStream {
   // the transactions running at the time to end (a long one delays it). With export_snapshot the
   // snapshot (what the database looked like at consistent_point) can be imported by other
   // sessions (BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT '<name>') only until
-  // the next command on this stream: any call but identity() ends it (an importing transaction
-  // keeps what it imported). Throws slot_exists, or other (e.g. 53400, all slots in use).
+  // the next command this stream sends (find_slot, create_slot, drop_slot, start) or its end; a
+  // transaction that imported it keeps it. Throws slot_exists, or other (e.g. 53400, all slots in
+  // use).
   CreatedSlot create_slot(std::string_view name, bool export_snapshot);
   // DROP_REPLICATION_SLOT "name": throws slot_missing, or slot_in_use while a session streams
   // from it.
