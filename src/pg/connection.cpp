@@ -440,6 +440,14 @@ ConnectFailure classify_connect_failure(PGconn* conn, const std::string& message
   if (has("no pg_hba.conf entry") || (has("role \"") && has("does not exist"))) {
     return {"28000", false, "the server does not let this user in from here (pg_hba.conf)"};
   }
+  // PostgreSQL 15 says "must be superuser or replication role to start walsender", 16 and later
+  // "permission denied to start WAL sender": a replication connection of a role without the
+  // REPLICATION attribute.
+  if (has("replication role to start walsender") || has("permission denied to start WAL sender")) {
+    return {"42501", false,
+            "the role needs the REPLICATION attribute (ALTER ROLE ... REPLICATION) or superuser "
+            "for a replication connection"};
+  }
   if (has("database \"") && has("does not exist")) {
     return {"3D000", false, "no such database: check the dbname in --db"};
   }
@@ -453,22 +461,24 @@ ConnectFailure classify_connect_failure(PGconn* conn, const std::string& message
 
 }  // namespace
 
-Connection Connection::open(const std::string& database_url, std::string_view application_name) {
+Connection Connection::open(const std::string& database_url, std::string_view application_name,
+                            const std::vector<Setting>& overrides) {
   // With expand_dbname, settings in the user's string override the keywords before "dbname":
-  // these are defaults. Keepalives make a half-open TCP connection fail within about a minute
-  // instead of the kernel's two hours; a relay stuck on one would hold its leases meanwhile.
+  // these are defaults; `overrides` come last and win over the string. Keepalives make a half-open
+  // TCP connection fail within about a minute instead of the kernel's two hours; a relay stuck on
+  // one would hold its leases meanwhile.
   const std::string app(application_name);
-  const char* keys[] = {"connect_timeout",
-                        "keepalives_idle",
-                        "keepalives_interval",
-                        "keepalives_count",
-                        "dbname",
-                        "fallback_application_name",
-                        nullptr};
-  const char* values[] = {
-      "10",        "30",   "10", "3", database_url.empty() ? nullptr : database_url.c_str(),
-      app.c_str(), nullptr};
-  ConnHandle handle(PQconnectdbParams(keys, values, /*expand_dbname=*/1));
+  std::vector<const char*> keys{"connect_timeout",  "keepalives_idle", "keepalives_interval",
+                                "keepalives_count", "dbname",          "fallback_application_name"};
+  std::vector<const char*> values{
+      "10", "30", "10", "3", database_url.empty() ? nullptr : database_url.c_str(), app.c_str()};
+  for (const Setting& setting : overrides) {
+    keys.push_back(setting.keyword.c_str());
+    values.push_back(setting.value.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  ConnHandle handle(PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1));
   if (!handle) throw DatabaseError("cannot connect: out of memory", "", true);
   if (PQstatus(handle.get()) != CONNECTION_OK) {
     // Neither the string nor libpq's message (which may quote a part it could not parse) is

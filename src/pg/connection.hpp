@@ -89,10 +89,21 @@ void rollback_quietly(PGconn* conn) noexcept;
 // An owned connection.
 class Connection {
  public:
+  // A connection setting that wins over the connection string's own (the CDC stream's
+  // replication=database).
+  struct Setting {
+    std::string keyword;
+    std::string value;
+  };
+
   // Connects (blocking) to a libpq connection string or URI; "" uses the PG* variables.
-  // Throws DatabaseError (retryable) saying which server it could not reach.
+  // `overrides` are passed after the string (PQconnectdbParams with expand_dbname: later keywords
+  // win), so they hold also when the string is a URI or sets them itself.
+  // Throws DatabaseError, retryable for an outage (it says which server it could not reach), not
+  // retryable for a refusal no retry fixes (SQLSTATE 28P01, 28000, 3D000, 42501, 08001).
   static Connection open(const std::string& database_url,
-                         std::string_view application_name = "outbox");
+                         std::string_view application_name = "outbox",
+                         const std::vector<Setting>& overrides = {});
 
   [[nodiscard]] PGconn* get() const noexcept { return handle_.get(); }
   [[nodiscard]] bool healthy() const noexcept;
