@@ -41,6 +41,9 @@ struct RelayFlags {
   std::string stats_every;  // empty: only at the end
   std::string stats_format = "text";
   bool durable_marks = kRelayDefaults.durable_marks;
+  std::string source = "polling";
+  std::string slot = kRelayDefaults.cdc.slot;
+  std::string publication;  // empty: "<schema>_outbox"
 };
 
 RelayOptions relay_options(const RelayFlags& flags) {
@@ -56,6 +59,9 @@ RelayOptions relay_options(const RelayFlags& flags) {
   options.backoff_max = std::chrono::milliseconds(flags.backoff_max_ms);
   options.max_attempts = flags.max_attempts;
   options.durable_marks = flags.durable_marks;
+  options.source = flags.source == "cdc" ? RelaySource::cdc : RelaySource::polling;
+  options.cdc.slot = flags.slot;
+  options.cdc.publication = flags.publication;
   return options;
 }
 
@@ -212,6 +218,17 @@ void register_relay(Commands& commands) {
                    "kafka, or discard: acknowledge every event at once without sending it "
                    "(measures the database side alone; nothing reaches a broker)")
       ->capture_default_str();
+  relay
+      ->add_option("--source", flags->source,
+                   "polling (claims pending rows) or cdc (reads a logical replication slot; the "
+                   "role needs REPLICATION, the server wal_level = logical)")
+      ->check(CLI::IsMember({"polling", "cdc"}))
+      ->capture_default_str();
+  relay->add_option("--slot", flags->slot, "with --source cdc: the replication slot (created if missing)")
+      ->capture_default_str();
+  relay->add_option("--publication", flags->publication,
+                    "with --source cdc: the publication (default <schema>_outbox; created if "
+                    "missing)");
   relay->add_flag("--durable-marks", flags->durable_marks,
                   "commit marks synchronously: after a PostgreSQL crash no topic shows an "
                   "aggregate's k+1 before a repeat of k (docs/GUARANTEES.md)");

@@ -15,6 +15,26 @@
 
 namespace outbox {
 
+// Where a relay learns about committed events (docs/ARCHITECTURE.md, "Change data capture").
+enum class RelaySource {
+  polling,  // claims pending rows with a lease (the default)
+  cdc,      // reads a logical replication slot; the table stays the truth (being built)
+};
+
+// A change-data-capture relay's slot and publication. The role needs REPLICATION (or superuser)
+// and the server wal_level = logical.
+struct CdcOptions {
+  std::string slot = "outbox";  // created if missing; [a-z0-9_], at most 63 characters
+  std::string publication;      // empty: "<schema>_outbox"; created if missing (FOR TABLE
+                                // <schema>.outbox_events WITH (publish = 'insert'))
+  // How long an untouched row may stay pending behind the stream's position before the relay's
+  // own claim takes it (a row from before the slot, a mark lost in a crash).
+  std::chrono::milliseconds horizon_grace{10000};
+  // How often the relay's own claim looks for what the stream does not bring (retries after
+  // their backoff, released quarantine, rows behind the horizon).
+  std::chrono::milliseconds table_poll{500};
+};
+
 struct RelayOptions {
   std::string database_url;  // libpq connection string or URI; empty: the PG* variables
   SchemaName schema;
@@ -47,6 +67,8 @@ struct RelayOptions {
   // in order). On, that cannot happen, for one WAL flush per mark statement (docs/GUARANTEES.md
   // has the measured cost).
   bool durable_marks = false;
+  RelaySource source = RelaySource::polling;
+  CdcOptions cdc;  // with source = cdc
 };
 
 // The application_name of every relay session (pg_stat_activity shows it; the benchmark and the

@@ -30,12 +30,13 @@ void StreamBook::add(Event event, std::uint64_t bytes) {
   reading_->push_back({std::move(event), bytes, 0});
 }
 
-void StreamBook::commit(Lsn end_lsn) {
+void StreamBook::commit(Lsn end_lsn, PgTimestamp commit_time) {
   if (!reading_) throw std::logic_error("StreamBook: Commit outside a transaction");
   std::vector<Waiting> read = std::move(*reading_);
   reading_.reset();
   const std::uint64_t number = first_transaction_ + transactions_.size();
-  transactions_.push_back({end_lsn, read.size()});
+  transactions_.push_back({end_lsn, read.size(), commit_time});
+  last_commit_time_ = std::max(last_commit_time_, commit_time);
   for (Waiting& waiting : read) {
     waiting.transaction = number;
     place(std::move(waiting));
@@ -104,6 +105,14 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked) {
     }
   }
   return go;
+}
+
+void StreamBook::undo_next() {
+  for (auto it = checking_.rbegin(); it != checking_.rend(); ++it) {
+    waiting_bytes_ += it->bytes;
+    ready_.push_front(std::move(*it));
+  }
+  checking_.clear();
 }
 
 void StreamBook::published(const EventId& id) {

@@ -44,7 +44,7 @@ class StreamBook {
   void add(Event event, std::uint64_t bytes);
   // The transaction ends at `end_lsn` (Commit's end_lsn): its events become candidates or wait
   // behind their aggregate's event that is out. A transaction without events is done at once.
-  void commit(Lsn end_lsn);
+  void commit(Lsn end_lsn, PgTimestamp commit_time = 0);
   // The server's WAL end from a keepalive: with nothing read and not done, the confirmed position
   // may move there (traffic that publishes nothing then holds no WAL).
   void keepalive(Lsn wal_end);
@@ -56,6 +56,10 @@ class StreamBook {
   // For the last next(): the positions whose aggregate has a lower sequence pending (sorted).
   // Those, and what waits behind them, are left to the table; the rest are returned, to be sent.
   std::vector<Event> decide(const std::vector<std::size_t>& blocked);
+  // The check could not be made: the last next()'s candidates go back, first in line.
+  void undo_next();
+  // Whether next() would hand out anything.
+  [[nodiscard]] bool has_candidates() const { return !ready_.empty(); }
 
   // --- outcomes of sent events ---
   // Published: done; the next event of its aggregate becomes a candidate that needs no check.
@@ -65,6 +69,11 @@ class StreamBook {
   void failed(const EventId& id);
 
   // --- positions and sizes ---
+  // The commit time of the oldest transaction not done, or of the last one read when all are
+  // done (0: none read): how far the stream has certainly come (the table path's horizon).
+  [[nodiscard]] PgTimestamp position_time() const {
+    return transactions_.empty() ? last_commit_time_ : transactions_.front().commit_time;
+  }
   // Everything before this is done: what to confirm to the server (0: nothing yet).
   [[nodiscard]] Lsn confirmable() const { return confirmed_; }
   [[nodiscard]] bool in_transaction() const { return reading_.has_value(); }
@@ -102,6 +111,7 @@ class StreamBook {
   struct Transaction {
     Lsn end_lsn = 0;
     std::size_t open = 0;  // events not done
+    PgTimestamp commit_time = 0;
   };
   // An event read and not done. Aggregates live in an unordered_map: pointers to them stay valid
   // until they are erased, and only idle ones (nothing open) are.
@@ -127,6 +137,7 @@ class StreamBook {
   std::deque<Transaction> transactions_;  // not yet confirmable, oldest first
   std::uint64_t first_transaction_ = 0;   // the number of transactions_.front()
   Lsn confirmed_ = 0;
+  PgTimestamp last_commit_time_ = 0;
   std::uint64_t waiting_bytes_ = 0;
   std::uint64_t left_to_table_ = 0;
 };

@@ -84,4 +84,7 @@ class CompletionRecorder {
   virtual void record_failed(std::vector<Outcome>& failed) = 0;
 };
 
+// Both seams in one object, as a relay runs over them: PollingSource, CdcSource.
+class RelaySourceBase : public EventSource, public CompletionRecorder {};
+
 }  // namespace outbox::detail

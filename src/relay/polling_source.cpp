@@ -228,19 +228,22 @@ bool PollingSource::sweep() {
 
 void PollingSource::renew_leases(const SendWindow& window) {
   last_renewal_ = Clock::now();
-  if (window.empty()) return;
   pg::ArrayLiteral ids, tokens;
+  std::size_t claimed = 0;  // streamed events (no token) hold no lease
   for (const auto& [ticket, item] : window.in_flight()) {
+    if (item.token.empty()) continue;
     ids.add(item.event.event_id);
     tokens.add(item.token);
+    ++claimed;
   }
+  if (claimed == 0) return;
   const std::string lease_text = std::to_string(options_.lease.count());
   const auto result =
       pg::exec_prepared(session_.connection.get(), renew_sql_,
                         {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str()});
-  if (static_cast<std::size_t>(result.rows()) < window.size()) {
+  if (static_cast<std::size_t>(result.rows()) < claimed) {
     log().warn("relay {}: {} in-flight row(s) lost their lease to another relay", relay_id(),
-               window.size() - static_cast<std::size_t>(result.rows()));
+               claimed - static_cast<std::size_t>(result.rows()));
   }
 }
 

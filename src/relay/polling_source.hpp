@@ -19,7 +19,7 @@
 
 namespace outbox::detail {
 
-class PollingSource final : public EventSource, public CompletionRecorder {
+class PollingSource final : public RelaySourceBase {
  public:
   using Clock = std::chrono::steady_clock;
   using milliseconds = std::chrono::milliseconds;

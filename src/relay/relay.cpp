@@ -6,6 +6,7 @@
 #include "common/backoff.hpp"
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
+#include "cdc/cdc_source.hpp"
 #include "common/log.hpp"
 #include "relay/claim_schedule.hpp"
 #include "relay/polling_source.hpp"
@@ -53,7 +54,7 @@ class Relay::Impl {
 
   bool loop(bool until_idle, Clock::time_point deadline) {
     draining_ = false;
-    if (polling_ == nullptr && !first_connection(until_idle, deadline)) {
+    if (owner_ == nullptr && !first_connection(until_idle, deadline)) {
       health_.set(Health::stopped);
       return false;
     }
@@ -108,10 +109,15 @@ class Relay::Impl {
   };
 
   void connect_source() {
-    auto polling = std::make_unique<detail::PollingSource>(options_, counters_);
-    source_ = polling.get();
-    recorder_ = polling.get();
-    polling_ = std::move(polling);
+    std::unique_ptr<detail::RelaySourceBase> source;
+    if (options_.source == RelaySource::cdc) {
+      source = std::make_unique<detail::CdcSource>(options_, counters_);
+    } else {
+      source = std::make_unique<detail::PollingSource>(options_, counters_);
+    }
+    source_ = source.get();
+    recorder_ = source.get();
+    owner_ = std::move(source);
   }
 
   // Until PostgreSQL takes the first connection, tries again with backoff; false when stopped or
@@ -318,7 +324,7 @@ class Relay::Impl {
   detail::RelayCounters counters_;
   detail::HealthBoard health_;
   detail::Sender sender_;  // the sink, driven into and out of the window
-  std::unique_ptr<detail::PollingSource> polling_;  // owns the source and the recorder
+  std::unique_ptr<detail::RelaySourceBase> owner_;  // the source and the recorder
   detail::EventSource* source_ = nullptr;
   detail::CompletionRecorder* recorder_ = nullptr;
   bool draining_ = false;  // stopping: record outcomes, fetch nothing new

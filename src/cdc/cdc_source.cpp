@@ -1,0 +1,358 @@
+#include "cdc/cdc_source.hpp"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/log.hpp"
+#include "common/printable.hpp"
+#include "outbox/error.hpp"
+#include "pg/array_literal.hpp"
+#include "relay/relay_sql.hpp"
+
+namespace outbox::detail {
+
+namespace {
+
+using cdc::Lsn;
+using cdc::PgTimestamp;
+using std::chrono::milliseconds;
+
+// Reading stops here until the loop has taken what was read: the stream's own memory bound.
+constexpr std::size_t kMostMessagesPerRead = 20000;
+
+// Seconds between the Unix epoch and PostgreSQL's (2000-01-01).
+constexpr std::int64_t kPgEpochUnixSeconds = 946684800;
+
+std::string quote_identifier(std::string_view name) {
+  std::string quoted = "\"";
+  for (const char c : name) {
+    if (c == '"') quoted += '"';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+// A PgTimestamp as timestamptz text PostgreSQL reads whatever its TimeZone.
+std::string timestamp_text(PgTimestamp time) {
+  const std::int64_t micros = time + kPgEpochUnixSeconds * 1000000;
+  const std::time_t seconds = static_cast<std::time_t>(micros / 1000000);
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  return fmt::format("{:%Y-%m-%d %H:%M:%S}.{:06d}+00", utc, micros % 1000000);
+}
+
+}  // namespace
+
+CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
+    : options_(options),
+      counters_(counters),
+      publication_(options.cdc.publication.empty() ? options.schema.name() + "_outbox"
+                                                   : options.cdc.publication),
+      table_(options, counters),
+      pending_lower_sql_(relay_sql::pending_lower(options.schema)) {
+  cdc::validate_slot_name(options.cdc.slot);
+  cdc::validate_publication_name(publication_);
+  ensure_publication();
+  start_stream();
+  table_.set_listening(false);  // registered awake: producers never notify a streaming relay
+}
+
+CdcSource::~CdcSource() = default;
+
+// The publication the slot streams: created when missing. CREATE PUBLICATION needs CREATE on the
+// database and ownership of the table; a relay role without them gets the statement to run.
+void CdcSource::ensure_publication() {
+  PGconn* conn = table_.connection();
+  const std::string wal_level(pg::exec(conn, "SHOW wal_level").text(0, 0));
+  if (wal_level != "logical") {
+    throw ConfigError(fmt::format(
+        "relay --source cdc: the server's wal_level is {}; set wal_level = logical (and "
+        "restart PostgreSQL) or run the polling relay",
+        wal_level));
+  }
+  const auto found =
+      pg::exec(conn, "SELECT 1 FROM pg_publication WHERE pubname = $1", {publication_.c_str()});
+  if (found.rows() > 0) return;
+  const std::string create =
+      fmt::format("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
+                  quote_identifier(publication_), options_.schema.table("outbox_events"));
+  try {
+    pg::exec(conn, create);
+  } catch (const DatabaseError& error) {
+    if (error.retryable()) throw;
+    throw ConfigError(fmt::format(
+        "relay --source cdc: publication {} does not exist and this role cannot create it ({}); "
+        "run as the table's owner: {}",
+        printable(publication_), error.what(), create));
+  }
+  log().info("relay {}: created publication {}", options_.relay_id, printable(publication_));
+}
+
+// A new replication connection, the slot (created when missing, again when invalidated: the
+// table path then publishes what the lost slot held), streaming from its confirmed position.
+void CdcSource::start_stream() {
+  stream_.reset();
+  book_ = cdc::StreamBook{};
+  columns_.reset();
+  caught_up_time_ = 0;
+  probe_.reset();
+  cdc::ReplicationStreamOptions stream_options;
+  stream_options.application_name = std::string(kRelayApplicationName);
+  stream_ = std::make_unique<cdc::ReplicationStream>(options_.database_url, stream_options);
+  const std::string& slot = options_.cdc.slot;
+  std::optional<cdc::SlotInfo> info = stream_->find_slot(slot);
+  if (info && info->wal_status == cdc::WalStatus::lost) {
+    log().warn("relay {}: slot {} was invalidated (WAL removed); creating it again, the table "
+               "path publishes what it held",
+               options_.relay_id, slot);
+    stream_->drop_slot(slot);
+    info.reset();
+  }
+  if (!info) {
+    const cdc::CreatedSlot created = stream_->create_slot(slot, false);
+    log().info("relay {}: created replication slot {} at {}", options_.relay_id, slot,
+               cdc::format_lsn(created.consistent_point));
+  }
+  stream_->start(slot, publication_, 0);
+  confirmed_sent_ = 0;
+}
+
+Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) {
+  read_stream(milliseconds(0));
+  Fetched fetched;
+  std::uint64_t used = 0;
+  for (Event& event : stream_candidates(limit, byte_room, holding_nothing)) {
+    used += event.payload.size() + event.headers.size();
+    fetched.events.push_back({std::move(event), std::string()});
+  }
+  RelayCounters::add(counters_.claimed, fetched.events.size());
+  if (table_due_ && fetched.events.size() < limit) {
+    table_due_ = false;
+    table_.set_claim_horizon(horizon());
+    Fetched claimed = table_.fetch(limit - fetched.events.size(),
+                                   byte_room > used ? byte_room - used : 0,
+                                   holding_nothing && fetched.events.empty());
+    for (SourcedEvent& event : claimed.events) fetched.events.push_back(std::move(event));
+    fetched.waiting_bytes = claimed.waiting_bytes;
+    table_due_ = !claimed.reached_end;
+  }
+  fetched.reached_end = !book_.has_candidates() && !table_due_;
+  return fetched;
+}
+
+// The book's candidates, those that may have a lower sequence pending asked about in one
+// statement; those that do are left to the table path.
+std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t byte_room,
+                                                bool holding_nothing) {
+  const cdc::StreamBook::Candidates candidates = book_.next(limit, byte_room, holding_nothing);
+  std::vector<std::size_t> asked;
+  pg::ArrayLiteral types, ids, sequences;
+  for (std::size_t i = 0; i < candidates.events.size(); ++i) {
+    if (!candidates.needs_check[i]) continue;
+    const Event& event = candidates.events[i];
+    types.add(event.aggregate_type);
+    ids.add(event.aggregate_id);
+    sequences.add_plain(std::to_string(event.aggregate_sequence));
+    asked.push_back(i);
+  }
+  std::vector<std::size_t> blocked;
+  if (!asked.empty()) {
+    try {
+      const auto result = pg::exec_prepared(
+          table_.connection(), pending_lower_sql_,
+          {types.text().c_str(), ids.text().c_str(), sequences.text().c_str()});
+      for (const std::size_t position : relay_sql::read_pending_lower(result)) {
+        blocked.push_back(asked.at(position));
+      }
+    } catch (...) {
+      book_.undo_next();  // asked again after the reconnect
+      throw;
+    }
+  }
+  return book_.decide(blocked);
+}
+
+bool CdcSource::wait_for_news(milliseconds timeout) {
+  return read_stream(std::min(timeout, stream_->until_status_due()));
+}
+
+bool CdcSource::read_stream(milliseconds timeout) {
+  bool got = false;
+  milliseconds wait = timeout;
+  for (std::size_t read = 0; read < kMostMessagesPerRead; ++read) {
+    if (book_.waiting_bytes() >= options_.max_in_flight_bytes ||
+        book_.open_events() >= 2 * options_.max_in_flight) {
+      break;  // the loop has enough to do; the server keeps the rest
+    }
+    std::optional<cdc::StreamMessage> message = stream_->read(wait);
+    if (!message) break;
+    got = true;
+    wait = milliseconds(0);
+    take(*message);
+  }
+  return got;
+}
+
+void CdcSource::take(const cdc::StreamMessage& message) {
+  if (const cdc::XLogData* data = message.xlog_data()) {
+    take_change(data->payload);
+  } else if (const cdc::PrimaryKeepalive* keepalive = message.keepalive()) {
+    book_.keepalive(keepalive->wal_end);
+  }
+  if (probe_ && stream_->received_lsn() >= probe_->second) {
+    caught_up_time_ = std::max(caught_up_time_, probe_->first);
+    probe_.reset();
+  }
+}
+
+void CdcSource::take_change(std::string_view payload) {
+  cdc::PgOutputMessage change = cdc::decode_pgoutput(payload);
+  if (const auto* error = std::get_if<cdc::DecodeError>(&change)) {
+    throw DatabaseError("relay --source cdc: a replication message did not decode: " +
+                            error->message,
+                        "08P01", false);
+  }
+  if (std::holds_alternative<cdc::Begin>(change)) {
+    book_.begin();
+  } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {
+    book_.commit(commit->end_lsn, commit->commit_time);
+  } else if (const auto* relation = std::get_if<cdc::Relation>(&change)) {
+    if (relation->namespace_name != options_.schema.name() || relation->name != "outbox_events") {
+      return;  // another table in a shared publication: not ours
+    }
+    auto mapped = cdc::map_outbox_columns(*relation);
+    if (const auto* error = std::get_if<cdc::DecodeError>(&mapped)) {
+      throw ConfigError("relay --source cdc: " + error->message +
+                        "; run outbox migrate for this relay's version");
+    }
+    columns_ = std::get<cdc::OutboxColumns>(std::move(mapped));
+  } else if (const auto* insert = std::get_if<cdc::Insert>(&change)) {
+    if (!columns_ || insert->relation_id != columns_->relation_id) return;
+    auto decoded = cdc::decode_outbox_insert(*insert, *columns_);
+    if (const auto* error = std::get_if<cdc::DecodeError>(&decoded)) {
+      log().warn("relay {}: {}; the row is left to the table path", options_.relay_id,
+                 error->message);
+      return;
+    }
+    cdc::StreamedRow& row = std::get<cdc::StreamedRow>(decoded);
+    if (!row.due) return;  // not due yet: the table path claims it when it is
+    const std::uint64_t bytes = row.event.payload.size() + row.event.headers.size();
+    book_.add(std::move(row.event), bytes);
+  }
+}
+
+// Untouched rows older than this are the table path's: the stream's certain position (the
+// oldest transaction not done, or a probe that found it caught up) less the grace.
+std::string CdcSource::horizon() const {
+  const PgTimestamp position = std::max(book_.position_time(),
+                                        book_.open_events() == 0 ? caught_up_time_ : 0);
+  if (position == 0) return "-infinity";
+  const auto grace = std::chrono::duration_cast<std::chrono::microseconds>(
+      options_.cdc.horizon_grace);
+  return timestamp_text(position - grace.count());
+}
+
+bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
+  bool news = table_.run_duties(now, window);
+  if (now >= next_table_poll_) {
+    next_table_poll_ = now + options_.cdc.table_poll;
+    table_due_ = true;
+    news = true;
+    if (!probe_caught_up() && book_.confirmable() > confirmed_sent_) send_status(false);
+  }
+  if (stream_->status_due()) send_status(false);
+  return news;
+}
+
+// With nothing open, asks the server how far its WAL is flushed (and what time it is), and asks
+// the walsender for a keepalive: once the stream has received that far, every transaction
+// committed before that time has been read.
+bool CdcSource::probe_caught_up() {
+  if (probe_ || book_.open_events() > 0 || book_.in_transaction()) return false;
+  const auto result = pg::exec(
+      table_.connection(),
+      "SELECT ((extract(epoch FROM clock_timestamp()) - 946684800) * 1000000)::bigint::text, "
+      "pg_current_wal_flush_lsn()::text");
+  const std::optional<Lsn> flushed = cdc::parse_lsn(result.text(0, 1));
+  if (!flushed) return false;
+  probe_.emplace(result.int64(0, 0), *flushed);
+  send_status(true);
+  return true;
+}
+
+// Reports the confirmable position (and asks for a keepalive when `ask_reply`).
+void CdcSource::send_status(bool ask_reply) {
+  const Lsn confirmable = book_.confirmable();
+  stream_->send_status(stream_->received_lsn(), confirmable, confirmable, ask_reply);
+  confirmed_sent_ = std::max(confirmed_sent_, confirmable);
+}
+
+CdcSource::Clock::time_point CdcSource::next_duty() const {
+  return std::min({table_.next_duty(), next_table_poll_,
+                   Clock::now() + stream_->until_status_due()});
+}
+
+bool CdcSource::reconnect(const SendWindow& window) {
+  const bool reconnected = table_.reconnect(window);
+  start_stream();
+  table_.set_listening(false);
+  return reconnected;
+}
+
+void CdcSource::leave() noexcept {
+  table_.leave();
+  try {
+    if (stream_ && stream_->streaming()) {
+      send_status(true);
+      stream_->stop(std::chrono::seconds(1));
+    }
+  } catch (const std::exception& error) {
+    log().debug("relay {}: ending the replication stream: {}", options_.relay_id, error.what());
+  }
+}
+
+std::vector<SourcedEvent> CdcSource::record_published(std::vector<Outcome>& published,
+                                                      bool take_successors,
+                                                      std::uint64_t successor_bytes) {
+  std::vector<Outcome> streamed, claimed;
+  for (Outcome& outcome : published) {
+    (outcome.token.empty() ? streamed : claimed).push_back(std::move(outcome));
+  }
+  published.clear();
+  std::vector<EventId> ids;
+  for (const Outcome& outcome : streamed) ids.push_back(outcome.event_id);
+  std::vector<SourcedEvent> successors;
+  try {
+    successors = table_.record_published(claimed, take_successors, successor_bytes);
+    table_.record_published(streamed, false, 0);
+  } catch (...) {
+    for (Outcome& outcome : claimed) published.push_back(std::move(outcome));
+    for (Outcome& outcome : streamed) published.push_back(std::move(outcome));
+    throw;
+  }
+  for (const EventId& id : ids) book_.published(id);
+  return successors;
+}
+
+void CdcSource::record_failed(std::vector<Outcome>& failed) {
+  std::vector<Outcome> streamed, claimed;
+  for (Outcome& outcome : failed) {
+    (outcome.token.empty() ? streamed : claimed).push_back(std::move(outcome));
+  }
+  failed.clear();
+  std::vector<EventId> ids;
+  for (const Outcome& outcome : streamed) ids.push_back(outcome.event_id);
+  try {
+    table_.record_failed(claimed);
+    table_.record_failed(streamed);
+  } catch (...) {
+    for (Outcome& outcome : claimed) failed.push_back(std::move(outcome));
+    for (Outcome& outcome : streamed) failed.push_back(std::move(outcome));
+    throw;
+  }
+  for (const EventId& id : ids) book_.failed(id);
+}
+
+}  // namespace outbox::detail

@@ -1,0 +1,99 @@
+#pragma once
+// The change-data-capture relay's source and recorder (relay/event_source.hpp): events come from
+// a logical replication slot (the stream path), and a PollingSource (the table path) publishes
+// what the stream does not bring; "published" is the table's published_at for both
+// (docs/ARCHITECTURE.md, "Change data capture").
+//
+// The stream path: ReplicationStream reads pgoutput messages; outbox_rows turns inserts into
+// events; StreamBook keeps per-aggregate order and the confirmable position; before the first
+// event of an aggregate with nothing out, relay_sql::pending_lower asks whether a lower sequence
+// is still pending, and such events are left to the table path. Streamed events carry no claim
+// token: their marks and failure records match rows claimed by no one.
+//
+// The table path: the polling claim, restricted to rows the stream will not bring (touched rows,
+// and untouched rows older than the horizon: the stream's certain position less
+// CdcOptions::horizon_grace), every CdcOptions::table_poll, with successors as in polling.
+//
+// The confirmed position (standby status) moves only past transactions whose events are all
+// marked, recorded as failed or left to the table: a crash re-streams the rest.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cdc/outbox_rows.hpp"
+#include "cdc/replication_stream.hpp"
+#include "cdc/stream_book.hpp"
+#include "outbox/relay.hpp"
+#include "relay/event_source.hpp"
+#include "relay/polling_source.hpp"
+#include "relay/relay_counters.hpp"
+
+namespace outbox::detail {
+
+class CdcSource final : public RelaySourceBase {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using milliseconds = std::chrono::milliseconds;
+
+  // Connects both sessions, creates the publication and the slot if missing, and starts
+  // streaming at the slot's confirmed position. Throws DatabaseError (retryable while PostgreSQL
+  // is away), ConfigError for what needs an operator (no REPLICATION, wal_level, a publication
+  // it may not create).
+  CdcSource(const RelayOptions& options, RelayCounters& counters);
+  ~CdcSource() override;
+
+  Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;
+  bool wait_for_news(milliseconds timeout) override;
+  bool run_duties(Clock::time_point now, const SendWindow& window) override;
+  [[nodiscard]] Clock::time_point next_duty() const override;
+  void set_listening(bool listening) override { listening_ = listening; }
+  [[nodiscard]] bool listening() const override { return listening_; }
+  bool reconnect(const SendWindow& window) override;
+  void leave() noexcept override;
+
+  std::vector<SourcedEvent> record_published(std::vector<Outcome>& published,
+                                             bool take_successors,
+                                             std::uint64_t successor_bytes) override;
+  void record_failed(std::vector<Outcome>& failed) override;
+
+  // For tests and stats: the position last confirmed to the server, and events left to the table.
+  [[nodiscard]] cdc::Lsn confirmed() const { return confirmed_sent_; }
+  [[nodiscard]] std::uint64_t left_to_table() const { return book_.left_to_table(); }
+
+ private:
+  void ensure_publication();
+  void start_stream();
+  // Reads what has arrived (waiting at most `timeout` for the first message), up to the budget;
+  // true when a message came.
+  bool read_stream(milliseconds timeout);
+  void take(const cdc::StreamMessage& message);
+  void take_change(std::string_view payload);
+  // The book's candidates, checked against the table: the events to send.
+  std::vector<Event> stream_candidates(std::size_t limit, std::uint64_t byte_room,
+                                       bool holding_nothing);
+  [[nodiscard]] std::string horizon() const;
+  void send_status(bool ask_reply);
+  bool probe_caught_up();
+
+  const RelayOptions& options_;
+  RelayCounters& counters_;
+  std::string publication_;
+  PollingSource table_;  // the table path, and the session for marks and checks
+  std::unique_ptr<cdc::ReplicationStream> stream_;
+  cdc::StreamBook book_;
+  std::optional<cdc::OutboxColumns> columns_;
+  const std::string pending_lower_sql_;
+  bool listening_ = false;
+  bool table_due_ = true;
+  Clock::time_point next_table_poll_;
+  cdc::Lsn confirmed_sent_ = 0;
+  // The stream had received all WAL flushed at this server time (a probe while nothing was
+  // open): with nothing open, the horizon follows it rather than the last commit read.
+  cdc::PgTimestamp caught_up_time_ = 0;
+  std::optional<std::pair<cdc::PgTimestamp, cdc::Lsn>> probe_;  // (server time, flush lsn)
+};
+
+}  // namespace outbox::detail
