@@ -33,6 +33,10 @@ struct CdcOptions {
   // How often the relay's own claim looks for what the stream does not bring (retries after
   // their backoff, released quarantine, rows behind the horizon).
   std::chrono::milliseconds table_poll{500};
+  // How long a stalled relay (paused, frozen, cut off) keeps the slot: the server ends a stream
+  // it hears nothing from for this long (the relay's wal_sender_timeout), and a standby relay
+  // waiting for the slot takes it. The relay reports its position every third of it.
+  std::chrono::milliseconds takeover{5000};
 };
 
 struct RelayOptions {

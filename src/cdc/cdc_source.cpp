@@ -100,6 +100,8 @@ void CdcSource::start_stream() {
   probe_.reset();
   cdc::ReplicationStreamOptions stream_options;
   stream_options.application_name = std::string(kRelayApplicationName);
+  stream_options.wal_sender_timeout = options_.cdc.takeover;
+  stream_options.status_interval = options_.cdc.takeover / 3;
   stream_ = std::make_unique<cdc::ReplicationStream>(options_.database_url, stream_options);
   const std::string& slot = options_.cdc.slot;
   std::optional<cdc::SlotInfo> info = stream_->find_slot(slot);

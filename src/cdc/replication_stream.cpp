@@ -258,9 +258,19 @@ pg::Connection open_replication(const std::string& database_url,
                     "not {} ms",
                     options.status_interval.count()));
   }
+  std::vector<pg::Connection::Setting> settings{{"replication", "database"}};
+  if (options.wal_sender_timeout.count() > 0) {
+    if (options.wal_sender_timeout <= options.status_interval) {
+      throw InvalidArgument(fmt::format(
+          "ReplicationStreamOptions::wal_sender_timeout ({} ms) must be longer than the "
+          "status_interval ({} ms), or the server ends every idle stream",
+          options.wal_sender_timeout.count(), options.status_interval.count()));
+    }
+    settings.push_back({"options", fmt::format("-c wal_sender_timeout={}ms",
+                                                 options.wal_sender_timeout.count())});
+  }
   try {
-    return pg::Connection::open(database_url, options.application_name,
-                                {{"replication", "database"}});
+    return pg::Connection::open(database_url, options.application_name, settings);
   } catch (const DatabaseError& error) {
     // pg classifies connection refusals (no SQLSTATE reaches a client that failed to connect).
     const ReplicationFailure failure = error.sqlstate() == "42501"

@@ -189,6 +189,11 @@ struct ReplicationStreamOptions {
   // How often status_due() asks for a standby status update without a keepalive asking; keep it
   // well under the server's wal_sender_timeout (60 s by default).
   std::chrono::milliseconds status_interval{10'000};
+  // This session's wal_sender_timeout (0: the server's, 60 s by default): the server ends a
+  // stream it has heard nothing from for this long, which frees the slot of a stalled client for
+  // another. Set with the connection's `options` (replacing any the connection string has); must
+  // exceed status_interval.
+  std::chrono::milliseconds wal_sender_timeout{0};
 };
 
 // A replication connection for one logical slot. Two modes: commands (after construction; the

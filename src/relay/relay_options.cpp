@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "cdc/replication_stream.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::detail {
@@ -16,6 +17,21 @@ std::string default_relay_id() {
   ::gethostname(host, sizeof(host) - 1);
   std::random_device random;
   return fmt::format("{}-{}-{:06x}", host, ::getpid(), random() & 0xFFFFFF);
+}
+
+void check_cdc(const CdcOptions& cdc) {
+  cdc::validate_slot_name(cdc.slot);
+  if (!cdc.publication.empty()) cdc::validate_publication_name(cdc.publication);
+  if (cdc.takeover < std::chrono::milliseconds(300)) {
+    throw InvalidArgument(fmt::format(
+        "relay: cdc.takeover is {} ms; it must be at least 300 ms (the relay reports its "
+        "position every third of it)",
+        cdc.takeover.count()));
+  }
+  if (cdc.table_poll < std::chrono::milliseconds(10) || cdc.horizon_grace.count() < 0) {
+    throw InvalidArgument(
+        "relay: cdc.table_poll must be at least 10 ms and cdc.horizon_grace not negative");
+  }
 }
 
 }  // namespace
@@ -56,6 +72,7 @@ RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_id
         "relay: reconnect_backoff_base must be positive and reconnect_backoff_max at least as "
         "large");
   }
+  if (options.source == RelaySource::cdc) check_cdc(options.cdc);
   return options;
 }
 

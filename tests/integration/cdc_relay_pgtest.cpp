@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <iostream>
 #include <thread>
 
 #include "outbox/relay.hpp"
@@ -46,6 +47,24 @@ class FailOnceSink final : public Sink {
   std::int64_t sequence_;
   bool failed_ = false;
   std::vector<std::uint64_t> failing_;
+};
+
+// Blocks the relay's loop inside poll() while stalled: a relay paused or frozen.
+class StallingSink final : public Sink {
+ public:
+  explicit StallingSink(std::unique_ptr<Sink> inner) : inner_(std::move(inner)) {}
+  void send(const Event& event, std::uint64_t ticket) override { inner_->send(event, ticket); }
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    while (stalled_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    inner_->poll(max_wait, reports);
+  }
+  [[nodiscard]] std::size_t in_flight() const override { return inner_->in_flight(); }
+  [[nodiscard]] std::string describe() const override { return inner_->describe(); }
+  void stall(bool on) { stalled_.store(on); }
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  std::atomic<bool> stalled_{false};
 };
 
 class CdcRelayTest : public RelayFixture {
@@ -160,6 +179,153 @@ TEST_F(CdcRelayTest, AFailedSendIsRetriedFromTheTableAndItsAggregateWaitsBehindI
       << "the failed event was retried by the relay's own claim";
   EXPECT_EQ(rows("aggregate_id <> 'agg-3' AND claimed_by IS NOT NULL"), 0)
       << "other aggregates were not held up";
+}
+
+// One streamer per slot: a second relay waits, retrying, and takes the slot once the first stops.
+TEST_F(CdcRelayTest, ASecondRelayWaitsForTheSlotAndTakesOverWhenTheFirstStops) {
+  auto first = std::make_unique<Relay>(cdc_options("first"), sink());
+  auto first_running = std::make_unique<Running>(*first);
+  ASSERT_TRUE(wait_until([&] { return first->stats().health == Health::running; }, 10s))
+      << first->stats().last_error;
+  Relay standby(cdc_options("standby"), sink());
+  Running standby_running(standby);
+  ASSERT_TRUE(wait_until(
+      [&] { return standby.stats().last_error.find("active for PID") != std::string::npos; },
+      10s))
+      << "the standby should be refused the slot: " << standby.stats().last_error;
+  std::vector<EventId> ids = enqueue(5, 2);
+  ASSERT_TRUE(all_published());
+  EXPECT_EQ(standby.stats().published, 0U);
+
+  first_running.reset();  // stops and leaves
+  const auto stopped = std::chrono::steady_clock::now();
+  const std::vector<EventId> later = enqueue(5, 2);
+  ids.insert(ids.end(), later.begin(), later.end());
+  ASSERT_TRUE(all_published()) << standby.stats().last_error;
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  EXPECT_LT(took, 10s);
+  EXPECT_GE(standby.stats().published, later.size());
+  standby_running.stop();
+  expect_on_broker_in_order(ids);
+}
+
+// A relay whose loop stalls (paused, frozen) stops reporting; after cdc.takeover the server ends
+// its stream and the standby takes the slot. When the stalled one wakes, it finds the slot taken
+// and waits in turn. Nothing is lost, first deliveries stay in order.
+TEST_F(CdcRelayTest, AStalledRelayLosesTheSlotToTheStandbyWithinTheTakeover) {
+  RelayOptions stalled_options = cdc_options("stalled");
+  stalled_options.cdc.takeover = 1500ms;
+  auto stalling = std::make_unique<StallingSink>(sink());
+  StallingSink& stall = *stalling;
+  Relay stalled(stalled_options, std::move(stalling));
+  Running stalled_running(stalled);
+  ASSERT_TRUE(wait_until([&] { return stalled.stats().health == Health::running; }, 10s))
+      << stalled.stats().last_error;
+  RelayOptions standby_options = cdc_options("standby");
+  standby_options.reconnect_backoff_max = 500ms;
+  Relay standby(standby_options, sink());
+  Running standby_running(standby);
+  std::vector<EventId> ids = enqueue(5, 2);
+  ASSERT_TRUE(all_published());
+
+  stall.stall(true);
+  const auto stalled_at = std::chrono::steady_clock::now();
+  const std::vector<EventId> later = enqueue(5, 2);
+  ids.insert(ids.end(), later.begin(), later.end());
+  ASSERT_TRUE(all_published()) << standby.stats().last_error;
+  const auto took = std::chrono::steady_clock::now() - stalled_at;
+  std::cout << "the standby published what came after the stall "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms later\n";
+  EXPECT_LT(took, 8s);
+  stall.stall(false);
+  const std::vector<EventId> last = enqueue(5, 1);
+  ids.insert(ids.end(), last.begin(), last.end());
+  ASSERT_TRUE(all_published());
+  stalled_running.stop();
+  standby_running.stop();
+  expect_on_broker_in_order(ids);
+}
+
+// The slot is lost while the relay streams (an operator ends its walsender and drops it): the
+// relay creates it again, its own claim publishes what was committed meanwhile, nothing is lost
+// and first deliveries stay in order.
+TEST_F(CdcRelayTest, ASlotDroppedMidStreamIsCreatedAgainAndNothingIsLost) {
+  const std::string slot = cdc_options("x").cdc.slot;
+  Relay relay(cdc_options("cdc"), sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  std::vector<EventId> ids = enqueue(8, 2);
+  const bool dropped = wait_until(
+      [&] {
+        try {
+          pg::exec(conn(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                           "WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                   {slot.c_str()});
+          pg::exec(conn(), "SELECT pg_drop_replication_slot($1)", {slot.c_str()});
+          return true;
+        } catch (const DatabaseError&) {
+          return false;  // the relay took it back between the two: again
+        }
+      },
+      10s);
+  ASSERT_TRUE(dropped);
+  const std::vector<EventId> meanwhile = enqueue(8, 2);  // perhaps before the new slot exists
+  ids.insert(ids.end(), meanwhile.begin(), meanwhile.end());
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  const std::vector<EventId> after = enqueue(8, 1);
+  ids.insert(ids.end(), after.begin(), after.end());
+  ASSERT_TRUE(all_published()) << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+                  {slot.c_str()}),
+            1)
+      << "the relay created its slot again";
+}
+
+// A slot that fell behind max_slot_wal_keep_size while its relay was down is invalidated by
+// PostgreSQL; the relay drops it, creates it again, and publishes what it held from the table.
+TEST_F(CdcRelayTest, ASlotInvalidatedWhileTheRelayWasDownIsReplacedAndNothingIsLost) {
+  const std::string slot = cdc_options("x").cdc.slot;
+  std::vector<EventId> ids;
+  {
+    Relay relay(cdc_options("before"), sink());
+    Running running(relay);
+    ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+        << relay.stats().last_error;
+    ids = enqueue(5, 2);
+    ASSERT_TRUE(all_published());
+  }
+  pg::exec(conn(), "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'");
+  pg::exec(conn(), "SELECT pg_reload_conf()");
+  std::this_thread::sleep_for(200ms);
+  const std::vector<EventId> while_down = enqueue(5, 3);
+  ids.insert(ids.end(), while_down.begin(), while_down.end());
+  std::string status;
+  for (int round = 0; round < 20 && status != "lost"; ++round) {
+    pg::exec(conn(), "SELECT pg_switch_wal()");
+    pg::exec(conn(), "CHECKPOINT");
+    status = pg::exec(conn(),
+                      "SELECT coalesce(wal_status, '') FROM pg_replication_slots "
+                      "WHERE slot_name = $1",
+                      {slot.c_str()})
+                 .text(0, 0);
+  }
+  pg::exec(conn(), "ALTER SYSTEM RESET max_slot_wal_keep_size");
+  pg::exec(conn(), "SELECT pg_reload_conf()");
+  ASSERT_EQ(status, "lost");
+
+  Relay relay(cdc_options("after"), sink());
+  Running running(relay);
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  const std::vector<EventId> after = enqueue(5, 1);
+  ids.insert(ids.end(), after.begin(), after.end());
+  ASSERT_TRUE(all_published()) << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(rows("aggregate_sequence BETWEEN 3 AND 5 AND claimed_by IS NULL"), 0)
+      << "what the lost slot held came through the relay's own claim";
 }
 
 }  // namespace

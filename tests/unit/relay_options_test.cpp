@@ -72,5 +72,21 @@ TEST(RelayOptionsCheck, EachUnworkableValueIsRefusedByName) {
             std::string::npos);
 }
 
+TEST(RelayOptionsCheck, ChangeDataCaptureOptionsAreCheckedOnlyForThatSource) {
+  RelayOptions options;
+  options.cdc.slot = "Bad-Slot";
+  EXPECT_EQ(refusal(options), "") << "a polling relay has no slot";
+  options.source = RelaySource::cdc;
+  EXPECT_NE(refusal(options).find("slot name"), std::string::npos) << refusal(options);
+  options.cdc.slot = "outbox";
+  options.cdc.takeover = milliseconds(100);
+  EXPECT_NE(refusal(options).find("cdc.takeover"), std::string::npos) << refusal(options);
+  options.cdc.takeover = milliseconds(5000);
+  options.cdc.table_poll = milliseconds(1);
+  EXPECT_NE(refusal(options).find("cdc.table_poll"), std::string::npos);
+  options.cdc.table_poll = milliseconds(500);
+  EXPECT_EQ(refusal(options), "");
+}
+
 }  // namespace
 }  // namespace outbox::detail
