@@ -40,10 +40,15 @@ struct DemoOptions {
   int customers = 20;  // of workload::kCustomers
   bool json = false;
   bool quiet = false;
+  std::string source = "both";  // polling, cdc, or both (one after the other)
 };
 
 const SchemaName kSchema("outbox_demo");
-constexpr const char* kTopic = "outbox_demo.order";
+// Each run publishes to topics of its own ("outbox_demo.order", "outbox_demo_cdc.order", ...),
+// so a second run's consumers never read the first run's messages.
+std::string topic_prefix(RelaySource source) {
+  return source == RelaySource::cdc ? "outbox_demo_cdc" : "outbox_demo";
+}
 
 // What the writers know for sure about their own transactions.
 struct WriteLog {
@@ -165,6 +170,7 @@ void write_orders(const DemoOptions& options, const std::string& url, int writer
 }
 
 struct Report {
+  std::string source;  // the relays': polling or cdc
   std::uint64_t committed = 0, rolled_back = 0, unknown = 0;
   std::uint64_t events_committed = 0, events_rolled_back = 0, events_published = 0;
   std::uint64_t effects_applied = 0, duplicates_suppressed = 0, duplicate_publishes = 0;
@@ -216,6 +222,7 @@ void check(PGconn* conn, const WriteLog& log, Report& report) {
 void print(const Report& r, bool json) {
   if (json) {
     nlohmann::json j = {
+        {"source", r.source},
         {"committed", r.committed},
         {"rolled_back", r.rolled_back},
         {"unknown", r.unknown},
@@ -241,7 +248,7 @@ void print(const Report& r, bool json) {
   auto line = [](const char* name, std::uint64_t value, const char* note) {
     std::cout << fmt::format("  {:<24}{:>10}  {}\n", name, value, note);
   };
-  std::cout << "\ninvariant report\n";
+  std::cout << "\ninvariant report (" << r.source << " relays)\n";
   line("transactions committed", r.committed, "");
   line("transactions rolled back", r.rolled_back, "(on purpose)");
   line("events committed", r.events_committed, "");
@@ -261,17 +268,23 @@ void print(const Report& r, bool json) {
   std::cout << (r.ok() ? "OK: every invariant held\n" : "FAILED: an invariant was violated\n");
 }
 
-// The relays, each on a thread of its own, until stop().
+// The replication slot of the demo's change-data-capture relays (dropped with the schema).
+constexpr const char* kSlot = "outbox_demo";
+
+// The relays, each on a thread of its own, until stop(). With change data capture one of them
+// streams and the others wait for the slot as standbys.
 class DemoRelays {
  public:
-  DemoRelays(int count, const std::string& url, const std::string& brokers) {
+  DemoRelays(int count, const std::string& url, const std::string& brokers, RelaySource source) {
     for (int i = 0; i < count; ++i) {
       RelayOptions relay_options;
       relay_options.database_url = url;
       relay_options.schema = kSchema;
       relay_options.relay_id = fmt::format("demo-relay-{}", i + 1);
       relay_options.idle_poll_max = 200ms;
-      KafkaSinkOptions sink{brokers, "outbox_demo.{aggregate_type}", {}};
+      relay_options.source = source;
+      relay_options.cdc.slot = kSlot;
+      KafkaSinkOptions sink{brokers, topic_prefix(source) + ".{aggregate_type}", {}};
       relays_.push_back(std::make_unique<Relay>(relay_options, make_kafka_sink(sink)));
     }
     for (auto& relay : relays_) threads_.emplace_back([&relay] { relay->run(); });
@@ -362,44 +375,55 @@ Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
 // A new consumer group under the same inbox name reads every message again; the inbox must turn
 // each one into a no-op. Returns the replay's duplicates.
 std::uint64_t replay(KafkaConsumerOptions options, std::uint64_t committed) {
-  options.group_id = "outbox-demo-replay";
+  options.group_id += "-replay";
   KafkaInboxConsumer replay(options, apply_effect);
   const auto deadline = Clock::now() + 30s;
   while (replay.stats().received < committed && Clock::now() < deadline) replay.poll(200ms);
   return replay.stats().duplicates;
 }
 
-KafkaConsumerOptions consumer_options(const std::string& url, const std::string& brokers) {
+KafkaConsumerOptions consumer_options(const std::string& url, const std::string& brokers,
+                                      const std::string& prefix) {
   KafkaConsumerOptions options;
   options.brokers = brokers;
-  options.group_id = "outbox-demo-projection";
-  options.topics = {kTopic, "outbox_demo.customer"};
+  options.group_id = "outbox-demo-projection-" + prefix;
+  options.topics = {prefix + ".order", prefix + ".customer"};
   options.database_url = url;
   options.schema = kSchema;
   options.consumer_name = "projection";
   return options;
 }
 
-int run_demo(const DemoOptions& options) {
-  const auto started = Clock::now();
-  if (options.json || options.quiet) spdlog::set_level(spdlog::level::warn);
-  auto say = [&](const std::string& text) {
-    if (!options.json && !options.quiet) std::cout << text << std::endl;
-  };
-  Servers servers(options.database_url, options.kafka_brokers, {}, 3, say);
-  if (auto& kafka = servers.kafka()) {
-    kafka->create_topic(kTopic, 6, 3);
-    kafka->create_topic("outbox_demo.customer", 3, 3);
-  }
-  const std::string& url = servers.database_url();
-  say(fmt::format("database: {}\nkafka: {}", url, servers.brokers()));
-  auto admin = pg::Connection::open(url, "outbox-demo");
-  pg::exec(admin.get(), "DROP SCHEMA IF EXISTS " + kSchema.quoted() + " CASCADE");
-  migrate(admin.get(), kSchema);
-  create_business_tables(admin.get());
+// The demo's schema and slot, fresh: a slot left from an earlier run would hold WAL of the
+// dropped table.
+void reset(PGconn* admin) {
+  pg::exec(admin,
+           "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+           "WHERE slot_name = $1 AND NOT active",
+           {kSlot});
+  pg::exec(admin, "DROP SCHEMA IF EXISTS " + kSchema.quoted() + " CASCADE");
+  migrate(admin, kSchema);
+  create_business_tables(admin);
+}
 
-  DemoRelays relays(options.relays, url, servers.brokers());
-  const KafkaConsumerOptions consumer_settings = consumer_options(url, servers.brokers());
+// One run of the demo with relays of `source` on `servers`; true when every invariant held.
+bool run_once(const DemoOptions& options, Servers& servers, RelaySource source,
+              const std::function<void(const std::string&)>& say) {
+  const auto started = Clock::now();
+  const std::string& url = servers.database_url();
+  auto admin = pg::Connection::open(url, "outbox-demo");
+  reset(admin.get());
+  say(source == RelaySource::cdc
+          ? "relays: change data capture (one streams from a replication slot, the others wait "
+            "as standbys)"
+          : "relays: polling (claims under a lease)");
+  const std::string prefix = topic_prefix(source);
+  if (auto& kafka = servers.kafka()) {
+    kafka->create_topic(prefix + ".order", 6, 3);
+    kafka->create_topic(prefix + ".customer", 3, 3);
+  }
+  DemoRelays relays(options.relays, url, servers.brokers(), source);
+  const KafkaConsumerOptions consumer_settings = consumer_options(url, servers.brokers(), prefix);
   KafkaInboxConsumer consumer(consumer_settings, apply_effect);
   std::atomic<bool> consumer_failed{false};
   std::thread consumer_thread([&] {
@@ -417,6 +441,7 @@ int run_demo(const DemoOptions& options) {
   const auto last_commit = watch(writers, relays, consumer, consumer_failed, say);
   writers.join();
   Report report;
+  report.source = source == RelaySource::cdc ? "cdc" : "polling";
   report.drain_seconds = std::chrono::duration<double>(Clock::now() - last_commit).count();
   consumer.request_stop();
   consumer_thread.join();
@@ -431,7 +456,22 @@ int run_demo(const DemoOptions& options) {
   check(admin.get(), writers.log, report);
   report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   print(report, options.json);
-  return report.ok() && !writers.failed && !consumer_failed ? 0 : 1;
+  return report.ok() && !writers.failed && !consumer_failed;
+}
+
+int run_demo(const DemoOptions& options) {
+  if (options.json || options.quiet) spdlog::set_level(spdlog::level::warn);
+  auto say = [&](const std::string& text) {
+    if (!options.json && !options.quiet) std::cout << text << std::endl;
+  };
+  Servers servers(options.database_url, options.kafka_brokers, {}, 3, say);
+  say(fmt::format("database: {}\nkafka: {}", servers.database_url(), servers.brokers()));
+  std::vector<RelaySource> sources;
+  if (options.source != "cdc") sources.push_back(RelaySource::polling);
+  if (options.source != "polling") sources.push_back(RelaySource::cdc);
+  bool ok = true;
+  for (const RelaySource source : sources) ok = run_once(options, servers, source, say) && ok;
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -450,6 +490,11 @@ void register_demo(Commands& commands) {
   demo->add_option("--rollback-percent", options->rollback_percent,
                    "share of transactions rolled back on purpose")
       ->check(CLI::Range(0, 100));
+  demo->add_option("--source", options->source,
+                   "the relays' source: polling, cdc (change data capture), or both, one run "
+                   "after the other")
+      ->check(CLI::IsMember({"polling", "cdc", "both"}))
+      ->capture_default_str();
   demo->add_flag("--json", options->json, "print the report as one JSON object");
   demo->add_flag("--quiet", options->quiet, "no progress lines");
 }

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,7 @@ class CdcSource final : public RelaySourceBase {
                                        bool holding_nothing);
   [[nodiscard]] std::string horizon() const;
   void send_status(bool ask_reply);
+  void write_streamed(std::vector<Outcome>& outcomes, bool failed);
   bool probe_caught_up();
 
   const RelayOptions& options_;
@@ -85,6 +87,7 @@ class CdcSource final : public RelaySourceBase {
   std::unique_ptr<cdc::ReplicationStream> stream_;
   cdc::StreamBook book_;
   std::optional<cdc::OutboxColumns> columns_;
+  std::uint32_t table_oid_ = 0;  // outbox_events now: a dropped one's WAL is not ours
   const std::string pending_lower_sql_;
   bool listening_ = false;
   bool table_due_ = true;
@@ -94,6 +97,10 @@ class CdcSource final : public RelaySourceBase {
   // open): with nothing open, the horizon follows it rather than the last commit read.
   cdc::PgTimestamp caught_up_time_ = 0;
   std::optional<std::pair<cdc::PgTimestamp, cdc::Lsn>> probe_;  // (server time, flush lsn)
+  // Streamed outcomes whose rows were not there to write, tried again each turn.
+  static constexpr std::chrono::seconds kUnwrittenGiveUp{2};
+  std::vector<Outcome> retry_published_, retry_failed_;
+  std::unordered_map<EventId, Clock::time_point, cdc::StreamBook::IdHash> unwritten_since_;
 };
 
 }  // namespace outbox::detail

@@ -32,6 +32,10 @@ namespace outbox::cdc {
 
 class StreamBook {
  public:
+  struct IdHash {
+    std::size_t operator()(const EventId& id) const;
+  };
+
   // Candidates for sending, in stream order, from next().
   struct Candidates {
     std::vector<Event> events;
@@ -94,9 +98,6 @@ class StreamBook {
   };
   struct KeyHash {
     std::size_t operator()(const Key& key) const;
-  };
-  struct IdHash {
-    std::size_t operator()(const EventId& id) const;
   };
   struct Waiting {
     Event event;

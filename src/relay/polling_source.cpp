@@ -250,6 +250,25 @@ void PollingSource::renew_leases(const SendWindow& window) {
 std::vector<SourcedEvent> PollingSource::record_published(std::vector<Outcome>& published,
                                                           bool take_successors,
                                                           std::uint64_t successor_bytes) {
+  return write_published(published, take_successors, successor_bytes, nullptr);
+}
+
+void PollingSource::record_failed(std::vector<Outcome>& failed) { write_failed(failed, nullptr); }
+
+void PollingSource::record_streamed_published(std::vector<Outcome>& published,
+                                              std::vector<Outcome>& unwritten) {
+  write_published(published, false, 0, &unwritten);
+}
+
+void PollingSource::record_streamed_failed(std::vector<Outcome>& failed,
+                                           std::vector<Outcome>& unwritten) {
+  write_failed(failed, &unwritten);
+}
+
+std::vector<SourcedEvent> PollingSource::write_published(std::vector<Outcome>& published,
+                                                         bool take_successors,
+                                                         std::uint64_t successor_bytes,
+                                                         std::vector<Outcome>* unwritten) {
   if (published.empty()) return {};
   OUTBOX_FAULT(fault::kRelayAfterAckBeforeMark);
   const std::string token = next_token();
@@ -272,7 +291,8 @@ std::vector<SourcedEvent> PollingSource::record_published(std::vector<Outcome>& 
         marked += rows.marked.size();
         for (Event& event : rows.successors) successors.push_back({std::move(event), token});
         return std::move(rows.marked);
-      });
+      },
+      unwritten);
   published.clear();
   RelayCounters::add(counters_.mark_queries, statements);
   OUTBOX_FAULT(fault::kRelayAfterMark);
@@ -282,7 +302,7 @@ std::vector<SourcedEvent> PollingSource::record_published(std::vector<Outcome>& 
   return successors;
 }
 
-void PollingSource::record_failed(std::vector<Outcome>& failed) {
+void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outcome>* unwritten) {
   if (failed.empty()) return;
   std::vector<std::string> quarantined;
   complete(
@@ -305,7 +325,8 @@ void PollingSource::record_failed(std::vector<Outcome>& failed) {
           ids.push_back(std::move(row.event_id));
         }
         return ids;
-      });
+      },
+      unwritten);
   RelayCounters::add(counters_.failed, failed.size());
   failed.clear();
   RelayCounters::add(counters_.quarantined, quarantined.size());
@@ -323,7 +344,8 @@ void PollingSource::record_failed(std::vector<Outcome>& failed) {
 // TID scan), so the rows that did not match get one more try in a new statement, which finds
 // their newest version: only rows that are truly no longer ours count as fenced.
 std::size_t PollingSource::complete(const std::string& sql, const std::vector<Outcome>& outcomes,
-                                   const ExtraParams& extra, const ReadRows& read_rows) {
+                                   const ExtraParams& extra, const ReadRows& read_rows,
+                                   std::vector<Outcome>* unwritten) {
   std::vector<const Outcome*> pending;
   for (const Outcome& outcome : outcomes) pending.push_back(&outcome);
   std::size_t statements = 0;
@@ -352,13 +374,15 @@ std::size_t PollingSource::complete(const std::string& sql, const std::vector<Ou
       return matched.contains(outcome->event_id.to_string());
     });
   }
-  if (!pending.empty()) {
+  if (!pending.empty() && unwritten != nullptr) {
+    for (const Outcome* outcome : pending) unwritten->push_back(*outcome);
+  } else if (!pending.empty()) {
     RelayCounters::add(counters_.fenced, pending.size());
     log().warn(
-        "relay {}: {} completion(s) fenced: the rows were re-claimed by another relay after our "
-        "lease expired, or skipped (a newer claim publishes them; a duplicate publish is "
-        "possible)",
-        relay_id(), pending.size());
+        "relay {}: {} completion(s) fenced (first: event {}): the rows were re-claimed by another "
+        "relay after our lease expired, or skipped (a newer claim publishes them; a duplicate "
+        "publish is possible)",
+        relay_id(), pending.size(), pending.front()->event_id.to_string());
   }
   return statements;
 }

@@ -42,6 +42,15 @@ class PollingSource final : public RelaySourceBase {
                                              std::uint64_t successor_bytes) override;
   void record_failed(std::vector<Outcome>& failed) override;
 
+  // For a change-data-capture relay's streamed events (no claim token): as record_published
+  // (without successors) and record_failed, but an outcome whose row was not there to write is
+  // handed back in `unwritten` instead of being counted as fenced. A streamed transaction can be
+  // decoded a moment before other sessions see it committed (the commit record is flushed before
+  // the transaction leaves the proc array): its rows are then not visible yet.
+  void record_streamed_published(std::vector<Outcome>& published,
+                                 std::vector<Outcome>& unwritten);
+  void record_streamed_failed(std::vector<Outcome>& failed, std::vector<Outcome>& unwritten);
+
   // Extends the leases of everything in flight (also after a reconnect: our claims are ours).
   void renew_leases(const SendWindow& window);
 
@@ -63,11 +72,17 @@ class PollingSource final : public RelaySourceBase {
   // Runs one batched completion ($1 ids, $2 tokens, then `extra`) and hands each statement's
   // result to `read_rows`, which decodes it once, keeps what its caller needs and returns the ids
   // of the rows it completed. Rows not completed get one more try; those still not are fenced
-  // (counted, logged). Returns how many statements it sent.
+  // (counted, logged), or handed back in `unwritten` when given. Returns how many statements it
+  // sent.
   using ExtraParams = std::function<std::vector<std::string>(const std::vector<const Outcome*>&)>;
   using ReadRows = std::function<std::vector<std::string>(const pg::Result&)>;
   std::size_t complete(const std::string& sql, const std::vector<Outcome>& outcomes,
-                       const ExtraParams& extra, const ReadRows& read_rows);
+                       const ExtraParams& extra, const ReadRows& read_rows,
+                       std::vector<Outcome>* unwritten = nullptr);
+  std::vector<SourcedEvent> write_published(std::vector<Outcome>& published, bool take_successors,
+                                            std::uint64_t successor_bytes,
+                                            std::vector<Outcome>* unwritten);
+  void write_failed(std::vector<Outcome>& failed, std::vector<Outcome>* unwritten);
   bool sweep();
   [[nodiscard]] const std::string& relay_id() const { return options_.relay_id; }
 

@@ -181,6 +181,25 @@ TEST_F(CdcRelayTest, AFailedSendIsRetriedFromTheTableAndItsAggregateWaitsBehindI
       << "other aggregates were not held up";
 }
 
+// A publication of that name that lacks this outbox table (the schema was dropped and migrated
+// again) gets the table added; the stream then carries the events.
+TEST_F(CdcRelayTest, APublicationWithoutTheTableGetsItAdded) {
+  const std::string publication = schema_.name() + "_outbox";
+  pg::exec(conn(), "CREATE PUBLICATION \"" + publication + "\"");
+  Relay relay(cdc_options("cdc"), sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_publication_tables WHERE pubname = $1",
+                  {publication.c_str()}),
+            1);
+  const std::vector<EventId> ids = enqueue(4, 3);
+  ASSERT_TRUE(all_published()) << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "streamed, not claimed";
+}
+
 // One streamer per slot: a second relay waits, retrying, and takes the slot once the first stops.
 TEST_F(CdcRelayTest, ASecondRelayWaitsForTheSlotAndTakesOverWhenTheFirstStops) {
   auto first = std::make_unique<Relay>(cdc_options("first"), sink());
