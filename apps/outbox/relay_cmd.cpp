@@ -44,6 +44,7 @@ struct RelayFlags {
   std::string source = "polling";
   std::string slot = kRelayDefaults.cdc.slot;
   std::string publication;  // empty: "<schema>_outbox"
+  std::string takeover = std::to_string(kRelayDefaults.cdc.takeover.count()) + "ms";
 };
 
 RelayOptions relay_options(const RelayFlags& flags) {
@@ -62,6 +63,7 @@ RelayOptions relay_options(const RelayFlags& flags) {
   options.source = flags.source == "cdc" ? RelaySource::cdc : RelaySource::polling;
   options.cdc.slot = flags.slot;
   options.cdc.publication = flags.publication;
+  options.cdc.takeover = parse_duration(flags.takeover);
   return options;
 }
 
@@ -229,6 +231,11 @@ void register_relay(Commands& commands) {
   relay->add_option("--publication", flags->publication,
                     "with --source cdc: the publication (default <schema>_outbox; created if "
                     "missing)");
+  relay
+      ->add_option("--takeover", flags->takeover,
+                   "with --source cdc: how long a stalled relay keeps the slot before a waiting "
+                   "relay takes it (its walsender's wal_sender_timeout)")
+      ->capture_default_str();
   relay->add_flag("--durable-marks", flags->durable_marks,
                   "commit marks synchronously: after a PostgreSQL crash no topic shows an "
                   "aggregate's k+1 before a repeat of k (docs/GUARANTEES.md)");

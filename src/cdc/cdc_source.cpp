@@ -52,7 +52,7 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
       publication_(options.cdc.publication.empty() ? options.schema.name() + "_outbox"
                                                    : options.cdc.publication),
       table_(options, counters),
-      pending_lower_sql_(relay_sql::pending_lower(options.schema)) {
+      check_sql_(relay_sql::check_streamed(options.schema)) {
   cdc::validate_slot_name(options.cdc.slot);
   cdc::validate_publication_name(publication_);
   ensure_publication();
@@ -92,6 +92,7 @@ void CdcSource::ensure_publication() {
   try {
     pg::exec(conn, statement);
   } catch (const DatabaseError& error) {
+    if (error.sqlstate() == "42710") return;  // another relay created or changed it meanwhile
     if (error.retryable()) throw;
     throw ConfigError(fmt::format(
         "relay --source cdc: publication {} does not publish {} and this role cannot change "
@@ -103,6 +104,8 @@ void CdcSource::ensure_publication() {
 
 // A new replication connection, the slot (created when missing, again when invalidated: the
 // table path then publishes what the lost slot held), streaming from its confirmed position.
+// Another relay may drop or create the same slot meanwhile (two relays that both found it lost):
+// such a race is looked at again, a few times, before it counts as an error.
 void CdcSource::start_stream() {
   stream_.reset();
   book_ = cdc::StreamBook{};
@@ -114,22 +117,45 @@ void CdcSource::start_stream() {
   stream_options.wal_sender_timeout = options_.cdc.takeover;
   stream_options.status_interval = options_.cdc.takeover / 3;
   stream_ = std::make_unique<cdc::ReplicationStream>(options_.database_url, stream_options);
+  for (int attempt = 1;; ++attempt) {
+    try {
+      prepare_slot();
+      stream_->start(options_.cdc.slot, publication_, 0);
+      break;
+    } catch (const cdc::ReplicationError& error) {
+      const cdc::ReplicationFailure failure = error.failure();
+      const bool raced = failure == cdc::ReplicationFailure::slot_invalidated ||
+                         failure == cdc::ReplicationFailure::slot_missing ||
+                         failure == cdc::ReplicationFailure::slot_exists;
+      if (!raced || attempt == 3) throw;
+    }
+  }
+  confirmed_sent_ = 0;
+}
+
+void CdcSource::prepare_slot() {
   const std::string& slot = options_.cdc.slot;
   std::optional<cdc::SlotInfo> info = stream_->find_slot(slot);
   if (info && info->wal_status == cdc::WalStatus::lost) {
     log().warn("relay {}: slot {} was invalidated (WAL removed); creating it again, the table "
                "path publishes what it held",
                options_.relay_id, slot);
-    stream_->drop_slot(slot);
+    try {
+      stream_->drop_slot(slot);
+    } catch (const cdc::ReplicationError& error) {
+      if (error.failure() != cdc::ReplicationFailure::slot_missing) throw;  // dropped already
+    }
     info.reset();
   }
   if (!info) {
-    const cdc::CreatedSlot created = stream_->create_slot(slot, false);
-    log().info("relay {}: created replication slot {} at {}", options_.relay_id, slot,
-               cdc::format_lsn(created.consistent_point));
+    try {
+      const cdc::CreatedSlot created = stream_->create_slot(slot, false);
+      log().info("relay {}: created replication slot {} at {}", options_.relay_id, slot,
+                 cdc::format_lsn(created.consistent_point));
+    } catch (const cdc::ReplicationError& error) {
+      if (error.failure() != cdc::ReplicationFailure::slot_exists) throw;  // another relay's
+    }
   }
-  stream_->start(slot, publication_, 0);
-  confirmed_sent_ = 0;
 }
 
 Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) {
@@ -151,40 +177,41 @@ Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holdin
     fetched.waiting_bytes = claimed.waiting_bytes;
     table_due_ = !claimed.reached_end;
   }
-  fetched.reached_end = !book_.has_candidates() && !table_due_;
+  // Rows not visible yet are looked at again at the next turn, not at once.
+  fetched.reached_end = (!book_.has_candidates() || deferred_) && !table_due_;
   return fetched;
 }
 
-// The book's candidates, those that may have a lower sequence pending asked about in one
-// statement; those that do are left to the table path.
+// The book's candidates, looked at in one statement: those whose rows other sessions do not see
+// yet wait (asked again at the next fetch); those with a lower sequence of their aggregate
+// pending are left to the table path; the rest go.
 std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t byte_room,
                                                 bool holding_nothing) {
   const cdc::StreamBook::Candidates candidates = book_.next(limit, byte_room, holding_nothing);
-  std::vector<std::size_t> asked;
-  pg::ArrayLiteral types, ids, sequences;
+  deferred_ = false;
+  if (candidates.events.empty()) return book_.decide({});
+  pg::ArrayLiteral ids, types, aggregates, sequences, check_lower;
   for (std::size_t i = 0; i < candidates.events.size(); ++i) {
-    if (!candidates.needs_check[i]) continue;
     const Event& event = candidates.events[i];
+    ids.add(event.event_id);
     types.add(event.aggregate_type);
-    ids.add(event.aggregate_id);
+    aggregates.add(event.aggregate_id);
     sequences.add_plain(std::to_string(event.aggregate_sequence));
-    asked.push_back(i);
+    check_lower.add_plain(candidates.needs_check[i] ? "t" : "f");
   }
-  std::vector<std::size_t> blocked;
-  if (!asked.empty()) {
-    try {
-      const auto result = pg::exec_prepared(
-          table_.connection(), pending_lower_sql_,
-          {types.text().c_str(), ids.text().c_str(), sequences.text().c_str()});
-      for (const std::size_t position : relay_sql::read_pending_lower(result)) {
-        blocked.push_back(asked.at(position));
-      }
-    } catch (...) {
-      book_.undo_next();  // asked again after the reconnect
-      throw;
-    }
+  relay_sql::StreamCheck check;
+  try {
+    const auto result = pg::exec_prepared(
+        table_.connection(), check_sql_,
+        {ids.text().c_str(), types.text().c_str(), aggregates.text().c_str(),
+         sequences.text().c_str(), check_lower.text().c_str()});
+    check = relay_sql::read_check_streamed(result);
+  } catch (...) {
+    book_.undo_next();  // looked at again after the reconnect
+    throw;
   }
-  return book_.decide(blocked);
+  deferred_ = !check.invisible.empty();
+  return book_.decide(check.blocked, check.invisible);
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {

@@ -6,8 +6,10 @@
 //
 // The stream path: ReplicationStream reads pgoutput messages; outbox_rows turns inserts into
 // events; StreamBook keeps per-aggregate order and the confirmable position; before the first
-// event of an aggregate with nothing out, relay_sql::pending_lower asks whether a lower sequence
-// is still pending, and such events are left to the table path. Streamed events carry no claim
+// event of an aggregate with nothing out, relay_sql::check_streamed asks whether a lower sequence
+// is still pending, and such events are left to the table path; no event goes before its row is
+// visible to other sessions (the stream can bring a transaction a moment before, and under
+// synchronous replication until the standby confirmed it). Streamed events carry no claim
 // token: their marks and failure records match rows claimed by no one.
 //
 // The table path: the polling claim, restricted to rows the stream will not bring (touched rows,
@@ -67,6 +69,7 @@ class CdcSource final : public RelaySourceBase {
  private:
   void ensure_publication();
   void start_stream();
+  void prepare_slot();
   // Reads what has arrived (waiting at most `timeout` for the first message), up to the budget;
   // true when a message came.
   bool read_stream(milliseconds timeout);
@@ -88,9 +91,10 @@ class CdcSource final : public RelaySourceBase {
   cdc::StreamBook book_;
   std::optional<cdc::OutboxColumns> columns_;
   std::uint32_t table_oid_ = 0;  // outbox_events now: a dropped one's WAL is not ours
-  const std::string pending_lower_sql_;
+  const std::string check_sql_;
   bool listening_ = false;
   bool table_due_ = true;
+  bool deferred_ = false;  // the last look found rows not visible yet
   Clock::time_point next_table_poll_;
   cdc::Lsn confirmed_sent_ = 0;
   // The stream had received all WAL flushed at this server time (a probe while nothing was

@@ -84,13 +84,19 @@ StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_ro
   return candidates;
 }
 
-std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked) {
+std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
+                                      const std::vector<std::size_t>& deferred) {
   std::vector<Event> go;
   std::size_t next_blocked = 0;
+  std::size_t next_deferred = 0;
   std::vector<Waiting> checked = std::move(checking_);
   checking_.clear();
+  std::vector<Waiting> back;  // deferred, in order
   for (std::size_t i = 0; i < checked.size(); ++i) {
-    if (next_blocked < blocked.size() && blocked[next_blocked] == i) {
+    if (next_deferred < deferred.size() && deferred[next_deferred] == i) {
+      ++next_deferred;
+      back.push_back(std::move(checked[i]));
+    } else if (next_blocked < blocked.size() && blocked[next_blocked] == i) {
       ++next_blocked;
       const EventId id = checked[i].event.event_id;
       const Open& open = events_.at(id);
@@ -103,6 +109,10 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked) {
     } else {
       go.push_back(std::move(checked[i].event));
     }
+  }
+  for (auto it = back.rbegin(); it != back.rend(); ++it) {
+    waiting_bytes_ += it->bytes;
+    ready_.push_front(std::move(*it));
   }
   return go;
 }

@@ -7,8 +7,9 @@
 // aggregate's events in sequence order; at most one of them is out (handed to the loop, or being
 // checked) at a time, the next waits here. The first event of an aggregate with nothing out is a
 // candidate: unless its sequence is 1 or the book itself saw its predecessor published, the source
-// asks the table whether a lower sequence is still pending (relay_sql::pending_lower) and tells
-// the book (decide). An event with a lower one pending is left to the table, and so is every
+// asks the table whether a lower sequence is still pending (relay_sql::check_streamed) and tells
+// the book (decide). Every candidate's row must also be visible to other sessions before it goes
+// (a transaction is streamed a moment before it is seen committed): one that is not waits. An event with a lower one pending is left to the table, and so is every
 // event of its aggregate that waits here; a failed event likewise.
 //
 // The confirmed position: a transaction is done when each of its events is published, failed
@@ -57,9 +58,11 @@ class StreamBook {
   // Up to `limit` candidates whose bytes fit `byte_room` (the first always goes when
   // `holding_nothing`); each is then out until decide().
   Candidates next(std::size_t limit, std::uint64_t byte_room, bool holding_nothing);
-  // For the last next(): the positions whose aggregate has a lower sequence pending (sorted).
-  // Those, and what waits behind them, are left to the table; the rest are returned, to be sent.
-  std::vector<Event> decide(const std::vector<std::size_t>& blocked);
+  // For the last next(): the positions whose aggregate has a lower sequence pending (sorted):
+  // those, and what waits behind them, are left to the table; the positions whose rows are not
+  // visible yet (sorted): those go back, first in line; the rest are returned, to be sent.
+  std::vector<Event> decide(const std::vector<std::size_t>& blocked,
+                            const std::vector<std::size_t>& deferred = {});
   // The check could not be made: the last next()'s candidates go back, first in line.
   void undo_next();
   // Whether next() would hand out anything.

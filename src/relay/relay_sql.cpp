@@ -442,20 +442,27 @@ FROM ended)SQL",
                      fmt::arg("relays", schema.table("outbox_relays")));
 }
 
-std::string pending_lower(const SchemaName& schema) {
-  // One probe of the pending-by-aggregate index per candidate (its first pending entry below the
-  // candidate's sequence), written as a LATERAL ... LIMIT 1 so that no plan reads the index whole
-  // for a hash join (the generic plan of an EXISTS did, on an empty table). Unordered: the reader
-  // sorts.
-  return fmt::format(R"SQL(SELECT c.n::text
-FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS c(aggregate_type,
-                                                                      aggregate_id, sequence, n)
-CROSS JOIN LATERAL (
-  SELECT 1 FROM {events} e
-  WHERE e.aggregate_type = c.aggregate_type AND e.aggregate_id = c.aggregate_id
+std::string check_streamed(const SchemaName& schema) {
+  // Per candidate, by primary key: is its row visible to this statement's snapshot (a streamed
+  // transaction is decoded a moment before other sessions see it committed, and under
+  // synchronous replication until the standby confirms it)? And, where asked, one probe of the
+  // pending-by-aggregate index: its first pending entry below the candidate's sequence. Both are
+  // LATERAL ... LIMIT 1, so no plan reads an index whole for a hash join (the generic plan of an
+  // EXISTS did, on an empty table). Only candidates that must wait come back; unordered (the
+  // reader sorts).
+  return fmt::format(R"SQL(SELECT c.n::text, (v.event_id IS NOT NULL)::text, (l.one IS NOT NULL)::text
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bool[]) WITH ORDINALITY
+       AS c(event_id, aggregate_type, aggregate_id, sequence, check_lower, n)
+LEFT JOIN LATERAL (
+  SELECT e.event_id FROM {events} e WHERE e.event_id = c.event_id LIMIT 1) v ON true
+LEFT JOIN LATERAL (
+  SELECT 1 AS one FROM {events} e
+  WHERE c.check_lower
+    AND e.aggregate_type = c.aggregate_type AND e.aggregate_id = c.aggregate_id
     AND e.aggregate_sequence < c.sequence
     AND e.published_at IS NULL AND e.skipped_at IS NULL  -- the pending index's predicate
-  LIMIT 1) lower)SQL",
+  LIMIT 1) l ON true
+WHERE v.event_id IS NULL OR l.one IS NOT NULL)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
 }
 
@@ -502,13 +509,19 @@ std::vector<FailedRow> read_mark_failed(const pg::Result& result) {
   return rows;
 }
 
-std::vector<std::size_t> read_pending_lower(const pg::Result& result) {
-  std::vector<std::size_t> blocked;
+StreamCheck read_check_streamed(const pg::Result& result) {
+  StreamCheck check;
   for (int row = 0; row < result.rows(); ++row) {
-    blocked.push_back(static_cast<std::size_t>(result.int64(row, 0)) - 1);
+    const auto position = static_cast<std::size_t>(result.int64(row, 0)) - 1;
+    if (result.text(row, 1) != "true") {
+      check.invisible.push_back(position);
+    } else if (result.text(row, 2) == "true") {
+      check.blocked.push_back(position);
+    }
   }
-  std::sort(blocked.begin(), blocked.end());
-  return blocked;
+  std::sort(check.invisible.begin(), check.invisible.end());
+  std::sort(check.blocked.begin(), check.blocked.end());
+  return check;
 }
 
 std::vector<EndedSession> read_sweep(const pg::Result& result) {

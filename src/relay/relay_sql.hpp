@@ -56,10 +56,12 @@ std::string take_session_lock();
 // grace and a lease ago, and returns every ended session: (row id, ms until it counts as dead;
 // <= 0: dead, its claims may be taken over).
 std::string sweep(const SchemaName& schema);
-// $1 aggregate_type[], $2 aggregate_id[], $3 sequence[]: which of these events have a lower
-// sequence of their aggregate still pending (a change-data-capture relay must not send them
-// before it). Rows: the 1-based position of each such event, in order.
-std::string pending_lower(const SchemaName& schema);
+// A change-data-capture relay's look before it sends streamed events: $1 uuid[] event ids,
+// $2 aggregate_type[], $3 aggregate_id[], $4 sequence[], $5 bool[] whether to ask about lower
+// sequences. Rows, only for events that must wait: (1-based position, visible, lower pending).
+// An event whose row this snapshot does not see yet must not be announced; one with a lower
+// sequence of its aggregate still pending must not overtake it.
+std::string check_streamed(const SchemaName& schema);
 // The highest migration applied to the schema.
 std::string schema_version(const SchemaName& schema);
 
@@ -91,8 +93,12 @@ struct FailedRow {
 };
 std::vector<FailedRow> read_mark_failed(const pg::Result& result);
 
-// pending_lower's rows: the 0-based positions of the events that must wait.
-std::vector<std::size_t> read_pending_lower(const pg::Result& result);
+// check_streamed's rows: 0-based positions, sorted.
+struct StreamCheck {
+  std::vector<std::size_t> invisible;  // not committed as far as other sessions see: wait
+  std::vector<std::size_t> blocked;    // a lower sequence pending: leave to the table path
+};
+StreamCheck read_check_streamed(const pg::Result& result);
 
 // A sweep's rows: ended sessions and the ms until each counts as dead (<= 0: it does).
 struct EndedSession {

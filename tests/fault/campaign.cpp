@@ -447,15 +447,25 @@ int main(int argc, char** argv) {
   kill->add_option("--broker-rtt-ms", scenario.broker_rtt_ms, "the mock brokers' answer time")
       ->check(CLI::Range(0, 5000));
   kill->add_flag("--keep", scenario.keep);
+  auto* cdc = app.add_subcommand(
+      "cdc", "change-data-capture relays: kill, pause, PostgreSQL restart, slot dropped, slot "
+             "invalidated, in turn");
+  cdc->add_option("--outbox", scenario.outbox_binary)->required();
+  cdc->add_option("--trials-per-fault", scenario.trials_per_fault)->check(CLI::Range(1, 10000));
+  cdc->add_option("--broker-rtt-ms", scenario.broker_rtt_ms, "the mock brokers' answer time")
+      ->check(CLI::Range(0, 5000));
+  cdc->add_flag("--verbose", scenario.verbose);
+  cdc->add_flag("--keep", scenario.keep);
   CLI11_PARSE(app, argc, argv);
   try {
     outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
-    if (*stalled || *hot || *kill) {
+    if (*stalled || *hot || *kill || *cdc) {
       scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
       if (*kill) return run_relay_kill(scenario);
+      if (*cdc) return run_cdc_faults(scenario);
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <atomic>
 #include <filesystem>
 #include <iostream>
@@ -49,12 +51,13 @@ struct Stage {
     if (!options.keep) std::filesystem::remove_all(dir);
   }
   std::string log(const std::string& name) const { return (dir / (name + ".log")).string(); }
-  // Relay i+1 ("r1", "r2") with default settings.
-  Process start_relay(int i) {
-    return Process(std::vector<std::string>{options.outbox_binary, "relay", "--db", url, "--schema",
-                                            kSchema, "--kafka-brokers", kafka.bootstrap_servers(),
-                                            "--relay-id", fmt::format("r{}", i + 1)},
-                   std::map<std::string, std::string>{}, log(fmt::format("relay{}", i + 1)));
+  // Relay i+1 ("r1", "r2") with default settings, and `extra` arguments.
+  Process start_relay(int i, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv{options.outbox_binary, "relay", "--db", url, "--schema",
+                                  kSchema, "--kafka-brokers", kafka.bootstrap_servers(),
+                                  "--relay-id", fmt::format("r{}", i + 1)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return Process(argv, std::map<std::string, std::string>{}, log(fmt::format("relay{}", i + 1)));
   }
   void start_relays() {
     for (int i = 0; i < 2; ++i) relays.push_back(start_relay(i));
@@ -357,6 +360,194 @@ int run_relay_kill(const ScenarioOptions& options) {
   const bool fast = all_recovered && kills_holding > 0 && p99 < 10000;
   if (!fast) std::cout << "relay-kill: recovery p99 must stay under 10 s (the lease is 30 s)\n";
   return finish("relay-kill", report, fast);
+}
+
+namespace {
+
+// Writers that ride out a PostgreSQL restart: an error ends the transaction (the checker reads
+// an unfinished one as unknown), then they reconnect and go on.
+class SteadyWriters {
+ public:
+  SteadyWriters(const std::string& url, TransactionLog& log, int aggregates) {
+    for (int w = 0; w < 4; ++w) {
+      threads_.emplace_back([this, url, &log, aggregates, w] {
+        const Producer producer(ProducerOptions{SchemaName(kSchema), 4096});
+        std::mt19937 random(static_cast<unsigned>(w) * 13U + 5U);
+        while (writing_.load()) {
+          try {
+            auto c = pg::Connection::open(url, "scenario-writer");
+            while (writing_.load()) {
+              std::vector<NewEvent> events;
+              for (int i = 0; i <= static_cast<int>(random() % 2); ++i) {
+                events.push_back(NewEvent{"account",
+                                          "acct-" + std::to_string(random() % aggregates),
+                                          "Deposited", "{}", "{}", 1, {}});
+              }
+              write_transaction(c.get(), producer, events, 0ms, false, log);
+              std::this_thread::sleep_for(5ms);
+            }
+          } catch (const std::exception&) {
+            std::this_thread::sleep_for(200ms);  // PostgreSQL restarting: connect again
+          }
+        }
+      });
+    }
+  }
+  ~SteadyWriters() { stop(); }
+  void stop() {
+    writing_.store(false);
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  std::atomic<bool> writing_{true};
+  std::vector<std::thread> threads_;
+};
+
+enum class CdcFault { kill, pause, postgres_restart, slot_drop, slot_invalidated };
+constexpr std::array kCdcFaults{CdcFault::kill, CdcFault::pause, CdcFault::postgres_restart,
+                                CdcFault::slot_drop, CdcFault::slot_invalidated};
+
+const char* name(CdcFault fault) {
+  switch (fault) {
+    case CdcFault::kill:
+      return "kill";
+    case CdcFault::pause:
+      return "pause";
+    case CdcFault::postgres_restart:
+      return "postgres-restart";
+    case CdcFault::slot_drop:
+      return "slot-drop";
+    case CdcFault::slot_invalidated:
+      return "slot-invalidated";
+  }
+  return "?";
+}
+
+constexpr const char* kCdcSlot = "campaign_cdc";
+constexpr auto kCdcTakeover = 2s;
+
+// Retries `sql` on a fresh connection until it runs (the relays may hold what it needs for a
+// moment); false after `limit`.
+bool run_until_done(const std::string& url, const std::string& sql,
+                    std::chrono::milliseconds limit) {
+  const auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    try {
+      auto c = pg::Connection::open(url, "scenario");
+      pg::exec(c.get(), sql);
+      return true;
+    } catch (const std::exception&) {
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  return false;
+}
+
+// Both relays killed (the slot then falls behind while they are down), the slot's WAL limit
+// lowered, WAL switched and checkpointed until PostgreSQL invalidates the slot; then the limit
+// back and the relays started again. (With the relays merely stopped by SIGSTOP, PostgreSQL 15's
+// checkpoint waited for the walsender of the stopped client to let go of the slot, and the
+// relays, resumed, took it back each time: it hung for minutes.)
+bool invalidate_slot(Stage& stage, const std::vector<std::string>& relay_args) {
+  for (auto& relay : stage.relays) relay.stop(0ms);
+  bool lost = false;
+  try {
+    auto c = pg::Connection::open(stage.url, "scenario");
+    pg::exec(c.get(), "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'");
+    pg::exec(c.get(), "SELECT pg_reload_conf()");
+    std::this_thread::sleep_for(100ms);
+    for (int round = 0; round < 20 && !lost; ++round) {
+      pg::exec(c.get(), "SELECT pg_switch_wal()");
+      pg::exec(c.get(), "CHECKPOINT");
+      lost = pg::exec(c.get(),
+                      fmt::format("SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
+                                  "'{}' AND wal_status = 'lost'",
+                                  kCdcSlot))
+                 .int64(0, 0) == 1;
+    }
+    pg::exec(c.get(), "ALTER SYSTEM RESET max_slot_wal_keep_size");
+    pg::exec(c.get(), "SELECT pg_reload_conf()");
+  } catch (const std::exception& e) {
+    std::cerr << "invalidate: " << e.what() << "\n";
+  }
+  for (std::size_t i = 0; i < stage.relays.size(); ++i) {
+    stage.relays[i] = stage.start_relay(static_cast<int>(i), relay_args);
+  }
+  return lost;
+}
+
+// One fault; false when it could not be made (the scenario then fails).
+bool inject(Stage& stage, CdcFault fault, std::mt19937& random,
+            const std::vector<std::string>& relay_args) {
+  const int target = static_cast<int>(random() % 2);
+  auto& relay = stage.relays[static_cast<std::size_t>(target)];
+  switch (fault) {
+    case CdcFault::kill:
+      relay.stop(0ms);  // SIGKILL, between publishes and confirms: traffic never stops
+      std::this_thread::sleep_for(std::chrono::milliseconds(random() % 300));
+      relay = stage.start_relay(target, relay_args);
+      return true;
+    case CdcFault::pause:  // past the takeover: the other relay takes the slot meanwhile
+      relay.signal(SIGSTOP);
+      std::this_thread::sleep_for(kCdcTakeover + 1s);
+      relay.signal(SIGCONT);
+      return true;
+    case CdcFault::postgres_restart:
+      stage.postgres.restart_immediate();
+      return true;
+    case CdcFault::slot_drop:
+      return run_until_done(
+          stage.url,
+          fmt::format("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE "
+                      "slot_name = '{0}' AND active_pid IS NOT NULL; "
+                      "SELECT pg_drop_replication_slot('{0}')",
+                      kCdcSlot),
+          10s);
+    case CdcFault::slot_invalidated:
+      return invalidate_slot(stage, relay_args);
+  }
+  return false;
+}
+
+}  // namespace
+
+int run_cdc_faults(const ScenarioOptions& options) {
+  Stage stage(options);
+  for (int b = 1; b <= 3; ++b) stage.kafka.set_broker_rtt(b, options.broker_rtt_ms);
+  const std::vector<std::string> relay_args{
+      "--source", "cdc", "--slot", kCdcSlot, "--takeover",
+      std::to_string(std::chrono::milliseconds(kCdcTakeover).count()) + "ms"};
+  for (int i = 0; i < 2; ++i) stage.relays.push_back(stage.start_relay(i, relay_args));
+  TransactionLog log(stage.log("writers.transactions"));
+  SteadyWriters writers(stage.url, log, 200);
+
+  std::mt19937 random(20261202);
+  std::map<std::string, int> made;
+  bool all_made = true;
+  const int trials = options.trials_per_fault * static_cast<int>(kCdcFaults.size());
+  for (int t = 0; t < trials; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300 + random() % 700));
+    const CdcFault fault = kCdcFaults[static_cast<std::size_t>(t) % kCdcFaults.size()];
+    const bool ok = inject(stage, fault, random, relay_args);
+    all_made = all_made && ok;
+    if (ok) ++made[name(fault)];
+    if (options.verbose || !ok) {
+      std::cout << fmt::format("  trial {}/{}: {}{}", t + 1, trials, name(fault),
+                               ok ? "" : " COULD NOT BE MADE")
+                << std::endl;
+    }
+  }
+  writers.stop();
+  const HistoryReport report = stage.check();
+  std::string counts;
+  for (const auto& [fault, count] : made) counts += fmt::format(" {}={}", fault, count);
+  std::cout << fmt::format("cdc: {} trials, two relays on slot {}, faults made:{}", trials,
+                           kCdcSlot, counts)
+            << "\n";
+  return finish("cdc", report, all_made);
 }
 
 }  // namespace outbox::campaign

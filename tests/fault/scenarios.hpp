@@ -24,11 +24,18 @@ struct ScenarioOptions {
   int seconds = 10;
   int kills = 25;          // relay kill
   int broker_rtt_ms = 10;  // relay kill: the brokers' answer time, so relays hold rows in flight
+  int trials_per_fault = 20;  // cdc: trials of each fault kind
+  bool verbose = false;
   bool keep = false;
 };
 
 int run_stalled_relay(const ScenarioOptions& options);
 int run_hot_aggregates(const ScenarioOptions& options);
 int run_relay_kill(const ScenarioOptions& options);
+//  - cdc: two change-data-capture relays on one slot (one streams, one waits), steady traffic,
+//    and faults in turn: a relay SIGKILLed (between publishes and confirms), a relay paused past
+//    the takeover, PostgreSQL crash-restarted, the slot dropped mid-stream, the slot invalidated
+//    by max_slot_wal_keep_size. Then the history is checked as for every scenario.
+int run_cdc_faults(const ScenarioOptions& options);
 
 }  // namespace outbox::campaign

@@ -41,7 +41,8 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
       {"set_listening", relay_sql::set_listening(schema), "'r:1', 'true', '1', '30000'"},
       {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
       {"sweep", relay_sql::sweep(schema), "'1000', '10000'"},
-      {"pending_lower", relay_sql::pending_lower(schema), "'{order}', '{o-1}', '{3}'"},
+      {"check_streamed", relay_sql::check_streamed(schema),
+       ids + ", '{order}', '{o-1}', '{3}', '{true}'"},
   };
 }
 

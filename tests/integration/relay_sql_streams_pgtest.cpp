@@ -111,22 +111,57 @@ TEST_F(RelaySqlStreams, AClaimBelowAHorizonLeavesFreshUntouchedRowsToTheStream) 
   EXPECT_EQ(all.size(), 3U) << "a polling relay's claim takes every head";
 }
 
-TEST_F(RelaySqlStreams, PendingLowerNamesTheEventsThatMustWait) {
-  insert("x", 1);
-  insert("x", 2);
+TEST_F(RelaySqlStreams, CheckStreamedNamesEventsWithALowerSequencePending) {
+  const std::string x1 = insert("x", 1);
+  const std::string x2 = insert("x", 2);
   const std::string y1 = insert("y", 1);
-  insert("y", 2);
+  const std::string y2 = insert("y", 2);
+  const std::string z1 = insert("z", 1);
   pg::exec(conn_.get(), "UPDATE " + events_ + " SET published_at = now() WHERE event_id = $1",
            {y1.c_str()});
-  // (x,2): x 1 is pending. (y,2): y 1 is published. (z,1) and (x,1): nothing lower.
-  const auto result = pg::exec(conn_.get(), relay_sql::pending_lower(schema_),
-                               {"{order,order,order,order}", "{x,y,z,x}", "{2,2,1,1}"});
-  EXPECT_EQ(relay_sql::read_pending_lower(result), std::vector<std::size_t>{0});
-  pg::exec(conn_.get(), "UPDATE " + events_ + " SET skipped_at = now() WHERE aggregate_id = 'x'"
-                        " AND aggregate_sequence = 1");
-  const auto after_skip = pg::exec(conn_.get(), relay_sql::pending_lower(schema_),
-                                   {"{order}", "{x}", "{2}"});
-  EXPECT_TRUE(relay_sql::read_pending_lower(after_skip).empty()) << "a skipped row is finished";
+  // (x,2): x 1 is pending. (y,2): y 1 is published. (z,1) and (x,1): nothing lower. (x,2) once
+  // more without asking about lower sequences: nothing to say.
+  const std::string ids = "{" + x2 + "," + y2 + "," + z1 + "," + x1 + "," + x2 + "}";
+  const auto result = pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+                               {ids.c_str(), "{order,order,order,order,order}", "{x,y,z,x,x}",
+                                "{2,2,1,1,2}", "{t,t,t,t,f}"});
+  const relay_sql::StreamCheck check = relay_sql::read_check_streamed(result);
+  EXPECT_EQ(check.blocked, std::vector<std::size_t>{0});
+  EXPECT_TRUE(check.invisible.empty());
+  pg::exec(conn_.get(), "UPDATE " + events_ + " SET skipped_at = now() WHERE event_id = $1",
+           {x1.c_str()});
+  const std::string x2_only = "{" + x2 + "}";
+  const auto after_skip = pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+                                   {x2_only.c_str(), "{order}", "{x}", "{2}", "{t}"});
+  EXPECT_TRUE(relay_sql::read_check_streamed(after_skip).blocked.empty())
+      << "a skipped row is finished";
+}
+
+// A row whose transaction this session does not see committed yet must wait: the stream can
+// bring a transaction a moment before other sessions see it (and, under synchronous
+// replication, until the standby confirmed it).
+TEST_F(RelaySqlStreams, CheckStreamedNamesEventsWhoseRowsAreNotVisibleYet) {
+  const std::string seen = insert("a", 1);
+  auto writer = connect();
+  pg::exec(writer.get(), "BEGIN");
+  const std::string unseen(
+      pg::exec(writer.get(),
+               "INSERT INTO " + events_ +
+                   " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
+                   "  payload) VALUES (gen_random_uuid(), 'order', 'b', 1, 'E', '{}')"
+                   " RETURNING event_id::text")
+          .text(0, 0));
+  const std::string ids = "{" + seen + "," + unseen + "}";
+  const relay_sql::StreamCheck before = relay_sql::read_check_streamed(
+      pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+               {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}"}));
+  EXPECT_EQ(before.invisible, std::vector<std::size_t>{1});
+  EXPECT_TRUE(before.blocked.empty());
+  pg::exec(writer.get(), "COMMIT");
+  const relay_sql::StreamCheck after = relay_sql::read_check_streamed(
+      pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+               {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}"}));
+  EXPECT_TRUE(after.invisible.empty());
 }
 
 }  // namespace

@@ -90,6 +90,21 @@ TEST(StreamBook, AnEventWithALowerSequencePendingIsLeftToTheTableAndItsPositionM
   EXPECT_EQ(book.confirmable(), 200U);
 }
 
+TEST(StreamBook, ADeferredCandidateComesBackFirstInLine) {
+  StreamBook book;
+  const auto events = read(book, {event("a", 1), event("b", 1), event("c", 1)}, 100);
+  book.next(100, 1000000, true);
+  const std::vector<Event> go = book.decide({}, {0, 2});
+  EXPECT_EQ(ids(go), (std::vector<std::string>{"b#1"}));
+  EXPECT_TRUE(book.has_candidates());
+  EXPECT_EQ(book.waiting_bytes(), 20U);
+  const StreamBook::Candidates again = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(again.events), (std::vector<std::string>{"a#1", "c#1"}));
+  book.decide({});
+  for (const Event& e : events) book.published(e.event_id);
+  EXPECT_EQ(book.confirmable(), 100U);
+}
+
 TEST(StreamBook, WhatWaitsBehindAFailedEventIsLeftToTheTable) {
   StreamBook book;
   const auto events = read(book, {event("a", 1), event("a", 2), event("a", 3), event("b", 1)}, 100);
