@@ -187,6 +187,10 @@ struct Latencies {
   std::vector<double> ms;  // commit → published_at, per published event
   double first_commit = 1e300;
   double last_published = 0;
+  // Published events a relay's claim took (claimed_by set): all with polling; with CDC the ones
+  // the stream did not bring, and the slowest of them.
+  std::size_t by_claim = 0;
+  double by_claim_max_ms = 0;
 };
 
 // Each committed event's latency from its commit (wall time) to its published_at.
@@ -203,14 +207,20 @@ Latencies commit_latencies(const Setup& setup, const SchemaName& schema,
   }
   const auto rows =
       pg::exec(c.get(),
-               "SELECT event_id::text, extract(epoch FROM published_at)::float8 FROM " +
+               "SELECT event_id::text, extract(epoch FROM published_at)::float8,"
+               " claimed_by IS NOT NULL FROM " +
                    schema.table("outbox_events") +
                    " WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL",
                {ids.text().c_str()});
   for (int r = 0; r < rows.rows(); ++r) {
     const double published = std::stod(std::string(rows.text(r, 1)));
-    result.ms.push_back((published - commit_time.at(std::string(rows.text(r, 0)))) * 1000.0);
+    const double ms = (published - commit_time.at(std::string(rows.text(r, 0)))) * 1000.0;
+    result.ms.push_back(ms);
     result.last_published = std::max(result.last_published, published);
+    if (rows.text(r, 2) == "t") {
+      ++result.by_claim;
+      result.by_claim_max_ms = std::max(result.by_claim_max_ms, ms);
+    }
   }
   return result;
 }
@@ -262,6 +272,8 @@ json live_rate(const LiveRun& live, double rate, const std::string& label,
                  {"relay_events_per_s", relay_rate},
                  {"events", committed.size()},
                  {"unpublished", unpublished},
+                 {"published_by_claim", latencies.by_claim},
+                 {"published_by_claim_max_ms", latencies.by_claim_max_ms},
                  {"latency_p50_ms", p.p50},
                  {"latency_p95_ms", p.p95},
                  {"latency_p99_ms", p.p99},

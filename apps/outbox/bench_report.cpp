@@ -106,6 +106,11 @@ std::string live_text(const json& r) {
                         r["of_producers_alone"].get<double>() * 100,
                         number(r["producers_alone_per_s"]));
   }
+  if (r.value("source", "") == "cdc" && r.value("published_by_claim", 0) > 0) {
+    text += fmt::format("; {} not from the stream but by the relay's own claim (slowest {} ms)",
+                        r["published_by_claim"].get<std::size_t>(),
+                        number(r["published_by_claim_max_ms"]));
+  }
   return text + live_cpu_text(r);
 }
 
