@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <regex>
 
@@ -40,6 +42,44 @@ void check(const BenchOptions& options) {
                             "\"; use producer, ceiling, drain or live");
     }
   }
+  if (options.sources.empty()) throw InvalidArgument("bench: --sources needs polling, cdc or both");
+  for (const std::string& s : options.sources) (void)parse_source(s);
+}
+
+std::vector<RelaySource> sources(const BenchOptions& options) {
+  std::vector<RelaySource> result;
+  for (const std::string& s : options.sources) {
+    const RelaySource source = parse_source(s);
+    if (std::find(result.begin(), result.end(), source) == result.end()) result.push_back(source);
+  }
+  return result;
+}
+
+// One backlog scenario (ceiling or drain) with each source; its curves go to `chart`, each
+// result to `report`, compared with `ceilings` (events/s by source) and, for CDC, with the
+// polling figure of the same scenario in this run. Returns its events/s by source.
+std::map<RelaySource, double> run_backlog(const Setup& setup, bool discard,
+                                          const std::map<RelaySource, double>& ceilings,
+                                          Chart& chart, const std::function<void(json)>& report) {
+  std::map<RelaySource, double> rates;
+  for (const RelaySource source : sources(setup.options)) {
+    Series s{fmt::format("{}{}", source_name(source),
+                         discard ? ": SQL only (sink acknowledges at once)" : ": through Kafka"),
+             {}};
+    json r = bench_backlog(setup, discard, source, s.points);
+    const double rate = r["events_per_s"].get<double>();
+    rates[source] = rate;
+    if (const auto ceiling = ceilings.find(source); ceiling != ceilings.end()) {
+      r["of_ceiling"] = rate / ceiling->second;
+    }
+    if (const auto polling = rates.find(RelaySource::polling);
+        source == RelaySource::cdc && polling != rates.end() && polling->second > 0) {
+      r["of_polling"] = rate / polling->second;
+    }
+    chart.series.push_back(std::move(s));
+    report(r);
+  }
+  return rates;
 }
 
 // ceiling and drain, each a backlog drained by relay processes; their curves in one plot.
@@ -49,21 +89,9 @@ void run_backlogs(const Setup& setup, const std::function<void(json)>& report) {
                    "events/s",
                    false,
                    {}};
-  std::optional<double> ceiling;
-  if (wanted(setup.options, "ceiling")) {
-    Series s{"SQL only (sink acknowledges at once)", {}};
-    json r = bench_backlog(setup, true, s.points);
-    ceiling = r["events_per_s"].get<double>();
-    throughput.series.push_back(std::move(s));
-    report(r);
-  }
-  if (wanted(setup.options, "drain")) {
-    Series s{"through Kafka", {}};
-    json r = bench_backlog(setup, false, s.points);
-    if (ceiling) r["of_ceiling"] = r["events_per_s"].get<double>() / *ceiling;
-    throughput.series.push_back(std::move(s));
-    report(r);
-  }
+  std::map<RelaySource, double> ceilings;
+  if (wanted(setup.options, "ceiling")) ceilings = run_backlog(setup, true, {}, throughput, report);
+  if (wanted(setup.options, "drain")) run_backlog(setup, false, ceilings, throughput, report);
   if (!throughput.series.empty()) {
     write_svg((setup.out / "drain-throughput.svg").string(), throughput);
   }
@@ -103,7 +131,9 @@ int run_bench(const BenchOptions& options) {
                   "percent of events at or below",
                   true,
                   {}};
-    bench_live(setup, producers_alone, report, latency);
+    for (const RelaySource source : sources(options)) {
+      bench_live(setup, source, producers_alone, report, latency);
+    }
     write_svg((setup.out / "live-latency.svg").string(), latency);
   }
   finish_report(options, results, about);
@@ -175,6 +205,13 @@ void register_bench(Commands& commands) {
                   "relays commit marks synchronously (relay --durable-marks)");
   bench->add_option("--only", options->only, "producer, ceiling, drain, live (comma list)")
       ->delimiter(',');
+  bench
+      ->add_option("--sources", options->sources,
+                   "relay sources for ceiling, drain and live, each in turn: polling, cdc "
+                   "(one CDC relay: only one streams from a slot)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"polling", "cdc"}))
+      ->capture_default_str();
   bench->add_option("--out", options->out_dir, "folder for results.json, plots, relay logs")
       ->capture_default_str();
 }

@@ -39,6 +39,8 @@ struct BenchOptions {
   std::size_t max_in_flight = RelayOptions{}.max_in_flight;  // relay
   int timeout_seconds = 900;                                 // per backlog
   std::vector<std::string> only;                             // scenarios to run; empty: all
+  // Relay sources that ceiling, drain and live run with, each in turn ("polling", "cdc").
+  std::vector<std::string> sources = {"polling", "cdc"};
   bool durable_marks = false;  // relays commit marks synchronously
   std::string out_dir = "bench-results";
 };
@@ -79,9 +81,21 @@ struct Setup {
   // #2, ...), as interleaved traffic would leave them. Written by SQL in chunks: this is setup.
   void load_backlog(const SchemaName& schema) const;
 
-  // `outbox relay` for `schema`, with JSON stats every 250 ms; `discard`: --sink discard.
+  // `outbox relay` for `schema`, with JSON stats every 250 ms; `discard`: --sink discard. A CDC
+  // relay reads the slot slot_name(schema) through the publication the relay makes by default.
   [[nodiscard]] std::vector<std::string> relay_args(const SchemaName& schema, bool discard,
-                                                    int index = 0) const;
+                                                    int index = 0,
+                                                    RelaySource source = RelaySource::polling) const;
+
+  // A CDC relay's slot and publication made before anything is written (a CDC relay started once
+  // and stopped), so that the slot keeps what is written while no relay runs.
+  void create_slot(const SchemaName& schema) const;
+  // The slot of a CDC relay on `schema` (one per schema: only one relay streams per slot).
+  static std::string slot_name(const SchemaName& schema) { return schema.name(); }
 };
+
+// "polling" or "cdc", as `outbox relay --source` and the results name them.
+RelaySource parse_source(const std::string& name);
+const char* source_name(RelaySource source);
 
 }  // namespace outbox::cli::bench

@@ -135,15 +135,48 @@ std::uint64_t RelayProcess::published() {
 Paused::Paused(pid_t pid) : pid_(pid) { ::kill(pid_, SIGSTOP); }
 Paused::~Paused() { ::kill(pid_, SIGCONT); }
 
-std::optional<pid_t> relay_session_pid(PGconn* conn) {
-  const auto found = pg::exec(conn, "SELECT pid " + relay_sessions());
-  if (found.rows() != 1) return std::nullopt;
-  return static_cast<pid_t>(found.int64(0, 0));
+bool relay_sessions_idle(PGconn* conn) {
+  return pg::exec(conn, "SELECT count(*) " + relay_sessions() +
+                            " AND backend_type <> 'walsender' AND state <> 'idle'")
+             .int64(0, 0) == 0;
 }
 
-bool relay_sessions_idle(PGconn* conn) {
-  return pg::exec(conn, "SELECT count(*) " + relay_sessions() + " AND state <> 'idle'")
-             .int64(0, 0) == 0;
+RelaySessionsCpu::RelaySessionsCpu(const Setup& setup)
+    : setup_(setup), known_(setup.options.database_url.empty()) {
+  sample();
+}
+
+void RelaySessionsCpu::sample() {
+  if (!known_) return;
+  auto c = setup_.connect();
+  const auto found =
+      pg::exec(c.get(), "SELECT pid, backend_type = 'walsender' " + relay_sessions());
+  for (int row = 0; row < found.rows(); ++row) {
+    const auto pid = static_cast<pid_t>(found.int64(row, 0));
+    const std::optional<double> cpu = cpu_seconds_of(pid);
+    if (!cpu) continue;  // ended meanwhile
+    auto [at, added] = sessions_.try_emplace(pid);
+    if (added) {
+      at->second.walsender = found.text(row, 1) == "t";
+      at->second.before = first_ ? *cpu : 0;
+    }
+    at->second.latest = *cpu;
+  }
+  first_ = false;
+}
+
+double RelaySessionsCpu::seconds() const {
+  double total = 0;
+  for (const auto& [pid, session] : sessions_) total += session.latest - session.before;
+  return total;
+}
+
+double RelaySessionsCpu::walsender_seconds() const {
+  double total = 0;
+  for (const auto& [pid, session] : sessions_) {
+    if (session.walsender) total += session.latest - session.before;
+  }
+  return total;
 }
 
 }  // namespace outbox::cli::bench

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <ios>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -74,9 +75,33 @@ class Paused {
   pid_t pid_;
 };
 
-// The relays' PostgreSQL sessions (by application name) in the benchmark's database: the server
-// process of the only one (nullopt when there is not exactly one), and whether all are idle.
-std::optional<pid_t> relay_session_pid(PGconn* conn);
+// Whether the relays' PostgreSQL sessions (by application name, in the benchmark's database;
+// not a CDC relay's walsender, which streams) are all idle.
 bool relay_sessions_idle(PGconn* conn);
+
+// CPU seconds the relays' PostgreSQL sessions used since this object was made: their backends
+// and a CDC relay's walsender (both run with kRelayApplicationName). A session's process is gone
+// once it ends, so each is read at every sample(); one that started and ended between two samples
+// is missed. Embedded database only (a server elsewhere has its own process ids): otherwise
+// known() is false.
+class RelaySessionsCpu {
+ public:
+  explicit RelaySessionsCpu(const Setup& setup);
+  void sample();
+  [[nodiscard]] bool known() const { return known_; }
+  [[nodiscard]] double seconds() const;            // all sessions
+  [[nodiscard]] double walsender_seconds() const;  // of those, the walsenders
+
+ private:
+  struct Session {
+    bool walsender = false;
+    double before = 0;  // at the first sample that saw it (0 when it started after the first)
+    double latest = 0;
+  };
+  const Setup& setup_;
+  bool known_;
+  bool first_ = true;
+  std::map<pid_t, Session> sessions_;
+};
 
 }  // namespace outbox::cli::bench

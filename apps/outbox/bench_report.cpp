@@ -29,40 +29,97 @@ std::string producer_text(const json& r) {
       number(r["with_event_p99_ms"]), number(r["overhead_ratio"]));
 }
 
+// "2 relays", or for CDC "1 relay (one relay streams from a slot)".
+std::string relays_text(const json& r) {
+  const int relays = r.value("relays", 1);
+  std::string text = fmt::format("{} relay{}", relays, relays == 1 ? "" : "s");
+  if (r.value("source", "") == "cdc") text += " (only one CDC relay streams from a slot)";
+  return text;
+}
+
+// "relay-side CPU 0.12 s per 10k events (relay 0.05, PostgreSQL sessions 0.06 of which
+// walsender 0.03, broker 0.01)", or the relay process alone where the rest is unknown.
+std::string backlog_cpu_text(const json& r) {
+  if (!r["relay_side_cpu_s_per_10k"].is_number()) {
+    return fmt::format("relay {} CPU s per 10k events", number(r["relay_cpu_s_per_10k"]));
+  }
+  std::string text =
+      fmt::format("relay-side CPU {} s per 10k events (relay {}, PostgreSQL sessions {}",
+                  number(r["relay_side_cpu_s_per_10k"]), number(r["relay_cpu_s_per_10k"]),
+                  number(r["postgres_sessions_cpu_s_per_10k"]));
+  if (r.value("source", "") == "cdc") {
+    text += fmt::format(" of which walsender {}", number(r["walsender_cpu_s_per_10k"]));
+  }
+  if (r["mock_broker_cpu_s_per_10k"].is_number()) {
+    text += fmt::format(", broker {}", number(r["mock_broker_cpu_s_per_10k"]));
+  }
+  return text + ")";
+}
+
 std::string backlog_text(const json& r) {
-  std::string text = fmt::format(
-      "{} events in {} s: {} events/s; relay {} CPU s per 10k events, peak RSS "
-      "{} MiB{}",
-      r["events"].get<std::int64_t>(), number(r["seconds"]), number(r["events_per_s"]),
-      number(r["relay_cpu_s_per_10k"]), number(r["relay_peak_rss_mib"]),
-      r.contains("of_ceiling")
-          ? fmt::format("; {:.0f}% of the ceiling", r["of_ceiling"].get<double>() * 100)
-          : "");
+  std::string text =
+      fmt::format("{} events in {} s: {} events/s, {}; {}, peak RSS {} MiB",
+                  r["events"].get<std::int64_t>(), number(r["seconds"]), number(r["events_per_s"]),
+                  relays_text(r), backlog_cpu_text(r), number(r["relay_peak_rss_mib"]));
+  if (r.contains("of_ceiling")) {
+    text += fmt::format("; {:.0f}% of the ceiling", r["of_ceiling"].get<double>() * 100);
+  }
+  if (r.contains("of_polling")) {
+    text += fmt::format("; {}x polling's", number(r["of_polling"]));
+  }
   if (r["scenario"] == "ceiling") text += " (sink acknowledges at once: SQL only)";
+  if (r["scenario"] == "drain" && r.value("source", "") == "cdc") {
+    text += " (catch-up: written while no relay ran, kept by the slot)";
+  }
+  return text;
+}
+
+// "; relay used 0.10 cores, its PostgreSQL sessions 0.20 (walsender 0.08), the mock broker 0.03:
+// 95 µs of CPU per event" as far as known.
+std::string live_cpu_text(const json& r) {
+  if (!r["relay_cores"].is_number() || !r["relay_postgres_session_cores"].is_number()) return {};
+  std::string text = fmt::format(
+      "; relay used {:.2f} cores, its PostgreSQL session{} {:.2f}", r["relay_cores"].get<double>(),
+      r.value("source", "") == "cdc" ? "s" : "", r["relay_postgres_session_cores"].get<double>());
+  if (r.value("source", "") == "cdc" && r["relay_walsender_cores"].is_number()) {
+    text += fmt::format(" (walsender {:.2f})", r["relay_walsender_cores"].get<double>());
+  }
+  if (r["mock_broker_cores"].is_number()) {
+    text += fmt::format(", the mock broker {:.2f}", r["mock_broker_cores"].get<double>());
+  }
+  if (r.value("relay_side_cpu_us_per_event", json()).is_number()) {
+    text +=
+        fmt::format(": {:.0f} µs of CPU per event", r["relay_side_cpu_us_per_event"].get<double>());
+  }
   return text;
 }
 
 std::string live_text(const json& r) {
   std::string text = fmt::format(
-      "{} tx/s committed; commit→ack p50 {} ms, p95 {} ms, p99 {} ms, max {} ms; relay {} "
+      "{} tx/s committed; commit→ack p50 {} ms, p95 {} ms, p99 {} ms, max {} ms; {}: {} "
       "events/s, {}",
       number(r["committed_per_s"]), number(r["latency_p50_ms"]), number(r["latency_p95_ms"]),
-      number(r["latency_p99_ms"]), number(r["latency_max_ms"]), number(r["relay_events_per_s"]),
-      r["kept_up"].get<bool>() ? "kept up" : "FELL BEHIND");
+      number(r["latency_p99_ms"]), number(r["latency_max_ms"]), relays_text(r),
+      number(r["relay_events_per_s"]), r["kept_up"].get<bool>() ? "kept up" : "FELL BEHIND");
   if (r.contains("of_producers_alone")) {
     text += fmt::format(" ({:.0f}% of the {} tx/s the producers reached alone around it)",
                         r["of_producers_alone"].get<double>() * 100,
                         number(r["producers_alone_per_s"]));
   }
-  if (r["relay_cores"].is_number() && r["relay_postgres_session_cores"].is_number()) {
-    text += fmt::format("; relay used {:.2f} cores, its PostgreSQL session {:.2f}",
-                        r["relay_cores"].get<double>(),
-                        r["relay_postgres_session_cores"].get<double>());
-    if (r["mock_broker_cores"].is_number()) {
-      text += fmt::format(", the mock broker {:.2f}", r["mock_broker_cores"].get<double>());
-    }
+  if (r.value("source", "") == "cdc" && r.value("published_by_claim", 0) > 0) {
+    text += fmt::format("; {} not from the stream but by the relay's own claim (slowest {} ms)",
+                        r["published_by_claim"].get<std::size_t>(),
+                        number(r["published_by_claim_max_ms"]));
   }
-  return text;
+  return text + live_cpu_text(r);
+}
+
+// The table's first column: the scenario, its rate for live, and the relay source.
+std::string row_name(const json& r) {
+  const std::string scenario = r["scenario"];
+  std::string name = scenario == "live" ? "live " + r["offered"].get<std::string>() : scenario;
+  if (r.contains("source")) name += " (" + r["source"].get<std::string>() + ")";
+  return name;
 }
 
 void print_table(const std::vector<json>& results) {
@@ -71,15 +128,13 @@ void print_table(const std::vector<json>& results) {
     const std::string scenario = r["scenario"];
     std::string text;
     if (scenario == "producer") {
-      text = producer_text(r);
+      text = producer_text(r) + " (the same producer path whichever relay source runs)";
     } else if (scenario == "ceiling" || scenario == "drain") {
       text = backlog_text(r);
     } else if (scenario == "live") {
       text = live_text(r);
     }
-    const std::string name =
-        scenario == "live" ? "live " + r["offered"].get<std::string>() : scenario;
-    std::cout << fmt::format("{:<22} {}", name, text) << "\n";
+    std::cout << fmt::format("{:<22} {}", row_name(r), text) << "\n";
   }
   std::cout << std::endl;
 }

@@ -58,7 +58,7 @@ namespace {
 // Until the relays published the whole backlog (by their stats), one exited, or the timeout.
 void watch_backlog(const Setup& setup, const std::string& name,
                    std::vector<std::unique_ptr<RelayProcess>>& relays, Clock::time_point started,
-                   std::vector<std::pair<double, double>>& curve) {
+                   RelaySessionsCpu& sessions, std::vector<std::pair<double, double>>& curve) {
   const auto& o = setup.options;
   std::uint64_t last = 0;
   double last_t = 0;
@@ -66,6 +66,7 @@ void watch_backlog(const Setup& setup, const std::string& name,
   const auto deadline = started + std::chrono::seconds(o.timeout_seconds);
   while (Clock::now() < deadline) {
     std::this_thread::sleep_for(250ms);
+    sessions.sample();
     std::uint64_t published = 0;
     for (const auto& r : relays) published += r->published();
     const double t = seconds_since(started);
@@ -102,43 +103,76 @@ double backlog_seconds(const Setup& setup, const std::string& name, const Schema
   return last_mark - start_wall;
 }
 
+// What the relay side used draining `events`: the relay processes (rusage), their PostgreSQL
+// sessions with a CDC relay's walsender, and the embedded mock broker; CPU seconds per 10,000.
+json backlog_cpu(const Setup& setup, const Child::End& relays, const RelaySessionsCpu& sessions,
+                 double broker_seconds) {
+  const double per_10k = 10000.0 / static_cast<double>(setup.options.events);
+  json cpu = {{"relay_cpu_s_per_10k", relays.cpu_seconds * per_10k},
+              {"relay_cpu_s", relays.cpu_seconds},
+              {"postgres_sessions_cpu_s_per_10k", nullptr},
+              {"walsender_cpu_s_per_10k", nullptr},
+              {"mock_broker_cpu_s_per_10k", nullptr},
+              {"relay_side_cpu_s_per_10k", nullptr}};
+  if (!sessions.known()) return cpu;
+  cpu["postgres_sessions_cpu_s_per_10k"] = sessions.seconds() * per_10k;
+  cpu["walsender_cpu_s_per_10k"] = sessions.walsender_seconds() * per_10k;
+  double total = relays.cpu_seconds + sessions.seconds();
+  if (setup.options.kafka_brokers.empty()) {
+    cpu["mock_broker_cpu_s_per_10k"] = broker_seconds * per_10k;
+    total += broker_seconds;
+  }
+  cpu["relay_side_cpu_s_per_10k"] = total * per_10k;
+  return cpu;
+}
+
 }  // namespace
 
-json bench_backlog(const Setup& setup, bool discard,
+json bench_backlog(const Setup& setup, bool discard, RelaySource source,
                    std::vector<std::pair<double, double>>& curve) {
   const auto& o = setup.options;
+  const bool cdc = source == RelaySource::cdc;
   const std::string name = discard ? "ceiling" : "drain";
-  const SchemaName schema = setup.fresh_schema("bench_" + name);
+  const std::string label = name + (cdc ? " cdc" : "");
+  const SchemaName schema = setup.fresh_schema("bench_" + name + (cdc ? "_cdc" : ""));
+  if (cdc) setup.create_slot(schema);  // the slot keeps what is written while no relay runs
   setup.load_backlog(schema);
+  // One CDC relay: a second would wait for the slot as a standby.
+  const int relay_count = cdc ? 1 : o.relays;
+  const double broker_before = mock_broker_cpu_seconds();
+  RelaySessionsCpu sessions(setup);
   const double start_wall = wall_now();
   const auto started = Clock::now();
   std::vector<std::unique_ptr<RelayProcess>> relays;
-  for (int i = 0; i < o.relays; ++i) {
+  for (int i = 0; i < relay_count; ++i) {
     relays.push_back(std::make_unique<RelayProcess>(
-        setup.relay_args(schema, discard, i),
-        (setup.out / fmt::format("relay-{}-{}.log", name, i + 1)).string()));
+        setup.relay_args(schema, discard, i, source),
+        (setup.out / fmt::format("relay-{}{}-{}.log", name, cdc ? "-cdc" : "", i + 1)).string()));
   }
-  watch_backlog(setup, name, relays, started, curve);
+  watch_backlog(setup, label, relays, started, sessions, curve);
+  sessions.sample();
   Child::End end;
   for (auto& r : relays) {
     const Child::End one = r->stop();
     end.cpu_seconds += one.cpu_seconds;
     end.peak_rss_mib = std::max(end.peak_rss_mib, one.peak_rss_mib);
   }
-  const double seconds = backlog_seconds(setup, name, schema, start_wall);
+  const double broker_seconds = mock_broker_cpu_seconds() - broker_before;
+  const double seconds = backlog_seconds(setup, label, schema, start_wall);
   const double rate = seconds > 0 ? static_cast<double>(o.events) / seconds : 0;
   // The backlog's own tables are large: drop them so later scenarios run on a quiet database.
   setup.drop_schema(schema);
-  return {{"scenario", name},
-          {"events", o.events},
-          {"aggregates", o.aggregates},
-          {"payload_bytes", o.payload_bytes},
-          {"seconds", seconds},
-          {"events_per_s", rate},
-          {"relay_cpu_s_per_10k", end.cpu_seconds / static_cast<double>(o.events) * 10000.0},
-          {"relay_cpu_s", end.cpu_seconds},
-          {"relays", o.relays},
-          {"relay_peak_rss_mib", end.peak_rss_mib}};
+  json result = {{"scenario", name},
+                 {"source", source_name(source)},
+                 {"events", o.events},
+                 {"aggregates", o.aggregates},
+                 {"payload_bytes", o.payload_bytes},
+                 {"seconds", seconds},
+                 {"events_per_s", rate},
+                 {"relays", relay_count},
+                 {"relay_peak_rss_mib", end.peak_rss_mib}};
+  result.update(backlog_cpu(setup, end, sessions, broker_seconds));
+  return result;
 }
 
 }  // namespace outbox::cli::bench

@@ -8,7 +8,10 @@
 //   live      producers commit one event per transaction at fixed offered rates and flat out
 //             while a relay runs; latency from COMMIT to the row's published_at (set by the mark
 //             that follows the broker's ack, so an upper bound of commit→ack).
-// Each returns one JSON object of figures (what results.json holds).
+// ceiling, drain and live run with either relay source (--sources). With `cdc` the backlog is
+// written after a CDC relay made its slot and stopped (the slot keeps it: catch-up from WAL), and
+// one relay runs, since only one relay streams from a slot (a second waits as a standby).
+// Each returns one JSON object of figures (what results.json holds), naming its source.
 
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -24,13 +27,14 @@ namespace outbox::cli::bench {
 nlohmann::json bench_producer(const Setup& setup);
 
 // ceiling (`discard`) or drain; `curve` gets (seconds since start, events/s) points.
-nlohmann::json bench_backlog(const Setup& setup, bool discard,
+nlohmann::json bench_backlog(const Setup& setup, bool discard, RelaySource source,
                              std::vector<std::pair<double, double>>& curve);
 
 // live at every --rates rate, then max (bracketed by the producers alone, and compared with
 // `producer_scenario_per_s` when the producer scenario ran). Each result goes to `report`; each
 // rate's latency distribution becomes a series of `latency`.
-void bench_live(const Setup& setup, std::optional<double> producer_scenario_per_s,
+void bench_live(const Setup& setup, RelaySource source,
+                std::optional<double> producer_scenario_per_s,
                 const std::function<void(nlohmann::json)>& report, Chart& latency);
 
 }  // namespace outbox::cli::bench

@@ -3,25 +3,61 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "bench.hpp"
+#include "bench_processes.hpp"
+#include "outbox/error.hpp"
 #include "workload.hpp"
 
 namespace outbox::cli::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The schema's CDC slot and publication, if a CDC scenario left them: a slot nobody reads keeps
+// WAL from being recycled. The slot may still be active for a moment after its relay stopped.
+void drop_cdc_leftovers(PGconn* conn, const SchemaName& schema) {
+  const std::string slot = Setup::slot_name(schema);
+  const std::string sql =
+      "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+      "WHERE slot_name = $1 AND NOT active";
+  for (int i = 0; i < 100; ++i) {
+    pg::exec(conn, sql, {slot.c_str()});
+    if (pg::exec(conn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", {slot.c_str()})
+            .rows() == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  pg::exec(conn, fmt::format("DROP PUBLICATION IF EXISTS \"{}_outbox\"", schema.name()));
+}
+
+}  // namespace
+
+RelaySource parse_source(const std::string& name) {
+  if (name == "polling") return RelaySource::polling;
+  if (name == "cdc") return RelaySource::cdc;
+  throw InvalidArgument("bench: unknown relay source \"" + name + "\"; use polling or cdc");
+}
+
+const char* source_name(RelaySource source) {
+  return source == RelaySource::cdc ? "cdc" : "polling";
+}
 
 pg::Connection Setup::connect() const { return pg::Connection::open(url, "outbox-bench"); }
 
 void Setup::drop_schema(const SchemaName& schema) const {
   auto c = connect();
   pg::exec(c.get(), "SET client_min_messages = warning");
+  drop_cdc_leftovers(c.get(), schema);
   pg::exec(c.get(), "DROP SCHEMA IF EXISTS " + schema.quoted() + " CASCADE");
 }
 
 SchemaName Setup::fresh_schema(const std::string& name) const {
   const SchemaName schema(name);
+  drop_schema(schema);
   auto c = connect();
-  pg::exec(c.get(), "SET client_min_messages = warning");
-  pg::exec(c.get(), "DROP SCHEMA IF EXISTS " + schema.quoted() + " CASCADE");
   migrate(c.get(), schema);
   workload::create_tables(c.get(), schema);
   pg::exec(c.get(), fmt::format(R"SQL(
@@ -70,8 +106,8 @@ GROUP BY aggregate_type, aggregate_id)SQL",
   pg::exec(c.get(), "CHECKPOINT");
 }
 
-std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discard,
-                                           int index) const {
+std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discard, int index,
+                                           RelaySource source) const {
   std::vector<std::string> args{self,
                                 "relay",
                                 "--db",
@@ -89,6 +125,9 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
                                 "--max-in-flight",
                                 std::to_string(options.max_in_flight)};
   if (options.durable_marks) args.emplace_back("--durable-marks");
+  if (source == RelaySource::cdc) {
+    args.insert(args.end(), {"--source", "cdc", "--slot", slot_name(schema)});
+  }
   if (discard) {
     args.insert(args.end(), {"--sink", "discard"});
   } else {
@@ -99,6 +138,25 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
     }
   }
   return args;
+}
+
+void Setup::create_slot(const SchemaName& schema) const {
+  RelayProcess relay(relay_args(schema, true, 0, RelaySource::cdc),
+                     (out / fmt::format("relay-{}-slot.log", schema.name())).string());
+  auto c = connect();
+  const std::string slot = slot_name(schema);
+  for (int i = 0; i < 300; ++i) {  // 30 s
+    if (pg::exec(c.get(), "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
+                 {slot.c_str()})
+            .rows() > 0) {
+      relay.stop();
+      return;
+    }
+    if (!relay.running()) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  throw Error(
+      fmt::format("bench: the CDC relay did not make its slot {}; see {}", slot, relay.log_path()));
 }
 
 }  // namespace outbox::cli::bench
