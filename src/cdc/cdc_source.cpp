@@ -279,8 +279,16 @@ void CdcSource::take_change(std::string_view payload) {
       return;
     }
     cdc::StreamedRow& row = std::get<cdc::StreamedRow>(decoded);
-    if (!row.due) return;  // not due yet: the table path claims it when it is
+    if (!row.due || book_.spilled()) return;  // the table path claims it
     const std::uint64_t bytes = row.event.payload.size() + row.event.headers.size();
+    if (book_.reading_bytes() + bytes > options_.max_in_flight_bytes) {
+      // A transaction larger than the relay may hold: its events stay in the table.
+      log().info("relay {}: a transaction with more than {} bytes of events is left to the "
+                 "relay's own claim",
+                 options_.relay_id, options_.max_in_flight_bytes);
+      book_.spill();
+      return;
+    }
     book_.add(std::move(row.event), bytes);
   }
 }

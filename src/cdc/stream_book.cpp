@@ -23,17 +23,31 @@ std::size_t StreamBook::IdHash::operator()(const EventId& id) const {
 void StreamBook::begin() {
   if (reading_) throw std::logic_error("StreamBook: Begin inside a transaction");
   reading_.emplace();
+  reading_bytes_ = 0;
+  spilled_ = false;
 }
 
 void StreamBook::add(Event event, std::uint64_t bytes) {
   if (!reading_) throw std::logic_error("StreamBook: an insert outside a transaction");
+  if (spilled_) return;
+  reading_bytes_ += bytes;
   reading_->push_back({std::move(event), bytes, 0});
+}
+
+void StreamBook::spill() {
+  if (!reading_) throw std::logic_error("StreamBook: spill outside a transaction");
+  left_to_table_ += reading_->size();
+  reading_->clear();
+  reading_->shrink_to_fit();
+  reading_bytes_ = 0;
+  spilled_ = true;
 }
 
 void StreamBook::commit(Lsn end_lsn, PgTimestamp commit_time) {
   if (!reading_) throw std::logic_error("StreamBook: Commit outside a transaction");
   std::vector<Waiting> read = std::move(*reading_);
   reading_.reset();
+  reading_bytes_ = 0;
   const std::uint64_t number = first_transaction_ + transactions_.size();
   transactions_.push_back({end_lsn, read.size(), commit_time});
   last_commit_time_ = std::max(last_commit_time_, commit_time);

@@ -47,6 +47,13 @@ class StreamBook {
   // A transaction begins; add() its outbox inserts, then commit().
   void begin();
   void add(Event event, std::uint64_t bytes);
+  // The transaction being read is too large to hold: its events read so far are dropped and
+  // later ones ignored; they stay pending in the table, whose path publishes them (rows older
+  // than the stream's position), and later events of their aggregates wait behind them there.
+  void spill();
+  // Bytes of the transaction being read (0 once spilled).
+  [[nodiscard]] std::uint64_t reading_bytes() const { return reading_bytes_; }
+  [[nodiscard]] bool spilled() const { return spilled_; }
   // The transaction ends at `end_lsn` (Commit's end_lsn): its events become candidates or wait
   // behind their aggregate's event that is out. A transaction without events is done at once.
   void commit(Lsn end_lsn, PgTimestamp commit_time = 0);
@@ -133,6 +140,8 @@ class StreamBook {
   void became_idle(Key key);
 
   std::optional<std::vector<Waiting>> reading_;  // the transaction being read
+  std::uint64_t reading_bytes_ = 0;
+  bool spilled_ = false;
   std::deque<Waiting> ready_;                    // candidates not handed out yet, in order
   std::vector<Waiting> checking_;                // handed out by next(), until decide()
   std::unordered_map<Key, Aggregate, KeyHash> aggregates_;

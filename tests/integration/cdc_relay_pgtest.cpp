@@ -200,6 +200,35 @@ TEST_F(CdcRelayTest, APublicationWithoutTheTableGetsItAdded) {
   EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "streamed, not claimed";
 }
 
+// A transaction larger than the relay may hold (max_in_flight_bytes) is not held in memory: its
+// events stay in the table and the relay's own claim publishes them, in order, with what follows.
+TEST_F(CdcRelayTest, ATransactionLargerThanTheByteBudgetGoesThroughTheTable) {
+  RelayOptions o = cdc_options("cdc");
+  o.max_in_flight_bytes = 4096;
+  Relay relay(o, sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  const Producer producer(ProducerOptions{schema_, 4096});
+  std::vector<EventId> ids;
+  pg::exec(conn(), "BEGIN");
+  for (int i = 0; i < 200; ++i) {  // ~200 bytes each: ten times the budget in one transaction
+    ids.push_back(producer
+                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(i % 5), "Step",
+                                                R"({"k":")" + std::string(180, 'x') + R"("})",
+                                                "{}", 1, std::nullopt})
+                      .event_id);
+  }
+  pg::commit(conn());
+  const std::vector<EventId> after = enqueue(5, 2);  // small ones behind, through the stream
+  ids.insert(ids.end(), after.begin(), after.end());
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(rows("aggregate_sequence <= 40 AND claimed_by IS NULL"), 0)
+      << "the large transaction's events went through the relay's own claim";
+}
+
 // One streamer per slot: a second relay waits, retrying, and takes the slot once the first stops.
 TEST_F(CdcRelayTest, ASecondRelayWaitsForTheSlotAndTakesOverWhenTheFirstStops) {
   auto first = std::make_unique<Relay>(cdc_options("first"), sink());

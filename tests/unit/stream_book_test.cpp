@@ -105,6 +105,25 @@ TEST(StreamBook, ADeferredCandidateComesBackFirstInLine) {
   EXPECT_EQ(book.confirmable(), 100U);
 }
 
+TEST(StreamBook, ASpilledTransactionIsLeftToTheTableAndThePositionMovesPastIt) {
+  StreamBook book;
+  book.begin();
+  book.add(event("a", 1), 600);
+  EXPECT_EQ(book.reading_bytes(), 600U);
+  book.spill();
+  book.add(event("a", 2), 600);  // ignored: the transaction is the table's
+  EXPECT_EQ(book.reading_bytes(), 0U);
+  book.commit(100);
+  EXPECT_EQ(book.confirmable(), 100U);
+  EXPECT_EQ(book.left_to_table(), 1U);
+  EXPECT_FALSE(book.has_candidates());
+  read(book, {event("a", 3)}, 200);
+  const StreamBook::Candidates next = book.next(100, 1000000, true);
+  EXPECT_EQ(next.needs_check, (std::vector<bool>{true})) << "a#1 and a#2 may still be pending";
+  book.decide({0});
+  EXPECT_FALSE(book.spilled()) << "the next transaction is read again";
+}
+
 TEST(StreamBook, WhatWaitsBehindAFailedEventIsLeftToTheTable) {
   StreamBook book;
   const auto events = read(book, {event("a", 1), event("a", 2), event("a", 3), event("b", 1)}, 100);
