@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cdc/pgoutput.hpp"
+#include "support/pgoutput_writer.hpp"
 #include "support/test_env.hpp"
 
 namespace outbox::testing {
@@ -68,18 +69,7 @@ struct Change {
   std::string data;
 };
 
-char kind_of(const PgOutputMessage& message) {
-  struct Visitor {
-    char operator()(const cdc::Begin&) const { return 'B'; }
-    char operator()(const cdc::Commit&) const { return 'C'; }
-    char operator()(const cdc::Relation&) const { return 'R'; }
-    char operator()(const cdc::Insert&) const { return 'I'; }
-    char operator()(const cdc::LogicalMessage&) const { return 'M'; }
-    char operator()(const cdc::Ignored& ignored) const { return ignored.kind; }
-    char operator()(const cdc::DecodeError&) const { return '!'; }
-  };
-  return std::visit(Visitor{}, message);
-}
+using cdc::wire::kind_of;
 
 std::string kinds_of(const std::vector<PgOutputMessage>& messages) {
   std::string kinds;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cdc/replication_stream.hpp"
+#include "support/pgoutput_writer.hpp"
 #include "support/test_env.hpp"
 #include "unit/contains.hpp"
 
@@ -36,18 +37,7 @@ using cdc::ReplicationFailure;
 using cdc::ReplicationStream;
 using Clock = std::chrono::steady_clock;
 
-char kind_of(const cdc::PgOutputMessage& message) {
-  struct Visitor {
-    char operator()(const cdc::Begin&) const { return 'B'; }
-    char operator()(const cdc::Commit&) const { return 'C'; }
-    char operator()(const cdc::Relation&) const { return 'R'; }
-    char operator()(const cdc::Insert&) const { return 'I'; }
-    char operator()(const cdc::LogicalMessage&) const { return 'M'; }
-    char operator()(const cdc::Ignored& ignored) const { return ignored.kind; }
-    char operator()(const cdc::DecodeError&) const { return '!'; }
-  };
-  return std::visit(Visitor{}, message);
-}
+using cdc::wire::kind_of;
 
 struct Transaction {
   cdc::Begin begin;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "cdc/pgoutput.hpp"
@@ -109,6 +110,21 @@ inline std::string encode(const LogicalMessage& message) {
       .u32(static_cast<std::uint32_t>(message.content.size()))
       .raw(message.content)
       .done();
+}
+
+// A decoded message's kind letter, as on the wire ('!' for a DecodeError): for tests that list
+// what a stream brought.
+inline char kind_of(const PgOutputMessage& message) {
+  struct Visitor {
+    char operator()(const Begin&) const { return 'B'; }
+    char operator()(const Commit&) const { return 'C'; }
+    char operator()(const Relation&) const { return 'R'; }
+    char operator()(const Insert&) const { return 'I'; }
+    char operator()(const LogicalMessage&) const { return 'M'; }
+    char operator()(const Ignored& ignored) const { return ignored.kind; }
+    char operator()(const DecodeError&) const { return '!'; }
+  };
+  return std::visit(Visitor{}, message);
 }
 
 }  // namespace outbox::cdc::wire
