@@ -452,14 +452,27 @@ bool run_until_done(const std::string& url, const std::string& sql,
 // checkpoint waited for the walsender of the stopped client to let go of the slot, and the
 // relays, resumed, took it back each time: it hung for minutes.)
 bool invalidate_slot(Stage& stage, const std::vector<std::string>& relay_args) {
+  // The slot must be there first: after the previous trial dropped it, a relay creates it again
+  // once its reconnect backoff (up to 5 s) has passed.
+  const std::string slot_active = fmt::format(
+      "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}' AND active", kCdcSlot);
+  const auto until = Clock::now() + 15s;
+  while (Clock::now() < until) {
+    try {
+      auto c = pg::Connection::open(stage.url, "scenario");
+      if (pg::exec(c.get(), slot_active).int64(0, 0) == 1) break;
+    } catch (const std::exception&) {
+    }
+    std::this_thread::sleep_for(100ms);
+  }
   for (auto& relay : stage.relays) relay.stop(0ms);
   bool lost = false;
   try {
     auto c = pg::Connection::open(stage.url, "scenario");
     pg::exec(c.get(), "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'");
     pg::exec(c.get(), "SELECT pg_reload_conf()");
-    std::this_thread::sleep_for(100ms);
-    for (int round = 0; round < 20 && !lost; ++round) {
+    std::this_thread::sleep_for(500ms);  // the checkpointer reads it at its next wake-up
+    for (int round = 0; round < 40 && !lost; ++round) {
       pg::exec(c.get(), "SELECT pg_switch_wal()");
       pg::exec(c.get(), "CHECKPOINT");
       lost = pg::exec(c.get(),
@@ -467,6 +480,15 @@ bool invalidate_slot(Stage& stage, const std::vector<std::string>& relay_args) {
                                   "'{}' AND wal_status = 'lost'",
                                   kCdcSlot))
                  .int64(0, 0) == 1;
+    }
+    if (!lost) {
+      const auto slot = pg::exec(
+          c.get(), fmt::format("SELECT coalesce((SELECT wal_status || ' restart ' || "
+                               "coalesce(restart_lsn::text, '-') FROM pg_replication_slots WHERE "
+                               "slot_name = '{}'), 'no slot') || ', wal at ' || "
+                               "pg_current_wal_lsn()::text",
+                               kCdcSlot));
+      std::cerr << "invalidate: the slot was not invalidated: " << slot.text(0, 0) << "\n";
     }
     pg::exec(c.get(), "ALTER SYSTEM RESET max_slot_wal_keep_size");
     pg::exec(c.get(), "SELECT pg_reload_conf()");
