@@ -26,20 +26,22 @@ check() {
     fail "$description; results: $(cat "$results")"
   fi
 }
-check "one result per scenario (producer, ceiling, drain, live 100/s, live max), then the machine" \
-  "[x['scenario'] for x in r] == ['producer', 'ceiling', 'drain', 'live', 'live', 'machine']"
-check "the machine is described" "r[5]['cpus'] >= 1 and r[5]['postgresql'].startswith('15') and r[5]['fsync'] == 'on'"
+# Each relay scenario runs once per source (--sources, default polling,cdc); the producer once.
+check "one result per scenario and source (producer; ceiling, drain, live 100/s and live max for polling and cdc), then the machine" \
+  "[(x['scenario'], x.get('source')) for x in r] == [('producer', None), ('ceiling', 'polling'), ('ceiling', 'cdc'), ('drain', 'polling'), ('drain', 'cdc'), ('live', 'polling'), ('live', 'polling'), ('live', 'cdc'), ('live', 'cdc'), ('machine', None)]"
+check "the machine is described" "r[-1]['cpus'] >= 1 and r[-1]['postgresql'].startswith('15') and r[-1]['fsync'] == 'on'"
 check "both producer rates are positive" \
   "r[0]['without_event_tx_per_s'] > 0 and r[0]['with_event_tx_per_s'] > 0"
-check "ceiling and drain moved all 4000 events and measured the relay" \
-  "all(x['events'] == 4000 and x['events_per_s'] > 0 and x['relay_peak_rss_mib'] > 1 for x in r[1:3])"
-check "drain is compared with the ceiling" "0 < r[2]['of_ceiling']"
-check "live runs published every event and report latency percentiles" \
-  "all(x['unpublished'] == 0 and 0 < x['latency_p50_ms'] <= x['latency_p99_ms'] <= x['latency_max_ms'] for x in r[3:5])"
-check "live max is compared with the producers alone around it (relay paused) and with the producer scenario" \
-  "r[4]['producers_alone_before_per_s'] > 0 and r[4]['producers_alone_after_per_s'] > 0 and abs(r[4]['of_producers_alone'] - r[4]['committed_per_s'] / r[4]['producers_alone_per_s']) < 1e-9 and r[4]['of_producer_scenario'] > 0"
-check "every live rate says what the relay, its PostgreSQL session and the mock broker cost in cores" \
-  "all(isinstance(x['relay_cores'], (int, float)) and isinstance(x['relay_postgres_session_cores'], (int, float)) and isinstance(x['mock_broker_cores'], (int, float)) for x in r[3:5])"
+check "ceiling and drain moved all 4000 events and measured the relay, for both sources" \
+  "all(x['events'] == 4000 and x['events_per_s'] > 0 and x['relay_peak_rss_mib'] > 1 for x in r if x['scenario'] in ('ceiling', 'drain'))"
+check "drain is compared with the ceiling, and the CDC catch-up with the polling drain" \
+  "all(0 < x['of_ceiling'] for x in r if x['scenario'] == 'drain') and [x for x in r if x['scenario'] == 'drain'][1]['of_polling'] > 0"
+check "live runs published every event and report latency percentiles, for both sources" \
+  "all(x['unpublished'] == 0 and 0 < x['latency_p50_ms'] <= x['latency_p99_ms'] <= x['latency_max_ms'] for x in r if x['scenario'] == 'live')"
+check "live max is compared with the producers alone around it and with the producer scenario, for both sources" \
+  "all(x['producers_alone_before_per_s'] > 0 and x['producers_alone_after_per_s'] > 0 and abs(x['of_producers_alone'] - x['committed_per_s'] / x['producers_alone_per_s']) < 1e-9 and x['of_producer_scenario'] > 0 for x in r if x.get('offered') == 'max')"
+check "every live rate says what the relay, its PostgreSQL sessions (the walsender too) and the mock broker cost in cores" \
+  "all(isinstance(x['relay_cores'], (int, float)) and isinstance(x['relay_postgres_session_cores'], (int, float)) and isinstance(x['relay_walsender_cores'], (int, float)) and isinstance(x['mock_broker_cores'], (int, float)) for x in r if x['scenario'] == 'live')"
 for plot in drain-throughput live-latency; do
   if head -c 4 "$work_dir/out/$plot.svg" | grep -q '<svg'; then
     pass
