@@ -45,6 +45,7 @@ struct RelayFlags {
   std::string slot = kRelayDefaults.cdc.slot;
   std::string publication;  // empty: "<schema>_outbox"
   std::string takeover = std::to_string(kRelayDefaults.cdc.takeover.count()) + "ms";
+  std::string wal_budget = byte_size_text(kRelayDefaults.cdc.wal_budget);
 };
 
 RelayOptions relay_options(const RelayFlags& flags) {
@@ -64,6 +65,7 @@ RelayOptions relay_options(const RelayFlags& flags) {
   options.cdc.slot = flags.slot;
   options.cdc.publication = flags.publication;
   options.cdc.takeover = parse_duration(flags.takeover);
+  options.cdc.wal_budget = parse_byte_size(flags.wal_budget);
   return options;
 }
 
@@ -205,7 +207,7 @@ void add_relay_tuning(CLI::App* relay, RelayFlags& flags) {
 
 void register_relay(Commands& commands) {
   const auto [relay, flags] =
-      commands.add("relay", "publish committed events to Kafka (polling relay)", run_relay);
+      commands.add("relay", "publish committed events to Kafka (polling or change data capture)", run_relay);
   Commands::add_database_options(relay, flags->db, flags->schema);
   relay->add_option("--kafka-brokers", flags->brokers, "bootstrap servers host:port,...");
   relay->add_option("--kafka-property", flags->properties, "librdkafka property key=value");
@@ -235,6 +237,12 @@ void register_relay(Commands& commands) {
       ->add_option("--takeover", flags->takeover,
                    "with --source cdc: how long a stalled relay keeps the slot before a waiting "
                    "relay takes it (its walsender's wal_sender_timeout)")
+      ->capture_default_str();
+  relay
+      ->add_option("--wal-budget", flags->wal_budget,
+                   "with --source cdc: the most WAL the slot may hold back; past it the relay "
+                   "drops the slot, publishes by polling until caught up, then streams from a "
+                   "new slot (0: no budget)")
       ->capture_default_str();
   relay->add_flag("--durable-marks", flags->durable_marks,
                   "commit marks synchronously: after a PostgreSQL crash no topic shows an "

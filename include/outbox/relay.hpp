@@ -18,7 +18,7 @@ namespace outbox {
 // Where a relay learns about committed events (docs/ARCHITECTURE.md, "Change data capture").
 enum class RelaySource {
   polling,  // claims pending rows with a lease (the default)
-  cdc,      // reads a logical replication slot; the table stays the truth (being built)
+  cdc,      // reads a logical replication slot; the table stays the truth
 };
 
 // A change-data-capture relay's slot and publication. The role needs REPLICATION (or superuser)
@@ -37,6 +37,14 @@ struct CdcOptions {
   // it hears nothing from for this long (the relay's wal_sender_timeout), and a standby relay
   // waiting for the slot takes it. The relay reports its position every third of it.
   std::chrono::milliseconds takeover{5000};
+  // The most WAL the slot may hold back (from its restart_lsn to the server's current position)
+  // before the relay lets it go: it drops the slot and publishes from the table by polling until
+  // it has caught up, then streams again from a new slot. Nothing is lost either way (the table is
+  // the truth); it keeps a relay that cannot keep up, or a broker that is down, from filling
+  // PostgreSQL's disk. 0: no budget (max_slot_wal_keep_size, if set, is then the only bound).
+  // At least 1 MiB; keep it well above the WAL written in 15 s (a slot's restart_lsn trails its
+  // confirmed position by up to a checkpoint's running-transactions record).
+  std::uint64_t wal_budget = std::uint64_t{4} << 30;  // 4 GiB
 };
 
 struct RelayOptions {
@@ -92,6 +100,13 @@ struct RelayStats {
   std::uint64_t in_flight = 0;      // right now
   std::uint64_t in_flight_bytes = 0;  // right now: their payload and header bytes
   std::uint64_t reconnects = 0;       // times the relay got PostgreSQL back after losing it
+  // Change data capture only (-1: not a CDC relay, or not measured yet). Looked at every second
+  // while streaming.
+  std::int64_t slot_retained_bytes = -1;  // WAL the slot holds back (current - restart_lsn)
+  std::int64_t slot_lag_bytes = -1;       // WAL not confirmed yet (current - confirmed_flush_lsn)
+  std::int64_t slot_lag_ms = -1;  // how old the oldest committed event the stream owes may be
+  bool polling_fallback = false;  // the slot was let go over cdc.wal_budget: polling meanwhile
+  std::uint64_t slot_released = 0;  // times the relay let its slot go over cdc.wal_budget
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)
   std::chrono::milliseconds last_error_age{0};  // how long ago last_error happened

@@ -159,6 +159,13 @@ void CdcSource::prepare_slot() {
 }
 
 Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) {
+  if (polling()) {
+    table_.set_claim_horizon(streamed_out_ ? fallback_horizon_ : "infinity");
+    Fetched claimed = table_.fetch(limit, byte_room, holding_nothing);
+    table_caught_up_ =
+        claimed.reached_end && !claimed.began_mid_way && claimed.events.size() < limit;
+    return claimed;
+  }
   read_stream(milliseconds(0));
   Fetched fetched;
   std::uint64_t used = 0;
@@ -215,7 +222,15 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {
+  if (polling()) return table_.wait_for_news(timeout);
   return read_stream(std::min(timeout, stream_->until_status_due()));
+}
+
+// A streaming relay looks by itself (registered awake: producers never notify it); a polling one
+// listens as the polling relay does.
+void CdcSource::set_listening(bool listening) {
+  listening_ = listening;
+  if (polling()) table_.set_listening(listening);
 }
 
 bool CdcSource::read_stream(milliseconds timeout) {
@@ -306,7 +321,9 @@ std::string CdcSource::horizon() const {
 
 bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
   bool news = table_.run_duties(now, window);
-  if (now >= next_table_poll_) {
+  if (polling()) {
+    news = fallback_duties(now, window) || news;
+  } else if (now >= next_table_poll_) {
     next_table_poll_ = now + options_.cdc.table_poll;
     table_due_ = true;
     news = true;
@@ -322,8 +339,143 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
     retry_failed_.clear();
     write_streamed(retry, true);
   }
+  if (polling()) return news;
   if (stream_->status_due()) send_status(false);
+  if (now >= next_slot_look_) {
+    next_slot_look_ = now + kSlotLookEvery;
+    if (look_at_slot()) return true;  // let go: the table path claims from now on
+  }
   return news;
+}
+
+// The slot's lag: WAL it holds back and has not been confirmed (bytes), and how old the oldest
+// committed event the stream owes may be (its certain position's age). Past the budget it is
+// let go.
+bool CdcSource::look_at_slot() {
+  const auto result = pg::exec(
+      table_.connection(),
+      "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text, "
+      "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, "
+      "((extract(epoch FROM clock_timestamp()) - 946684800) * 1000000)::bigint::text "
+      "FROM pg_replication_slots WHERE slot_name = $1",
+      {options_.cdc.slot.c_str()});
+  if (result.rows() == 0 || result.is_null(0, 0) || result.is_null(0, 1)) return false;
+  const std::int64_t retained = result.int64(0, 0);
+  RelayCounters::set(counters_.slot_retained_bytes, retained);
+  RelayCounters::set(counters_.slot_lag_bytes, std::max<std::int64_t>(0, result.int64(0, 1)));
+  const PgTimestamp position = std::max(book_.position_time(),
+                                        book_.open_events() == 0 ? caught_up_time_ : 0);
+  RelayCounters::set(counters_.slot_lag_ms,
+                     position == 0 ? -1 : std::max<std::int64_t>(0, (result.int64(0, 2) - position) / 1000));
+  if (options_.cdc.wal_budget == 0 ||
+      retained <= static_cast<std::int64_t>(options_.cdc.wal_budget)) {
+    return false;
+  }
+  release_slot(retained);
+  return true;
+}
+
+void CdcSource::release_slot(std::int64_t retained) {
+  log().warn("relay {}: slot {} holds {} MiB of WAL, over the budget of {} MiB (cdc.wal_budget): "
+             "letting it go; the relay publishes from the table until it has caught up, then "
+             "streams from a new slot",
+             options_.relay_id, options_.cdc.slot, retained >> 20,
+             options_.cdc.wal_budget >> 20);
+  fallback_horizon_ = horizon();
+  fallback_since_ = Clock::now();
+  streamed_out_ = true;
+  table_caught_up_ = false;
+  released_walsender_ = stream_->backend_pid();
+  try {
+    stream_->stop(std::chrono::seconds(1));
+  } catch (const DatabaseError& error) {
+    log().debug("relay {}: ending the replication stream: {}", options_.relay_id, error.what());
+  }
+  stream_.reset();           // the walsender exits and lets the slot go
+  book_ = cdc::StreamBook{};  // what was read and is not out stays pending in the table
+  probe_.reset();
+  RelayCounters::add(counters_.slot_released, 1);
+  counters_.polling_fallback.store(true, std::memory_order_relaxed);
+  RelayCounters::set(counters_.slot_retained_bytes, -1);
+  RelayCounters::set(counters_.slot_lag_bytes, -1);
+  RelayCounters::set(counters_.slot_lag_ms, -1);
+  table_.set_listening(listening_);
+  drop_released_slot();
+}
+
+// Drops the slot we let go once our walsender has left it; one another relay streams from now is
+// not ours to drop (its own budget applies).
+void CdcSource::drop_released_slot() {
+  if (released_walsender_ == 0) return;
+  const auto result = pg::exec(
+      table_.connection(),
+      "SELECT active_pid::text FROM pg_replication_slots WHERE slot_name = $1",
+      {options_.cdc.slot.c_str()});
+  if (result.rows() == 0) {
+    released_walsender_ = 0;  // gone already (an operator, another relay)
+    return;
+  }
+  if (!result.is_null(0, 0)) {
+    if (result.int64(0, 0) == released_walsender_) return;  // ours, still exiting: next turn
+    log().info("relay {}: slot {} is streamed by another relay now (walsender {}); not dropping it",
+               options_.relay_id, options_.cdc.slot, result.text(0, 0));
+    released_walsender_ = 0;
+    return;
+  }
+  try {
+    pg::exec(table_.connection(), "SELECT pg_drop_replication_slot($1)",
+             {options_.cdc.slot.c_str()});
+    log().info("relay {}: dropped replication slot {}", options_.relay_id, options_.cdc.slot);
+  } catch (const DatabaseError& error) {
+    if (error.retryable() && error.sqlstate() != "55006" && error.sqlstate() != "42704") throw;
+    // 55006: another relay took it meanwhile; 42704: someone dropped it first.
+    log().info("relay {}: slot {} not dropped: {}", options_.relay_id, options_.cdc.slot,
+               error.what());
+  }
+  released_walsender_ = 0;
+}
+
+bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window) {
+  drop_released_slot();
+  bool news = false;
+  if (streamed_out_ && now >= next_table_poll_) {
+    next_table_poll_ = now + options_.cdc.table_poll;
+    // Streamed events carry no token and their rows look untouched: while one is in flight or
+    // its outcome unwritten, the table path keeps the horizon it had, or it would send them
+    // again (its claim takes an aggregate's lowest pending row, so never one behind them).
+    const auto streamed = [](const auto& outcome) { return outcome.token.empty(); };
+    const bool out =
+        std::any_of(window.in_flight().begin(), window.in_flight().end(),
+                    [](const auto& entry) { return entry.second.token.empty(); }) ||
+        !retry_published_.empty() || !retry_failed_.empty() ||
+        std::any_of(window.published().begin(), window.published().end(), streamed) ||
+        std::any_of(window.failed().begin(), window.failed().end(), streamed);
+    if (!out) {
+      streamed_out_ = false;
+      news = true;  // every pending row is claimable now
+    }
+  }
+  if (streamed_out_ || !table_caught_up_ || released_walsender_ != 0 ||
+      now - *fallback_since_ < std::max<Clock::duration>(options_.cdc.horizon_grace,
+                                                          kSlotLookEvery)) {
+    return news;
+  }
+  try {
+    start_stream();
+  } catch (const DatabaseError& error) {
+    if (!error.retryable()) throw;
+    log().info("relay {}: caught up, but streaming again failed ({}); polling on",
+               options_.relay_id, error.what());
+    fallback_since_ = now;  // tried again after another horizon_grace
+    return news;
+  }
+  log().info("relay {}: caught up from the table; streaming again from slot {}",
+             options_.relay_id, options_.cdc.slot);
+  fallback_since_.reset();
+  counters_.polling_fallback.store(false, std::memory_order_relaxed);
+  table_.set_listening(false);  // registered awake again
+  next_table_poll_ = now;
+  return true;
 }
 
 // With nothing open, asks the server how far its WAL is flushed (and what time it is), and asks
@@ -350,12 +502,14 @@ void CdcSource::send_status(bool ask_reply) {
 }
 
 CdcSource::Clock::time_point CdcSource::next_duty() const {
+  if (polling()) return std::min(table_.next_duty(), Clock::now() + options_.cdc.table_poll);
   return std::min({table_.next_duty(), next_table_poll_,
                    Clock::now() + stream_->until_status_due()});
 }
 
 bool CdcSource::reconnect(const SendWindow& window) {
   const bool reconnected = table_.reconnect(window);
+  if (polling()) return reconnected;  // streams again once caught up (fallback_duties)
   start_stream();
   table_.set_listening(false);
   return reconnected;

@@ -18,6 +18,14 @@
 //
 // The confirmed position (standby status) moves only past transactions whose events are all
 // marked, recorded as failed or left to the table: a crash re-streams the rest.
+//
+// The WAL budget: every second the source looks at how much WAL the slot holds back (and how far
+// it lags, in bytes and age: RelayStats). Past CdcOptions::wal_budget it lets the slot go: stops
+// streaming, drops the slot, and publishes from the table as the polling relay does (claiming
+// every pending row once no streamed event is in flight any more: before that, only what its
+// horizon allowed, so a streamed event still out is not sent a second time). Once the table path has caught up, and at least horizon_grace
+// later, it streams again from a new slot; rows committed meanwhile are older than the new
+// stream's horizon and go through the table path.
 
 #include <chrono>
 #include <memory>
@@ -52,7 +60,7 @@ class CdcSource final : public RelaySourceBase {
   bool wait_for_news(milliseconds timeout) override;
   bool run_duties(Clock::time_point now, const SendWindow& window) override;
   [[nodiscard]] Clock::time_point next_duty() const override;
-  void set_listening(bool listening) override { listening_ = listening; }
+  void set_listening(bool listening) override;
   [[nodiscard]] bool listening() const override { return listening_; }
   bool reconnect(const SendWindow& window) override;
   void leave() noexcept override;
@@ -61,10 +69,6 @@ class CdcSource final : public RelaySourceBase {
                                              bool take_successors,
                                              std::uint64_t successor_bytes) override;
   void record_failed(std::vector<Outcome>& failed) override;
-
-  // For tests and stats: the position last confirmed to the server, and events left to the table.
-  [[nodiscard]] cdc::Lsn confirmed() const { return confirmed_sent_; }
-  [[nodiscard]] std::uint64_t left_to_table() const { return book_.left_to_table(); }
 
  private:
   void ensure_publication();
@@ -82,6 +86,16 @@ class CdcSource final : public RelaySourceBase {
   void send_status(bool ask_reply);
   void write_streamed(std::vector<Outcome>& outcomes, bool failed);
   bool probe_caught_up();
+  // Measures the slot's lag into the counters; true when it holds more WAL than the budget.
+  bool look_at_slot();
+  // Over the budget: stops streaming and lets the slot go; the table path publishes meanwhile.
+  void release_slot(std::int64_t retained);
+  // While polling after a release: drops the slot once our walsender let go of it, claims every
+  // pending row once no streamed event is in flight, streams again once caught up. True when
+  // rows became claimable.
+  bool fallback_duties(Clock::time_point now, const SendWindow& window);
+  void drop_released_slot();
+  [[nodiscard]] bool polling() const { return fallback_since_.has_value(); }
 
   const RelayOptions& options_;
   RelayCounters& counters_;
@@ -105,6 +119,14 @@ class CdcSource final : public RelaySourceBase {
   static constexpr std::chrono::seconds kUnwrittenGiveUp{2};
   std::vector<Outcome> retry_published_, retry_failed_;
   std::unordered_map<EventId, Clock::time_point, cdc::StreamBook::IdHash> unwritten_since_;
+  // The WAL budget (see the top of this file).
+  static constexpr std::chrono::seconds kSlotLookEvery{1};
+  Clock::time_point next_slot_look_;
+  std::optional<Clock::time_point> fallback_since_;  // polling since: the slot was let go
+  std::string fallback_horizon_;  // the table path's horizon while streamed events are out
+  bool streamed_out_ = false;     // polling: streamed events may still be in flight
+  bool table_caught_up_ = false;  // polling: the last claim found every ready row
+  int released_walsender_ = 0;    // the walsender that held the slot we let go, until dropped
 };
 
 }  // namespace outbox::detail

@@ -22,11 +22,21 @@ struct RelayCounters {
   Counter in_flight{0};        // a gauge: set, not added
   Counter in_flight_bytes{0};  // a gauge
   Counter reconnects{0};
+  // Change data capture (RelayStats says what each means).
+  using Gauge = std::atomic<std::int64_t>;
+  Gauge slot_retained_bytes{-1};
+  Gauge slot_lag_bytes{-1};
+  Gauge slot_lag_ms{-1};
+  std::atomic<bool> polling_fallback{false};
+  Counter slot_released{0};
 
   static void add(Counter& counter, std::uint64_t n) {
     counter.fetch_add(n, std::memory_order_relaxed);
   }
   static void set(Counter& gauge, std::uint64_t value) {
+    gauge.store(value, std::memory_order_relaxed);
+  }
+  static void set(Gauge& gauge, std::int64_t value) {
     gauge.store(value, std::memory_order_relaxed);
   }
 
@@ -44,6 +54,11 @@ struct RelayCounters {
     stats.in_flight = read(in_flight);
     stats.in_flight_bytes = read(in_flight_bytes);
     stats.reconnects = read(reconnects);
+    stats.slot_retained_bytes = slot_retained_bytes.load(std::memory_order_relaxed);
+    stats.slot_lag_bytes = slot_lag_bytes.load(std::memory_order_relaxed);
+    stats.slot_lag_ms = slot_lag_ms.load(std::memory_order_relaxed);
+    stats.polling_fallback = polling_fallback.load(std::memory_order_relaxed);
+    stats.slot_released = read(slot_released);
   }
 };
 

@@ -28,6 +28,18 @@ void check_cdc(const CdcOptions& cdc) {
         "position every third of it)",
         cdc.takeover.count()));
   }
+  if (cdc.wal_budget != 0 && cdc.wal_budget < kMinWalBudget) {
+    throw InvalidArgument(fmt::format(
+        "relay: cdc.wal_budget is {} bytes; it must be 0 (no budget) or at least 1 MiB (a "
+        "slot's restart_lsn trails its confirmed position by up to 15 s of WAL)",
+        cdc.wal_budget));
+  }
+  if (cdc.takeover > kMaxTakeover) {
+    throw InvalidArgument(fmt::format(
+        "relay: cdc.takeover is {} ms; it must be at most 1 hour (a stalled relay keeps the slot "
+        "that long, and the server's wal_sender_timeout is an int of milliseconds)",
+        cdc.takeover.count()));
+  }
   if (cdc.table_poll < std::chrono::milliseconds(10) || cdc.horizon_grace.count() < 0) {
     throw InvalidArgument(
         "relay: cdc.table_poll must be at least 10 ms and cdc.horizon_grace not negative");

@@ -14,6 +14,8 @@ namespace outbox::detail {
 // and a budget past 1 TiB is a typo, not a plan.
 inline constexpr std::size_t kMaxBatchSize = 100000;
 inline constexpr std::uint64_t kMaxInFlightBytes = std::uint64_t{1} << 40;
+inline constexpr std::uint64_t kMinWalBudget = std::uint64_t{1} << 20;  // cdc.wal_budget, when set
+inline constexpr std::chrono::milliseconds kMaxTakeover = std::chrono::hours(1);
 
 // `options` with a relay id (host-pid-random when empty), or InvalidArgument naming what is
 // wrong. `shortest_idle_wait`: the loop's first idle wait, the least idle_poll_max may be.

@@ -100,6 +100,8 @@ class SendWindow {
   // write that failed leaves them here for the next try.
   std::vector<Outcome>& published() { return published_; }
   std::vector<Outcome>& failed() { return failed_; }
+  [[nodiscard]] const std::vector<Outcome>& published() const { return published_; }
+  [[nodiscard]] const std::vector<Outcome>& failed() const { return failed_; }
   [[nodiscard]] std::size_t unrecorded() const { return published_.size() + failed_.size(); }
 
  private:

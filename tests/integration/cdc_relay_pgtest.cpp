@@ -67,8 +67,51 @@ class StallingSink final : public Sink {
   std::atomic<bool> stalled_{false};
 };
 
+// Holds every send while held (no report: a broker that takes and never answers); on release the
+// held events go to the inner sink. The relay's loop keeps running meanwhile.
+class HoldingSink final : public Sink {
+ public:
+  explicit HoldingSink(std::unique_ptr<Sink> inner) : inner_(std::move(inner)) {}
+  void send(const Event& event, std::uint64_t ticket) override {
+    if (held_.load()) {
+      waiting_.emplace_back(event, ticket);
+    } else {
+      inner_->send(event, ticket);
+    }
+  }
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    if (!held_.load()) {
+      for (const auto& [event, ticket] : waiting_) inner_->send(event, ticket);
+      waiting_.clear();
+    }
+    inner_->poll(max_wait, reports);
+  }
+  [[nodiscard]] std::size_t in_flight() const override {
+    return inner_->in_flight() + waiting_.size();
+  }
+  [[nodiscard]] std::string describe() const override { return "holding " + inner_->describe(); }
+  void hold(bool on) { held_.store(on); }
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  std::atomic<bool> held_{false};
+  std::vector<std::pair<Event, std::uint64_t>> waiting_;
+};
+
 class CdcRelayTest : public RelayFixture {
  protected:
+  // Each test's slot goes with it: the cluster has max_replication_slots for all tests of a run.
+  void TearDown() override {
+    const std::string slot = cdc_options("x").cdc.slot;
+    try {
+      pg::exec(conn(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                       "WHERE slot_name = $1 AND NOT active",
+               {slot.c_str()});
+    } catch (const DatabaseError& error) {
+      std::cerr << "leaving slot " << slot << ": " << error.what() << "\n";
+    }
+  }
+
   RelayOptions cdc_options(const std::string& id) {
     RelayOptions o = options(id);
     o.source = RelaySource::cdc;
@@ -374,6 +417,69 @@ TEST_F(CdcRelayTest, ASlotInvalidatedWhileTheRelayWasDownIsReplacedAndNothingIsL
   expect_on_broker_in_order(ids);
   EXPECT_EQ(rows("aggregate_sequence BETWEEN 3 AND 5 AND claimed_by IS NULL"), 0)
       << "what the lost slot held came through the relay's own claim";
+}
+
+// A broker that takes sends and never answers holds the slot's confirmed position while WAL piles
+// up. Past its WAL budget the relay lets the slot go (PostgreSQL may remove that WAL), publishes
+// from the table by polling, and once caught up streams again from a new slot: nothing lost,
+// first deliveries in order across both switches.
+TEST_F(CdcRelayTest, OverTheWalBudgetTheRelayLetsTheSlotGoPollsAndStreamsAgainOnceCaughtUp) {
+  const std::string slot = cdc_options("x").cdc.slot;
+  RelayOptions o = cdc_options("budget");
+  o.cdc.wal_budget = std::uint64_t{1} << 20;
+  auto holding = std::make_unique<HoldingSink>(sink());
+  HoldingSink& broker = *holding;
+  Relay relay(o, std::move(holding));
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  std::vector<EventId> ids = enqueue(4, 2);
+  ASSERT_TRUE(all_published());
+  ASSERT_TRUE(wait_until(
+      [&] {
+        const RelayStats s = relay.stats();
+        return s.slot_retained_bytes >= 0 && s.slot_lag_bytes >= 0 && s.slot_lag_ms >= 0;
+      },
+      5s))
+      << "the slot's lag is reported while streaming";
+  EXPECT_LT(relay.stats().slot_lag_ms, 5000) << "caught up: the lag is the look's own age";
+
+  broker.hold(true);
+  const std::vector<EventId> held = enqueue(4, 2);  // streamed, sent, never acknowledged
+  ids.insert(ids.end(), held.begin(), held.end());
+  pg::exec(conn(), "CREATE TABLE " + schema_.table("filler") +
+                       " AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 3000)");
+  ASSERT_TRUE(wait_until([&] { return relay.stats().polling_fallback; }, 15s))
+      << "retained " << relay.stats().slot_retained_bytes << " bytes";
+  EXPECT_EQ(relay.stats().slot_released, 1U);
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return count(conn(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+                     {slot.c_str()}) == 0;
+      },
+      5s))
+      << "the relay dropped the slot it let go";
+  const std::vector<EventId> polled = enqueue(4, 2);  // committed with no slot: the table's
+  ids.insert(ids.end(), polled.begin(), polled.end());
+  std::this_thread::sleep_for(300ms);
+  broker.hold(false);
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  EXPECT_EQ(rows("aggregate_sequence BETWEEN 5 AND 6 AND claimed_by IS NULL"), 0)
+      << "what was committed with no slot came through the relay's own claim";
+
+  ASSERT_TRUE(wait_until([&] { return !relay.stats().polling_fallback; }, 15s))
+      << "streaming again once caught up";
+  EXPECT_EQ(count(conn(),
+                  "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active",
+                  {slot.c_str()}),
+            1);
+  const std::vector<EventId> streamed = enqueue(4, 2);
+  ids.insert(ids.end(), streamed.begin(), streamed.end());
+  ASSERT_TRUE(all_published()) << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(rows("aggregate_sequence BETWEEN 7 AND 8 AND claimed_by IS NOT NULL"), 0)
+      << "after the switch back the stream publishes again";
 }
 
 }  // namespace

@@ -88,5 +88,20 @@ TEST(RelayOptionsCheck, ChangeDataCaptureOptionsAreCheckedOnlyForThatSource) {
   EXPECT_EQ(refusal(options), "");
 }
 
+TEST(RelayOptionsCheck, ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteAreRefused) {
+  RelayOptions options;
+  options.source = RelaySource::cdc;
+  options.cdc.takeover = std::chrono::hours(2);
+  EXPECT_NE(refusal(options).find("at most 1 hour"), std::string::npos) << refusal(options);
+  options.cdc.takeover = std::chrono::hours(1);
+  EXPECT_EQ(refusal(options), "");
+  options.cdc.wal_budget = (std::uint64_t{1} << 20) - 1;
+  EXPECT_NE(refusal(options).find("cdc.wal_budget"), std::string::npos) << refusal(options);
+  options.cdc.wal_budget = std::uint64_t{1} << 20;
+  EXPECT_EQ(refusal(options), "");
+  options.cdc.wal_budget = 0;
+  EXPECT_EQ(refusal(options), "") << "0 turns the budget off";
+}
+
 }  // namespace
 }  // namespace outbox::detail
