@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev  # the fuzz tests (tests/fuzz): clang++ -fsanitize=fuzzer,address,undefined
   python3  # the bench smoke test reads results.json
   openssl  # the TLS test makes its own CA
+  kcat  # tests/cli/relay_cdc.sh reads what reached Kafka as operators do
   time  # tests/cli/relay_memory.sh (ctest -L slow) reads the relay's peak RSS from GNU time
 )
 

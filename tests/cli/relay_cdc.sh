@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# `outbox relay --source cdc` as an operator runs it: a private PostgreSQL and the Kafka mock
+# cluster as separate processes, events written by plain SQL, a change-data-capture relay
+# streaming them, `outbox status` showing its slot, kcat reading what reached Kafka (every event,
+# each key in sequence order), SIGTERM, a restart that resumes from the slot, and the refusals of
+# CDC options that cannot work.
+#
+# Usage: relay_cdc.sh /path/to/outbox
+# Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox postgres`).
+set -euo pipefail
+
+readonly outbox_binary="${1:?usage: relay_cdc.sh /path/to/outbox}"
+readonly schema=cdccli
+readonly slot=cli_slot
+readonly topic=outbox.order
+readonly aggregates=5
+readonly per_round=4  # events per aggregate in each round
+readonly startup_timeout_s=30
+readonly publish_timeout_s=60
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init relay_cdc outbox-cdc-test
+
+show_log() {
+  echo "--- $1 ($2) ---" >&2
+  sed 's/^/    /' "$2" >&2 || true
+}
+sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+
+expect_failure() {
+  local description="$1" expected="$2"
+  shift 2
+  local output rc=0
+  output="$("$@" 2>&1)" || rc=$?
+  if ((rc == 0)); then
+    fail "$description: expected a non-zero exit status, got 0; output: $output"
+  elif [[ "$output" != *"$expected"* ]]; then
+    fail "$description: exit status $rc but output lacks \"$expected\"; output: $output"
+  else
+    pass
+  fi
+}
+
+# Round `round` of events: `per_round` more per aggregate, one transaction, as the producer
+# writes them (rows and sequences together).
+write_round() {
+  local round="$1" first last
+  first=$(((round - 1) * per_round + 1))
+  last=$((round * per_round))
+  sql >/dev/null <<SQL
+BEGIN;
+INSERT INTO $schema.outbox_events
+  (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, payload)
+SELECT gen_random_uuid(), 'order', 'order-' || a, s, 'OrderStepped', jsonb_build_object('step', s)
+FROM generate_series(1, $aggregates) AS a, generate_series($first, $last) AS s ORDER BY a, s;
+INSERT INTO $schema.outbox_aggregate_sequences AS q (aggregate_type, aggregate_id, last_sequence)
+SELECT 'order', 'order-' || a, $last FROM generate_series(1, $aggregates) AS a
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = EXCLUDED.last_sequence;
+COMMIT;
+SQL
+}
+
+# Waits until `outbox status` says `published N`; fails naming the last status.
+wait_published() {
+  local want="$1" status_line="" deadline=$((SECONDS + publish_timeout_s))
+  while ((SECONDS < deadline)); do
+    status_line="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" || true
+    if [[ "$status_line" =~ published\ ([0-9]+) ]] && ((BASH_REMATCH[1] == want)); then
+      pass
+      return 0
+    fi
+    sleep 0.2
+  done
+  show_log "relay stderr" "$work_dir/relay.err"
+  fail "outbox status should reach \"published $want\" within ${publish_timeout_s} s; last: $status_line"
+  return 1
+}
+
+start_relay() {
+  : >"$work_dir/relay.out"
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+    --source cdc --slot "$slot" --wal-budget 256MiB --stats-every 1s --stats-format json \
+    >"$work_dir/relay.out" 2>>"$work_dir/relay.err" &
+  relay_pid=$!
+  track_background "$relay_pid" "relay"
+}
+
+# SIGTERM: the relay must drain and exit 0.
+stop_relay() {
+  kill -TERM "$relay_pid"
+  local rc=0
+  wait "$relay_pid" || rc=$?
+  if ((rc == 0)); then pass; else
+    show_log "relay stderr" "$work_dir/relay.err"
+    fail "the CDC relay should exit 0 after SIGTERM; it exited $rc"
+  fi
+}
+
+# --- 1. PostgreSQL, the Kafka mock cluster, the schema ------------------------------------------
+: >"$work_dir/postgres.out"
+: >"$work_dir/kafka.out"
+"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
+postgres_pid=$!
+track_background "$postgres_pid" "outbox postgres"
+"$outbox_binary" kafka-mock >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
+kafka_pid=$!
+track_background "$kafka_pid" "outbox kafka-mock"
+db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
+  fatal "outbox postgres printed no connection string within ${startup_timeout_s} s"
+brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
+  fatal "outbox kafka-mock printed no bootstrap servers within ${startup_timeout_s} s"
+"$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null 2>&1 || fatal "migrate failed"
+
+# --- 2. options that cannot work are refused before anything connects ---------------------------
+expect_failure "--slot with capitals" "slot name" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --slot Bad-Slot
+expect_failure "--wal-budget under 1 MiB" "cdc.wal_budget" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --wal-budget 10KiB
+expect_failure "--wal-budget with an ambiguous unit" "ambiguous" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --wal-budget 4GB
+expect_failure "--takeover of two hours" "at most 1 hour" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --takeover 2h
+
+# --- 3. the relay streams: every event published, none claimed, the slot in status --------------
+start_relay
+deadline=$((SECONDS + startup_timeout_s))
+status_text=""
+while ((SECONDS < deadline)); do
+  status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" || true
+  [[ "$status_text" == *"slot $slot: streamed (walsender "* ]] && break
+  sleep 0.2
+done
+if [[ "$status_text" == *"slot $slot: streamed (walsender "*"wal_status reserved, holds "*" MiB of WAL"* ]]; then
+  pass
+else
+  show_log "relay stderr" "$work_dir/relay.err"
+  fatal "outbox status should show slot $slot streamed within ${startup_timeout_s} s; it said: $status_text"
+fi
+write_round 1
+write_round 2
+wait_published $((2 * aggregates * per_round))
+claimed="$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE claimed_by IS NOT NULL")"
+if [[ "$claimed" == "0" ]]; then pass; else
+  fail "streamed events are published without a claim; $claimed row(s) were claimed"
+fi
+# The stats line reports the slot's lag (measured every second while streaming).
+deadline=$((SECONDS + 10))
+while ((SECONDS < deadline)) && ! grep -q '"slot_retained_bytes":[0-9]' "$work_dir/relay.out"; do
+  sleep 0.2
+done
+if grep -q '"slot_retained_bytes":[0-9]' "$work_dir/relay.out" &&
+   grep -q '"polling_fallback":false' "$work_dir/relay.out"; then
+  pass
+else
+  fail "the relay's JSON stats should carry slot_retained_bytes and polling_fallback; got: $(tail -n 2 "$work_dir/relay.out")"
+fi
+stop_relay
+if [[ "$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" == *"slot $slot: not streamed"* ]]; then
+  pass
+else
+  fail "after the relay stopped, status should show slot $slot not streamed"
+fi
+
+# --- 4. written while no relay ran: the slot keeps it, a restart resumes -------------------------
+write_round 3
+start_relay
+wait_published $((3 * aggregates * per_round))
+stop_relay
+
+# --- 5. what reached Kafka, read by kcat: every event, each key's first deliveries in order ------
+total=$((3 * aggregates * per_round))
+if ! kcat -C -b "$brokers" -t "$topic" -e -q -f '%k %h\n' >"$work_dir/topic.txt" 2>"$work_dir/kcat.err"; then
+  fail "kcat could not read $topic: $(cat "$work_dir/kcat.err")"
+fi
+verdict="$(python3 - "$work_dir/topic.txt" "$total" <<'PY'
+import re, sys
+seen, last, problems = set(), {}, []
+for line in open(sys.argv[1]):
+    key, _, headers = line.rstrip("\n").partition(" ")
+    fields = dict(h.split("=", 1) for h in headers.split(",") if "=" in h)
+    event_id, sequence = fields.get("event_id"), int(fields.get("aggregate_sequence", "0"))
+    if event_id in seen:
+        continue  # a repeat (at-least-once) is allowed
+    seen.add(event_id)
+    if sequence != last.get(key, 0) + 1:
+        problems.append(f"{key}: {sequence} after {last.get(key, 0)}")
+    last[key] = sequence
+if len(seen) != int(sys.argv[2]):
+    problems.append(f"{len(seen)} distinct events on the topic, expected {sys.argv[2]}")
+print("ok" if not problems else "; ".join(problems[:5]))
+PY
+)"
+if [[ "$verdict" == "ok" ]]; then pass; else fail "kcat read of $topic: $verdict"; fi
+
+summary_and_exit
