@@ -1,11 +1,16 @@
-// `outbox relay`: the polling relay, until SIGTERM/SIGINT/SIGHUP (which drain in-flight sends).
+// `outbox relay`: the polling or change-data-capture relay (with --shards, one per shard on its
+// own thread), until SIGTERM/SIGINT/SIGHUP (which drain in-flight sends).
 // Flags default to RelayOptions' and KafkaSinkOptions' own defaults.
 
+#include <fmt/format.h>
+
 #include <condition_variable>
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cli_common.hpp"
 #include "command.hpp"
@@ -46,6 +51,8 @@ struct RelayFlags {
   std::string publication;  // empty: "<schema>_outbox"
   std::string takeover = std::to_string(kRelayDefaults.cdc.takeover.count()) + "ms";
   std::string wal_budget = byte_size_text(kRelayDefaults.cdc.wal_budget);
+  unsigned shards = 1;
+  int shard = -1;  // -1: every shard, each on its own thread
 };
 
 RelayOptions relay_options(const RelayFlags& flags) {
@@ -66,7 +73,34 @@ RelayOptions relay_options(const RelayFlags& flags) {
   options.cdc.publication = flags.publication;
   options.cdc.takeover = parse_duration(flags.takeover);
   options.cdc.wal_budget = parse_byte_size(flags.wal_budget);
+  options.cdc.shards = flags.shards;
   return options;
+}
+
+// The relays this process runs: one, or with --shards N and no --shard, one per shard (relay ids
+// "<id>-<shard>" when an id was given).
+std::vector<RelayOptions> relays_to_run(const RelayFlags& flags) {
+  const RelayOptions options = relay_options(flags);
+  if (flags.shards > 1 && options.source != RelaySource::cdc) {
+    throw ConfigError("relay: --shards splits change-data-capture streams; add --source cdc");
+  }
+  if (flags.shard >= 0) {
+    if (static_cast<unsigned>(flags.shard) >= flags.shards) {
+      throw ConfigError(fmt::format("relay: --shard {} with --shards {}: the shard is 0 to {}",
+                                    flags.shard, flags.shards, flags.shards - 1));
+    }
+    RelayOptions one = options;
+    one.cdc.shard = static_cast<unsigned>(flags.shard);
+    return {one};
+  }
+  std::vector<RelayOptions> all;
+  for (unsigned shard = 0; shard < flags.shards; ++shard) {
+    RelayOptions one = options;
+    one.cdc.shard = shard;
+    if (flags.shards > 1 && !one.relay_id.empty()) one.relay_id += "-" + std::to_string(shard);
+    all.push_back(std::move(one));
+  }
+  return all;
 }
 
 KafkaSinkOptions sink_options(const RelayFlags& flags, std::chrono::milliseconds lease) {
@@ -90,6 +124,9 @@ std::chrono::milliseconds stats_interval(const RelayFlags& flags) {
 }
 
 void print_stats(const RelayFlags& flags, const Relay& relay) {
+  // One line per relay; several shards' relays print from one thread at a time.
+  static std::mutex printing;
+  const std::lock_guard lock(printing);
   const RelayStats stats = relay.stats();
   if (flags.stats_format == "json") {
     // A last error may quote bytes that are not UTF-8 (a server's message, a broker's).
@@ -106,50 +143,69 @@ struct RelayControl {
   std::mutex mutex;
   std::condition_variable wake;
   bool stopping = false;     // a signal came
-  bool finished = false;     // the relay returned: the reporter stops
-  Relay* current = nullptr;  // the running relay, for the signal thread
+  bool finished = false;        // the relays returned: the reporter stops
+  std::vector<Relay*> current;  // the running relays, for the signal thread
 };
 
-// Builds the relay (a PostgreSQL not up yet is no error: the relay retries, Relay::run) and
-// hands it to the signal handler; nullptr when a stop came first.
-std::unique_ptr<Relay> start_relay(const RelayOptions& options,
-                                   const std::function<std::unique_ptr<Sink>()>& make_sink,
-                                   RelayControl& control) {
-  auto relay = std::make_unique<Relay>(options, make_sink());
+using Relays = std::vector<std::unique_ptr<Relay>>;
+
+// Builds the relays (a PostgreSQL not up yet is no error: a relay retries, Relay::run) and hands
+// them to the signal handler; none when a stop came first.
+Relays start_relays(const std::vector<RelayOptions>& options,
+                    const std::function<std::unique_ptr<Sink>()>& make_sink,
+                    RelayControl& control) {
+  Relays relays;
+  for (const RelayOptions& one : options) {
+    relays.push_back(std::make_unique<Relay>(one, make_sink()));
+  }
   std::lock_guard lock(control.mutex);
-  if (control.stopping) return nullptr;
-  control.current = relay.get();
-  return relay;
+  if (control.stopping) return {};
+  for (const auto& relay : relays) control.current.push_back(relay.get());
+  return relays;
 }
 
-// Runs `relay` to its end, with a stats line every `every` (0: none) meanwhile.
-void run_reporting(const RelayFlags& flags, Relay& relay, RelayControl& control,
+// Runs every relay to its end (one on this thread, several each on its own), with their stats
+// lines every `every` (0: none) meanwhile. A relay that throws stops the others; the first
+// error is rethrown once all returned.
+void run_reporting(const RelayFlags& flags, const Relays& relays, RelayControl& control,
                    std::chrono::milliseconds every) {
   std::thread reporter;
   if (every.count() > 0) {
     reporter = std::thread([&] {
       std::unique_lock lock(control.mutex);
       while (!control.wake.wait_for(lock, every, [&] { return control.finished; })) {
-        print_stats(flags, relay);
+        for (const auto& relay : relays) print_stats(flags, *relay);
       }
     });
   }
-  auto stop_reporter = [&] {
-    {
-      std::lock_guard lock(control.mutex);
-      control.finished = true;
-      control.current = nullptr;  // the signal thread must never see a destroyed relay
+  std::mutex failing;
+  std::exception_ptr first_error;
+  const auto run = [&](Relay& relay) {
+    try {
+      relay.run();
+    } catch (...) {
+      {
+        const std::lock_guard lock(failing);
+        if (!first_error) first_error = std::current_exception();
+      }
+      for (const auto& other : relays) other->request_stop();
     }
-    control.wake.notify_all();
-    if (reporter.joinable()) reporter.join();
   };
-  try {
-    relay.run();
-  } catch (...) {
-    stop_reporter();
-    throw;
+  if (relays.size() == 1) {
+    run(*relays.front());
+  } else {
+    std::vector<std::thread> threads;
+    for (const auto& relay : relays) threads.emplace_back([&run, &relay] { run(*relay); });
+    for (std::thread& thread : threads) thread.join();
   }
-  stop_reporter();
+  {
+    std::lock_guard lock(control.mutex);
+    control.finished = true;
+    control.current.clear();  // the signal thread must never see a destroyed relay
+  }
+  control.wake.notify_all();
+  if (reporter.joinable()) reporter.join();
+  if (first_error) std::rethrow_exception(first_error);
 }
 
 int run_relay(const RelayFlags& flags) {
@@ -161,21 +217,21 @@ int run_relay(const RelayFlags& flags) {
     throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
   }
   const auto every = stats_interval(flags);
-  const RelayOptions options = relay_options(flags);
-  const KafkaSinkOptions sink = sink_options(flags, options.lease);
+  const std::vector<RelayOptions> options = relays_to_run(flags);
+  const KafkaSinkOptions sink = sink_options(flags, options.front().lease);
   auto make_sink = [&] { return discard ? make_discard_sink() : make_kafka_sink(sink); };
 
   RelayControl control;
   on_termination_signal([&] {
     std::lock_guard lock(control.mutex);
     control.stopping = true;
-    if (control.current != nullptr) control.current->request_stop();
+    for (Relay* relay : control.current) relay->request_stop();
     control.wake.notify_all();
   });
-  const std::unique_ptr<Relay> relay = start_relay(options, make_sink, control);
-  if (!relay) return 0;
-  run_reporting(flags, *relay, control, every);
-  print_stats(flags, *relay);
+  const Relays relays = start_relays(options, make_sink, control);
+  if (relays.empty()) return 0;
+  run_reporting(flags, relays, control, every);
+  for (const auto& relay : relays) print_stats(flags, *relay);
   return 0;
 }
 
@@ -244,6 +300,15 @@ void register_relay(Commands& commands) {
                    "drops the slot, publishes by polling until caught up, then streams from a "
                    "new slot (0: no budget)")
       ->capture_default_str();
+  relay
+      ->add_option("--shards", flags->shards,
+                   "with --source cdc: split the aggregates over N slots (publication row filters "
+                   "on a hash of the aggregate), each streamed by its own relay; without --shard "
+                   "this process runs all N")
+      ->check(CLI::Range(1U, kMaxShards))
+      ->capture_default_str();
+  relay->add_option("--shard", flags->shard,
+                    "with --shards: run only this shard (0 to N-1), e.g. one per machine");
   relay->add_flag("--durable-marks", flags->durable_marks,
                   "commit marks synchronously: after a PostgreSQL crash no topic shows an "
                   "aggregate's k+1 before a repeat of k (docs/GUARANTEES.md)");

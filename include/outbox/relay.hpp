@@ -45,7 +45,21 @@ struct CdcOptions {
   // At least 1 MiB; keep it well above the WAL written in 15 s (a slot's restart_lsn trails its
   // confirmed position by up to a checkpoint's running-transactions record).
   std::uint64_t wal_budget = std::uint64_t{4} << 30;  // 4 GiB
+  // More than one stream: aggregates split over `shards` slots by a hash of the aggregate
+  // (publication row filters). This relay serves shard `shard` (0 .. shards-1): its slot is
+  // "<slot>_<shard>_of_<shards>", its publication "<publication>_<shard>_of_<shards>", and its own
+  // claim takes only that shard's rows, so each shard needs a relay (more wait as standbys).
+  // Changing `shards` drops the other sharding's slots once no relay streams from them.
+  // 1: one stream, slot and publication as named. At most kMaxShards.
+  unsigned shards = 1;
+  unsigned shard = 0;
 };
+inline constexpr unsigned kMaxShards = 64;
+
+// The slot and publication names the relay of `cdc`'s shard uses ("<name>_<shard>_of_<shards>"
+// with more than one shard; `publication` is the one the relay would use unsharded).
+std::string shard_slot_name(const CdcOptions& cdc);
+std::string shard_publication_name(const CdcOptions& cdc, const std::string& publication);
 
 struct RelayOptions {
   std::string database_url;  // libpq connection string or URI; empty: the PG* variables

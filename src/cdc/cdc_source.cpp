@@ -49,13 +49,16 @@ std::string timestamp_text(PgTimestamp time) {
 CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
     : options_(options),
       counters_(counters),
-      publication_(options.cdc.publication.empty() ? options.schema.name() + "_outbox"
-                                                   : options.cdc.publication),
+      slot_(shard_slot_name(options.cdc)),
+      publication_(shard_publication_name(options.cdc, options.cdc.publication.empty()
+                                                           ? options.schema.name() + "_outbox"
+                                                           : options.cdc.publication)),
       table_(options, counters),
       check_sql_(relay_sql::check_streamed(options.schema)) {
-  cdc::validate_slot_name(options.cdc.slot);
+  cdc::validate_slot_name(slot_);
   cdc::validate_publication_name(publication_);
   ensure_publication();
+  drop_other_shardings();
   start_stream();
   table_.set_listening(false);  // registered awake: producers never notify a streaming relay
 }
@@ -83,12 +86,19 @@ void CdcSource::ensure_publication() {
                               "EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)::text",
                               {publication_.c_str(), std::to_string(table_oid_).c_str()});
   if (found.text(0, 0) == "true") return;
-  // Missing, or there without this table (the schema was dropped and migrated again).
+  // Missing, or there without this table (the schema was dropped and migrated again). A shard's
+  // publication has a row filter: its shard's aggregates only.
+  const std::string filter =
+      options_.cdc.shards <= 1
+          ? std::string()
+          : " WHERE (" +
+                relay_sql::shard_condition("", options_.cdc.shards, options_.cdc.shard) + ")";
   const std::string statement =
       found.text(0, 1) == "true"
-          ? fmt::format("ALTER PUBLICATION {} ADD TABLE {}", quote_identifier(publication_), table)
-          : fmt::format("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert')",
-                        quote_identifier(publication_), table);
+          ? fmt::format("ALTER PUBLICATION {} ADD TABLE {}{}", quote_identifier(publication_),
+                        table, filter)
+          : fmt::format("CREATE PUBLICATION {} FOR TABLE {}{} WITH (publish = 'insert')",
+                        quote_identifier(publication_), table, filter);
   try {
     pg::exec(conn, statement);
   } catch (const DatabaseError& error) {
@@ -100,6 +110,49 @@ void CdcSource::ensure_publication() {
         printable(publication_), table, error.what(), statement));
   }
   log().info("relay {}: {}", options_.relay_id, statement);
+}
+
+// Slots of another sharding of the same slot name ("<slot>" and "<slot>_<i>_of_<n>" for another
+// n) that no relay streams from: left by a change of cdc.shards, they would hold WAL forever. The
+// table is the truth, so dropping them loses nothing: what they held and no relay marked is
+// pending, and older than the new slots' horizons.
+void CdcSource::drop_other_shardings() {
+  const std::string& base = options_.cdc.slot;
+  const auto slots = pg::exec(
+      table_.connection(),
+      "SELECT slot_name::text FROM pg_replication_slots WHERE database = current_database() "
+      "AND plugin = 'pgoutput' AND NOT active AND starts_with(slot_name::text, $1)",
+      {base.c_str()});
+  const std::string sibling_suffix = fmt::format("_of_{}", options_.cdc.shards);
+  for (int row = 0; row < slots.rows(); ++row) {
+    const std::string name(slots.text(row, 0));
+    const std::string rest = name.substr(base.size());
+    std::size_t digits = 0;
+    if (!rest.empty()) {
+      // "_<i>_of_<n>" or not ours at all (another slot that only starts like it).
+      if (rest.size() < 6 || rest[0] != '_') continue;
+      digits = rest.find_first_not_of("0123456789", 1);
+      if (digits == 1 || digits == std::string::npos || rest.compare(digits, 4, "_of_") != 0 ||
+          rest.size() == digits + 4 ||
+          rest.find_first_not_of("0123456789", digits + 4) != std::string::npos) {
+        continue;
+      }
+    }
+    const bool ours = options_.cdc.shards <= 1 ? rest.empty()
+                                               : !rest.empty() && rest.ends_with(sibling_suffix) &&
+                                                     rest.size() - sibling_suffix.size() == digits;
+    if (ours) continue;
+    try {
+      pg::exec(table_.connection(), "SELECT pg_drop_replication_slot($1)", {name.c_str()});
+      log().warn("relay {}: dropped slot {} of another sharding than {} shard(s); the table "
+                 "path publishes what it held",
+                 options_.relay_id, name, options_.cdc.shards);
+    } catch (const DatabaseError& error) {
+      if (error.retryable() && error.sqlstate() != "55006" && error.sqlstate() != "42704") throw;
+      log().info("relay {}: slot {} of another sharding not dropped: {}", options_.relay_id, name,
+                 error.what());
+    }
+  }
 }
 
 // A new replication connection, the slot (created when missing, again when invalidated: the
@@ -120,7 +173,7 @@ void CdcSource::start_stream() {
   for (int attempt = 1;; ++attempt) {
     try {
       prepare_slot();
-      stream_->start(options_.cdc.slot, publication_, 0);
+      stream_->start(slot_, publication_, 0);
       break;
     } catch (const cdc::ReplicationError& error) {
       const cdc::ReplicationFailure failure = error.failure();
@@ -134,7 +187,7 @@ void CdcSource::start_stream() {
 }
 
 void CdcSource::prepare_slot() {
-  const std::string& slot = options_.cdc.slot;
+  const std::string& slot = slot_;
   std::optional<cdc::SlotInfo> info = stream_->find_slot(slot);
   if (info && info->wal_status == cdc::WalStatus::lost) {
     log().warn("relay {}: slot {} was invalidated (WAL removed); creating it again, the table "
@@ -358,7 +411,7 @@ bool CdcSource::look_at_slot() {
       "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, "
       "((extract(epoch FROM clock_timestamp()) - 946684800) * 1000000)::bigint::text "
       "FROM pg_replication_slots WHERE slot_name = $1",
-      {options_.cdc.slot.c_str()});
+      {slot_.c_str()});
   if (result.rows() == 0 || result.is_null(0, 0) || result.is_null(0, 1)) return false;
   const std::int64_t retained = result.int64(0, 0);
   RelayCounters::set(counters_.slot_retained_bytes, retained);
@@ -379,7 +432,7 @@ void CdcSource::release_slot(std::int64_t retained) {
   log().warn("relay {}: slot {} holds {} MiB of WAL, over the budget of {} MiB (cdc.wal_budget): "
              "letting it go; the relay publishes from the table until it has caught up, then "
              "streams from a new slot",
-             options_.relay_id, options_.cdc.slot, retained >> 20,
+             options_.relay_id, slot_, retained >> 20,
              options_.cdc.wal_budget >> 20);
   fallback_horizon_ = horizon();
   fallback_since_ = Clock::now();
@@ -410,7 +463,7 @@ void CdcSource::drop_released_slot() {
   const auto result = pg::exec(
       table_.connection(),
       "SELECT active_pid::text FROM pg_replication_slots WHERE slot_name = $1",
-      {options_.cdc.slot.c_str()});
+      {slot_.c_str()});
   if (result.rows() == 0) {
     released_walsender_ = 0;  // gone already (an operator, another relay)
     return;
@@ -418,18 +471,18 @@ void CdcSource::drop_released_slot() {
   if (!result.is_null(0, 0)) {
     if (result.int64(0, 0) == released_walsender_) return;  // ours, still exiting: next turn
     log().info("relay {}: slot {} is streamed by another relay now (walsender {}); not dropping it",
-               options_.relay_id, options_.cdc.slot, result.text(0, 0));
+               options_.relay_id, slot_, result.text(0, 0));
     released_walsender_ = 0;
     return;
   }
   try {
     pg::exec(table_.connection(), "SELECT pg_drop_replication_slot($1)",
-             {options_.cdc.slot.c_str()});
-    log().info("relay {}: dropped replication slot {}", options_.relay_id, options_.cdc.slot);
+             {slot_.c_str()});
+    log().info("relay {}: dropped replication slot {}", options_.relay_id, slot_);
   } catch (const DatabaseError& error) {
     if (error.retryable() && error.sqlstate() != "55006" && error.sqlstate() != "42704") throw;
     // 55006: another relay took it meanwhile; 42704: someone dropped it first.
-    log().info("relay {}: slot {} not dropped: {}", options_.relay_id, options_.cdc.slot,
+    log().info("relay {}: slot {} not dropped: {}", options_.relay_id, slot_,
                error.what());
   }
   released_walsender_ = 0;
@@ -470,7 +523,7 @@ bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window)
     return news;
   }
   log().info("relay {}: caught up from the table; streaming again from slot {}",
-             options_.relay_id, options_.cdc.slot);
+             options_.relay_id, slot_);
   fallback_since_.reset();
   counters_.polling_fallback.store(false, std::memory_order_relaxed);
   table_.set_listening(false);  // registered awake again

@@ -72,6 +72,7 @@ class CdcSource final : public RelaySourceBase {
 
  private:
   void ensure_publication();
+  void drop_other_shardings();
   void start_stream();
   void prepare_slot();
   // Reads what has arrived (waiting at most `timeout` for the first message), up to the budget;
@@ -99,7 +100,8 @@ class CdcSource final : public RelaySourceBase {
 
   const RelayOptions& options_;
   RelayCounters& counters_;
-  std::string publication_;
+  std::string slot_;         // the shard's
+  std::string publication_;  // the shard's
   PollingSource table_;  // the table path, and the session for marks and checks
   std::unique_ptr<cdc::ReplicationStream> stream_;
   cdc::StreamBook book_;

@@ -64,7 +64,11 @@ PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counter
     : options_(options),
       counters_(counters),
       session_(open_session(options)),
-      claim_sql_(relay_sql::claim(options.schema)),
+      claim_sql_(relay_sql::claim(
+          options.schema, options.source == RelaySource::cdc && options.cdc.shards > 1
+                              ? relay_sql::shard_condition("e.", options.cdc.shards,
+                                                           options.cdc.shard)
+                              : std::string())),
       mark_published_sql_(relay_sql::mark_published(options.schema)),
       mark_failed_sql_(relay_sql::mark_failed(options.schema)),
       renew_sql_(relay_sql::renew(options.schema)),

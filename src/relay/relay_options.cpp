@@ -20,8 +20,18 @@ std::string default_relay_id() {
 }
 
 void check_cdc(const CdcOptions& cdc) {
+  if (cdc.shards == 0 || cdc.shards > kMaxShards || cdc.shard >= cdc.shards) {
+    throw InvalidArgument(fmt::format(
+        "relay: cdc.shards is {} and cdc.shard {}; shards must be 1 to {} and shard 0 to "
+        "shards - 1",
+        cdc.shards, cdc.shard, kMaxShards));
+  }
   cdc::validate_slot_name(cdc.slot);
-  if (!cdc.publication.empty()) cdc::validate_publication_name(cdc.publication);
+  cdc::validate_slot_name(shard_slot_name(cdc));
+  if (!cdc.publication.empty()) {
+    cdc::validate_publication_name(cdc.publication);
+    cdc::validate_publication_name(shard_publication_name(cdc, cdc.publication));
+  }
   if (cdc.takeover < std::chrono::milliseconds(300)) {
     throw InvalidArgument(fmt::format(
         "relay: cdc.takeover is {} ms; it must be at least 300 ms (the relay reports its "
@@ -89,3 +99,16 @@ RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_id
 }
 
 }  // namespace outbox::detail
+
+namespace outbox {
+
+std::string shard_slot_name(const CdcOptions& cdc) {
+  return cdc.shards <= 1 ? cdc.slot : fmt::format("{}_{}_of_{}", cdc.slot, cdc.shard, cdc.shards);
+}
+
+std::string shard_publication_name(const CdcOptions& cdc, const std::string& publication) {
+  return cdc.shards <= 1 ? publication
+                         : fmt::format("{}_{}_of_{}", publication, cdc.shard, cdc.shards);
+}
+
+}  // namespace outbox

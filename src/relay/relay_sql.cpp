@@ -138,7 +138,7 @@ std::string sent(const SchemaName& schema, const char* arrays, const char* colum
 // taken: alone, or measured and fitting the budget beside what is held (or the first while the
 // relay holds nothing: a row larger than the budget goes alone). The measure is made once, in the
 // fenced level `k`, whose columns the levels above refer to.
-std::string visit_head(const std::string& events) {
+std::string visit_head(const std::string& events, const std::string& shard) {
   return fmt::format(R"SQL(
     SELECT k.event_id, k.row_ctid, k.claimable, k.stored, k.bytes, k.alone,
            k.alone OR (k.bytes IS NOT NULL
@@ -155,7 +155,7 @@ std::string visit_head(const std::string& events) {
         SELECT e.event_id, e.ctid AS row_ctid, e.payload, e.headers,
                e.available_at <= now() AND (e.claim_until IS NULL OR e.claim_until < now()
                                             OR e.claimed_by ^@ ANY ($6::text[]))
-                 AND (e.available_at <> e.occurred_at OR e.occurred_at < $9::timestamptz)
+                 AND (e.available_at <> e.occurred_at OR e.occurred_at < $9::timestamptz){shard}
                  AS claimable,
                pg_column_size(e.payload)::bigint + pg_column_size(e.headers) AS stored
         FROM {events} e
@@ -164,7 +164,8 @@ std::string visit_head(const std::string& events) {
         ORDER BY e.aggregate_sequence
         LIMIT 1) c
       OFFSET 0) k)SQL",
-                     fmt::arg("events", events));
+                     fmt::arg("events", events),
+                     fmt::arg("shard", shard.empty() ? std::string() : " AND " + shard));
 }
 
 }  // namespace
@@ -209,7 +210,12 @@ std::vector<std::string> session_settings(bool durable_marks) {
           "SET lock_timeout = 5000"};
 }
 
-std::string claim(const SchemaName& schema) {
+std::string shard_condition(const std::string& prefix, unsigned shards, unsigned shard) {
+  return fmt::format("(hashtext({0}aggregate_type || '/' || {0}aggregate_id) & 2147483647) % {1} = {2}",
+                     prefix, shards, shard);
+}
+
+std::string claim(const SchemaName& schema, const std::string& shard) {
   // Finds heads without reading the backlog behind them: a skip scan over the pending-by-aggregate
   // index visits one entry per aggregate (at most $2 of them, starting after the cursor $4/$5),
   // and reads each one's lowest pending sequence. Cost grows with the batch, not with how many
@@ -282,7 +288,7 @@ UNION ALL
 SELECT NULL, last.last_type, last.last_id, (last.n - (last.need IS NOT NULL)::int)::text,
        last.need::text, NULL, NULL, NULL, NULL, NULL
 FROM (SELECT n, need, last_type, last_id FROM visited ORDER BY n DESC LIMIT 1) last)SQL",
-      fmt::arg("events", events), fmt::arg("head", visit_head(events)),
+      fmt::arg("events", events), fmt::arg("head", visit_head(events, shard)),
       fmt::arg("claimed_columns", kClaimedSelectList),
       fmt::arg("lock_and_claim", lock_and_claim(schema, "heads", "$1", "$3", "$6::text[]")));
 }

@@ -28,7 +28,14 @@ std::vector<std::string> session_settings(bool durable_marks = false);
 // without waiting for each other.
 // Returns the claimed rows (payload and headers as text), then one cursor row (event_id NULL;
 // see relay_sql.cpp).
-std::string claim(const SchemaName& schema);
+// `shard`: a condition on the row `e` the claim takes only rows of (shard_condition); empty: all.
+std::string claim(const SchemaName& schema, const std::string& shard = "");
+
+// Whether an outbox row (its columns prefixed with `prefix`, e.g. "e.") belongs to shard `shard`
+// of `shards`: a hash of its aggregate. The change-data-capture relay's publication row filter
+// and its own claim use the same expression (docs/ARCHITECTURE.md, "Shards"). Only built-in
+// immutable functions, as a row filter requires.
+std::string shard_condition(const std::string& prefix, unsigned shards, unsigned shard);
 // $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them
 // (a NULL token: rows claimed by no one, as a change-data-capture relay streams them),
 // and (when $5) claims their successors with token $3 and lease $4 ms, as many as fit $6 bytes.

@@ -3,7 +3,7 @@
 # cluster as separate processes, events written by plain SQL, a change-data-capture relay
 # streaming them, `outbox status` showing its slot, kcat reading what reached Kafka (every event,
 # each key in sequence order), SIGTERM, a restart that resumes from the slot, and the refusals of
-# CDC options that cannot work.
+# CDC options that cannot work, and two shards run by one process.
 #
 # Usage: relay_cdc.sh /path/to/outbox
 # Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox postgres`).
@@ -80,7 +80,7 @@ wait_published() {
 start_relay() {
   : >"$work_dir/relay.out"
   "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
-    --source cdc --slot "$slot" --wal-budget 256MiB --stats-every 1s --stats-format json \
+    --source cdc --slot "$slot" --wal-budget 256MiB --stats-every 1s --stats-format json "$@" \
     >"$work_dir/relay.out" 2>>"$work_dir/relay.err" &
   relay_pid=$!
   track_background "$relay_pid" "relay"
@@ -172,8 +172,35 @@ start_relay
 wait_published $((3 * aggregates * per_round))
 stop_relay
 
-# --- 5. what reached Kafka, read by kcat: every event, each key's first deliveries in order ------
-total=$((3 * aggregates * per_round))
+# --- 5. two shards in one process: two slots streamed, the unsharded slot dropped ----------------
+expect_failure "--shards without --source cdc" "add --source cdc" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --shards 2
+expect_failure "--shard past --shards" "the shard is 0 to 1" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --shards 2 --shard 2
+start_relay --shards 2
+deadline=$((SECONDS + startup_timeout_s))
+while ((SECONDS < deadline)); do
+  status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" || true
+  [[ "$status_text" == *"slot ${slot}_0_of_2: streamed"*"slot ${slot}_1_of_2: streamed"* ]] && break
+  sleep 0.2
+done
+if [[ "$status_text" == *"slot ${slot}_0_of_2: streamed"*"slot ${slot}_1_of_2: streamed"* &&
+      "$status_text" != *"slot $slot:"* ]]; then
+  pass
+else
+  show_log "relay stderr" "$work_dir/relay.err"
+  fail "with --shards 2 status should show two streamed shard slots and not $slot; it said: $status_text"
+fi
+write_round 4
+wait_published $((4 * aggregates * per_round))
+stop_relay
+if [[ "$(grep -c '"relay_id"' "$work_dir/relay.out")" -ge 2 ]]; then pass; else
+  fail "two shards print two stats lines at the end; got: $(cat "$work_dir/relay.out")"
+fi
+
+# --- 6. what reached Kafka, read by kcat: every event, each key's first deliveries in order ------
+total=$((4 * aggregates * per_round))
 if ! kcat -C -b "$brokers" -t "$topic" -e -q -f '%k %h\n' >"$work_dir/topic.txt" 2>"$work_dir/kcat.err"; then
   fail "kcat could not read $topic: $(cat "$work_dir/kcat.err")"
 fi

@@ -105,7 +105,7 @@ class CdcRelayTest : public RelayFixture {
     const std::string slot = cdc_options("x").cdc.slot;
     try {
       pg::exec(conn(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                       "WHERE slot_name = $1 AND NOT active",
+                       "WHERE starts_with(slot_name::text, $1) AND NOT active",
                {slot.c_str()});
     } catch (const DatabaseError& error) {
       std::cerr << "leaving slot " << slot << ": " << error.what() << "\n";
@@ -480,6 +480,55 @@ TEST_F(CdcRelayTest, OverTheWalBudgetTheRelayLetsTheSlotGoPollsAndStreamsAgainOn
   expect_on_broker_in_order(ids);
   EXPECT_EQ(rows("aggregate_sequence BETWEEN 7 AND 8 AND claimed_by IS NOT NULL"), 0)
       << "after the switch back the stream publishes again";
+}
+
+// Two shards: each relay streams its aggregates (publication row filters on a hash of the
+// aggregate) from its own slot, and only those; together they publish everything, in order.
+// Going back to one shard drops the two shard slots (they would hold WAL forever).
+TEST_F(CdcRelayTest, ShardsSplitTheAggregatesOverSlotsAndAnotherShardingDropsThem) {
+  const std::string base = cdc_options("x").cdc.slot;
+  RelayOptions first = cdc_options("shard0");
+  first.cdc.shards = 2;
+  RelayOptions second = first;
+  second.relay_id = "shard1";
+  second.cdc.shard = 1;
+  std::vector<EventId> ids;
+  {
+    Relay relay0(first, sink());
+    Relay relay1(second, sink());
+    Running running0(relay0);
+    Running running1(relay1);
+    ids = enqueue(20, 3);
+    ASSERT_TRUE(all_published()) << unpublished() << " unpublished; "
+                                 << relay0.stats().last_error << relay1.stats().last_error;
+    running0.stop();
+    running1.stop();
+    const long long of_shard0 = rows(
+        "(hashtext(aggregate_type || '/' || aggregate_id) & 2147483647) % 2 = 0");
+    EXPECT_GT(of_shard0, 0);
+    EXPECT_LT(of_shard0, 60);
+    EXPECT_EQ(relay0.stats().published, static_cast<std::uint64_t>(of_shard0))
+        << "shard 0 published its aggregates' events and no others";
+    EXPECT_EQ(relay1.stats().published, static_cast<std::uint64_t>(60 - of_shard0));
+    EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "all of them streamed";
+    EXPECT_EQ(count(conn(),
+                    "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2)",
+                    {(base + "_0_of_2").c_str(), (base + "_1_of_2").c_str()}),
+              2);
+  }
+  Relay relay(cdc_options("one"), sink());
+  Running running(relay);
+  const std::vector<EventId> later = enqueue(20, 1);
+  ids.insert(ids.end(), later.begin(), later.end());
+  ASSERT_TRUE(all_published()) << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(count(conn(),
+                  "SELECT count(*) FROM pg_replication_slots WHERE starts_with(slot_name::text, "
+                  "$1)",
+                  {base.c_str()}),
+            1)
+      << "one slot: the shard slots were dropped";
 }
 
 }  // namespace

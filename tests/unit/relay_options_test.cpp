@@ -103,5 +103,27 @@ TEST(RelayOptionsCheck, ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteAreRefus
   EXPECT_EQ(refusal(options), "") << "0 turns the budget off";
 }
 
+TEST(RelayOptionsCheck, ShardsAreOneToSixtyFourAndTheShardOneOfThem) {
+  RelayOptions options;
+  options.source = RelaySource::cdc;
+  options.cdc.shards = 0;
+  EXPECT_NE(refusal(options).find("cdc.shards"), std::string::npos) << refusal(options);
+  options.cdc.shards = kMaxShards + 1;
+  EXPECT_NE(refusal(options).find("cdc.shards"), std::string::npos);
+  options.cdc.shards = 4;
+  options.cdc.shard = 4;
+  EXPECT_NE(refusal(options).find("shard 0 to shards - 1"), std::string::npos);
+  options.cdc.shard = 3;
+  EXPECT_EQ(refusal(options), "");
+  EXPECT_EQ(shard_slot_name(options.cdc), "outbox_3_of_4");
+  EXPECT_EQ(shard_publication_name(options.cdc, "p"), "p_3_of_4");
+  options.cdc.slot = std::string(58, 'a');  // fits alone, not with "_3_of_4"
+  EXPECT_NE(refusal(options).find("63"), std::string::npos) << refusal(options);
+  options.cdc.shards = 1;
+  options.cdc.shard = 0;
+  EXPECT_EQ(refusal(options), "");
+  EXPECT_EQ(shard_slot_name(options.cdc), options.cdc.slot);
+}
+
 }  // namespace
 }  // namespace outbox::detail
