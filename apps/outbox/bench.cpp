@@ -206,6 +206,12 @@ void register_bench(Commands& commands) {
   bench->add_option("--only", options->only, "producer, ceiling, drain, live (comma list)")
       ->delimiter(',');
   bench
+      ->add_option("--cdc-shards", options->cdc_shards,
+                   "streams of the CDC relay (relay --shards): aggregates split over that many "
+                   "slots")
+      ->check(CLI::Range(1U, kMaxShards))
+      ->capture_default_str();
+  bench
       ->add_option("--sources", options->sources,
                    "relay sources for ceiling, drain and live, each in turn: polling, cdc "
                    "(one CDC relay: only one streams from a slot)")

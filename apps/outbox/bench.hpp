@@ -42,6 +42,7 @@ struct BenchOptions {
   // Relay sources that ceiling, drain and live run with, each in turn ("polling", "cdc").
   std::vector<std::string> sources = {"polling", "cdc"};
   bool durable_marks = false;  // relays commit marks synchronously
+  unsigned cdc_shards = 1;     // the CDC relay's streams (relay --shards)
   std::string out_dir = "bench-results";
 };
 

@@ -114,7 +114,7 @@ Child::End Child::stop() {
   return end;
 }
 
-const nlohmann::json& RelayProcess::stats() {
+std::uint64_t RelayProcess::published() {
   std::ifstream log(log_path());
   log.seekg(log_offset_);
   std::string line;
@@ -122,14 +122,13 @@ const nlohmann::json& RelayProcess::stats() {
     log_offset_ += static_cast<std::streamoff>(line.size()) + 1;
     if (!line.starts_with('{')) continue;  // the log has the relay's warnings too
     nlohmann::json stats = nlohmann::json::parse(line, nullptr, false);
-    if (stats.is_object() && stats.contains("published")) latest_ = std::move(stats);
+    if (stats.is_object() && stats.contains("published") && stats.contains("relay_id")) {
+      published_[stats["relay_id"].get<std::string>()] = stats["published"].get<std::uint64_t>();
+    }
   }
-  return latest_;
-}
-
-std::uint64_t RelayProcess::published() {
-  const nlohmann::json& latest = stats();
-  return latest.is_null() ? 0 : latest["published"].get<std::uint64_t>();
+  std::uint64_t sum = 0;
+  for (const auto& [relay, published] : published_) sum += published;
+  return sum;
 }
 
 Paused::Paused(pid_t pid) : pid_(pid) { ::kill(pid_, SIGSTOP); }

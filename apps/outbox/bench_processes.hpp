@@ -52,15 +52,14 @@ class RelayProcess : public Child {
  public:
   using Child::Child;
 
-  // The relay's latest stats object (null before the first). Reads only what the log gained
-  // since the last call (whole lines), not the whole log every time.
-  const nlohmann::json& stats();
-  // Its latest "published" count (0 before the first stats line).
+  // Its latest "published" count (0 before the first stats line), summed over the relays the
+  // process runs (one per shard with --shards). Reads only what the log gained since the last
+  // call (whole lines), not the whole log every time.
   std::uint64_t published();
 
  private:
   std::streamoff log_offset_ = 0;
-  nlohmann::json latest_;
+  std::map<std::string, std::uint64_t> published_;  // by relay_id
 };
 
 // Stops a process (SIGSTOP) for this object's lifetime; it resumes however the scope ends.

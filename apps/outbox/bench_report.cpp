@@ -33,7 +33,11 @@ std::string producer_text(const json& r) {
 std::string relays_text(const json& r) {
   const int relays = r.value("relays", 1);
   std::string text = fmt::format("{} relay{}", relays, relays == 1 ? "" : "s");
-  if (r.value("source", "") == "cdc") text += " (only one CDC relay streams from a slot)";
+  if (r.value("source", "") == "cdc") {
+    const int shards = r.value("cdc_shards", 1);
+    text += shards == 1 ? " (only one CDC relay streams from a slot)"
+                        : fmt::format(" streaming {} shards", shards);
+  }
   return text;
 }
 

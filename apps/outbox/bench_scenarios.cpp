@@ -170,6 +170,7 @@ json bench_backlog(const Setup& setup, bool discard, RelaySource source,
                  {"seconds", seconds},
                  {"events_per_s", rate},
                  {"relays", relay_count},
+                 {"cdc_shards", cdc ? o.cdc_shards : 0U},
                  {"relay_peak_rss_mib", end.peak_rss_mib}};
   result.update(backlog_cpu(setup, end, sessions, broker_seconds));
   return result;

@@ -15,22 +15,31 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The schema's CDC slot and publication, if a CDC scenario left them: a slot nobody reads keeps
-// WAL from being recycled. The slot may still be active for a moment after its relay stopped.
+// The schema's CDC slots and publications (one of each per shard), if a CDC scenario left them:
+// a slot nobody reads keeps WAL from being recycled. A slot may still be active for a moment after
+// its relay stopped.
 void drop_cdc_leftovers(PGconn* conn, const SchemaName& schema) {
   const std::string slot = Setup::slot_name(schema);
   const std::string sql =
       "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-      "WHERE slot_name = $1 AND NOT active";
+      "WHERE starts_with(slot_name::text, $1) AND NOT active";
   for (int i = 0; i < 100; ++i) {
     pg::exec(conn, sql, {slot.c_str()});
-    if (pg::exec(conn, "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", {slot.c_str()})
+    if (pg::exec(conn,
+                 "SELECT 1 FROM pg_replication_slots WHERE starts_with(slot_name::text, $1)",
+                 {slot.c_str()})
             .rows() == 0) {
       break;
     }
     std::this_thread::sleep_for(100ms);
   }
-  pg::exec(conn, fmt::format("DROP PUBLICATION IF EXISTS \"{}_outbox\"", schema.name()));
+  const std::string publication = schema.name() + "_outbox";
+  const auto publications = pg::exec(
+      conn, "SELECT pubname::text FROM pg_publication WHERE starts_with(pubname::text, $1)",
+      {publication.c_str()});
+  for (int row = 0; row < publications.rows(); ++row) {
+    pg::exec(conn, fmt::format("DROP PUBLICATION IF EXISTS \"{}\"", publications.text(row, 0)));
+  }
 }
 
 }  // namespace
@@ -126,7 +135,8 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
                                 std::to_string(options.max_in_flight)};
   if (options.durable_marks) args.emplace_back("--durable-marks");
   if (source == RelaySource::cdc) {
-    args.insert(args.end(), {"--source", "cdc", "--slot", slot_name(schema)});
+    args.insert(args.end(), {"--source", "cdc", "--slot", slot_name(schema), "--shards",
+                             std::to_string(options.cdc_shards)});
   }
   if (discard) {
     args.insert(args.end(), {"--sink", "discard"});
@@ -146,9 +156,11 @@ void Setup::create_slot(const SchemaName& schema) const {
   auto c = connect();
   const std::string slot = slot_name(schema);
   for (int i = 0; i < 300; ++i) {  // 30 s
-    if (pg::exec(c.get(), "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active",
+    if (pg::exec(c.get(),
+                 "SELECT 1 FROM pg_replication_slots WHERE starts_with(slot_name::text, $1) "
+                 "AND active",
                  {slot.c_str()})
-            .rows() > 0) {
+            .rows() == static_cast<int>(options.cdc_shards)) {
       relay.stop();
       return;
     }
