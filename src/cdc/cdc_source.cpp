@@ -1,6 +1,5 @@
 #include "cdc/cdc_source.hpp"
 
-#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,27 +21,6 @@ using std::chrono::milliseconds;
 
 // Reading stops here until the loop has taken what was read: the stream's own memory bound.
 constexpr std::size_t kMostMessagesPerRead = 20000;
-
-// Seconds between the Unix epoch and PostgreSQL's (2000-01-01).
-constexpr std::int64_t kPgEpochUnixSeconds = 946684800;
-
-std::string quote_identifier(std::string_view name) {
-  std::string quoted = "\"";
-  for (const char c : name) {
-    if (c == '"') quoted += '"';
-    quoted += c;
-  }
-  return quoted + "\"";
-}
-
-// A PgTimestamp as timestamptz text PostgreSQL reads whatever its TimeZone.
-std::string timestamp_text(PgTimestamp time) {
-  const std::int64_t micros = time + kPgEpochUnixSeconds * 1000000;
-  const std::time_t seconds = static_cast<std::time_t>(micros / 1000000);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  return fmt::format("{:%Y-%m-%d %H:%M:%S}.{:06d}+00", utc, micros % 1000000);
-}
 
 }  // namespace
 
@@ -95,10 +73,10 @@ void CdcSource::ensure_publication() {
                 relay_sql::shard_condition("", options_.cdc.shards, options_.cdc.shard) + ")";
   const std::string statement =
       found.text(0, 1) == "true"
-          ? fmt::format("ALTER PUBLICATION {} ADD TABLE {}{}", quote_identifier(publication_),
+          ? fmt::format("ALTER PUBLICATION {} ADD TABLE {}{}", pg::quote_identifier(conn, publication_),
                         table, filter)
           : fmt::format("CREATE PUBLICATION {} FOR TABLE {}{} WITH (publish = 'insert')",
-                        quote_identifier(publication_), table, filter);
+                        pg::quote_identifier(conn, publication_), table, filter);
   try {
     pg::exec(conn, statement);
   } catch (const DatabaseError& error) {
@@ -271,7 +249,7 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
     throw;
   }
   deferred_ = !check.invisible.empty();
-  return book_.decide(check.blocked, check.invisible);
+  return book_.decide(check.blocked, check.invisible, check.finished);
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {
@@ -369,7 +347,7 @@ std::string CdcSource::horizon() const {
   if (position == 0) return "-infinity";
   const auto grace = std::chrono::duration_cast<std::chrono::microseconds>(
       options_.cdc.horizon_grace);
-  return timestamp_text(position - grace.count());
+  return cdc::format_pg_timestamp(position - grace.count());
 }
 
 bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {

@@ -1,8 +1,10 @@
 #include "cdc/pgoutput.hpp"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
 #include <cstring>
+#include <ctime>
 #include <utility>
 
 #include "common/printable.hpp"
@@ -455,6 +457,21 @@ PgTimestamp to_pg_timestamp(std::chrono::system_clock::time_point time) {
   const auto micros =
       std::chrono::duration_cast<std::chrono::microseconds>(time.time_since_epoch());
   return micros.count() - kPgEpochInUnixMicros;
+}
+
+std::string format_pg_timestamp(PgTimestamp time) {
+  const std::int64_t micros = time + kPgEpochInUnixMicros;
+  // Floor division: a time before 1970 has a negative remainder otherwise.
+  std::int64_t seconds = micros / 1000000;
+  std::int64_t fraction = micros % 1000000;
+  if (fraction < 0) {
+    fraction += 1000000;
+    --seconds;
+  }
+  const auto whole = static_cast<std::time_t>(seconds);
+  std::tm utc{};
+  gmtime_r(&whole, &utc);
+  return fmt::format("{:%Y-%m-%d %H:%M:%S}.{:06d}+00", utc, fraction);
 }
 
 std::string format_lsn(Lsn lsn) { return fmt::format("{:X}/{:X}", lsn >> 32U, lsn & 0xFFFF'FFFFU); }

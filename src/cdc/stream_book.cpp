@@ -99,10 +99,13 @@ StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_ro
 }
 
 std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
-                                      const std::vector<std::size_t>& deferred) {
+                                      const std::vector<std::size_t>& deferred,
+                                      const std::vector<std::size_t>& finished) {
   std::vector<Event> go;
   std::size_t next_blocked = 0;
   std::size_t next_deferred = 0;
+  std::size_t next_finished = 0;
+  std::vector<EventId> already;  // finished: done once the loop is over
   std::vector<Waiting> checked = std::move(checking_);
   checking_.clear();
   std::vector<Waiting> back;  // deferred, in order
@@ -110,6 +113,9 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
     if (next_deferred < deferred.size() && deferred[next_deferred] == i) {
       ++next_deferred;
       back.push_back(std::move(checked[i]));
+    } else if (next_finished < finished.size() && finished[next_finished] == i) {
+      ++next_finished;
+      already.push_back(checked[i].event.event_id);
     } else if (next_blocked < blocked.size() && blocked[next_blocked] == i) {
       ++next_blocked;
       const EventId id = checked[i].event.event_id;
@@ -128,6 +134,7 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
     waiting_bytes_ += it->bytes;
     ready_.push_front(std::move(*it));
   }
+  for (const EventId& id : already) published(id);  // its next event becomes a candidate
   return go;
 }
 

@@ -65,11 +65,14 @@ class StreamBook {
   // Up to `limit` candidates whose bytes fit `byte_room` (the first always goes when
   // `holding_nothing`); each is then out until decide().
   Candidates next(std::size_t limit, std::uint64_t byte_room, bool holding_nothing);
-  // For the last next(): the positions whose aggregate has a lower sequence pending (sorted):
-  // those, and what waits behind them, are left to the table; the positions whose rows are not
-  // visible yet (sorted): those go back, first in line; the rest are returned, to be sent.
+  // For the last next(): the positions whose aggregate has a lower sequence pending, or whose
+  // row is the table path's (sorted): those, and what waits behind them, are left to the table;
+  // the positions whose rows are not visible yet (sorted): those go back, first in line; the
+  // positions whose rows are finished already (sorted): done as if published, not sent; the rest
+  // are returned, to be sent.
   std::vector<Event> decide(const std::vector<std::size_t>& blocked,
-                            const std::vector<std::size_t>& deferred = {});
+                            const std::vector<std::size_t>& deferred = {},
+                            const std::vector<std::size_t>& finished = {});
   // The check could not be made: the last next()'s candidates go back, first in line.
   void undo_next();
   // Whether next() would hand out anything.

@@ -72,6 +72,16 @@ std::int64_t Result::affected() const {
   return value;
 }
 
+std::string quote_identifier(PGconn* conn, std::string_view name) {
+  const std::unique_ptr<char, decltype(&PQfreemem)> quoted(
+      PQescapeIdentifier(conn, name.data(), name.size()), &PQfreemem);
+  if (!quoted) {
+    throw DatabaseError(std::string("cannot quote an identifier: ") + PQerrorMessage(conn),
+                        "22021", false);
+  }
+  return quoted.get();
+}
+
 Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& params) {
   PGresult* raw = params.empty() ? PQexec(conn, sql.c_str())
                                  : PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()),

@@ -46,6 +46,10 @@ class Result {
   ResultHandle handle_;
 };
 
+// `name` as a quoted SQL identifier (PQescapeIdentifier: the connection's encoding decides what a
+// character is). Throws DatabaseError when libpq refuses it (bytes invalid in that encoding).
+std::string quote_identifier(PGconn* conn, std::string_view name);
+
 // Runs one statement with text parameters (nullptr = SQL NULL). Throws DatabaseError unless the
 // server answered COMMAND_OK or TUPLES_OK.
 Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {});

@@ -451,16 +451,23 @@ FROM ended)SQL",
 std::string check_streamed(const SchemaName& schema) {
   // Per candidate, by primary key: is its row visible to this statement's snapshot (a streamed
   // transaction is decoded a moment before other sessions see it committed, and under
-  // synchronous replication until the standby confirms it)? And, where asked, one probe of the
-  // pending-by-aggregate index: its first pending entry below the candidate's sequence. Both are
-  // LATERAL ... LIMIT 1, so no plan reads an index whole for a hash join (the generic plan of an
-  // EXISTS did, on an empty table). Only candidates that must wait come back; unordered (the
-  // reader sorts).
-  return fmt::format(R"SQL(SELECT c.n::text, (v.event_id IS NOT NULL)::text, (l.one IS NOT NULL)::text
+  // synchronous replication until the standby confirms it)? Is it finished already (marked or
+  // skipped: a transaction streamed again after a restart, or after the table path published it
+  // while no slot was there)? Is it the table path's (touched: a failure's backoff, quarantine;
+  // or claimed under a live lease)? And, where asked, one probe of the pending-by-aggregate index:
+  // its first pending entry below the candidate's sequence. All are LATERAL ... LIMIT 1, so no
+  // plan reads an index whole for a hash join (the generic plan of an EXISTS did, on an empty
+  // table). Only candidates that must not simply go come back; unordered (the reader sorts).
+  return fmt::format(R"SQL(SELECT c.n::text, (v.event_id IS NOT NULL)::text, (l.one IS NOT NULL)::text,
+       coalesce(v.state, '')
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bool[]) WITH ORDINALITY
        AS c(event_id, aggregate_type, aggregate_id, sequence, check_lower, n)
 LEFT JOIN LATERAL (
-  SELECT e.event_id FROM {events} e WHERE e.event_id = c.event_id LIMIT 1) v ON true
+  SELECT e.event_id,
+         CASE WHEN e.published_at IS NOT NULL OR e.skipped_at IS NOT NULL THEN 'finished'
+              WHEN e.available_at <> e.occurred_at OR e.quarantined_at IS NOT NULL
+                   OR e.claim_until > now() THEN 'table' END AS state
+  FROM {events} e WHERE e.event_id = c.event_id LIMIT 1) v ON true
 LEFT JOIN LATERAL (
   SELECT 1 AS one FROM {events} e
   WHERE c.check_lower
@@ -468,7 +475,7 @@ LEFT JOIN LATERAL (
     AND e.aggregate_sequence < c.sequence
     AND e.published_at IS NULL AND e.skipped_at IS NULL  -- the pending index's predicate
   LIMIT 1) l ON true
-WHERE v.event_id IS NULL OR l.one IS NOT NULL)SQL",
+WHERE v.event_id IS NULL OR l.one IS NOT NULL OR v.state IS NOT NULL)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
 }
 
@@ -519,14 +526,18 @@ StreamCheck read_check_streamed(const pg::Result& result) {
   StreamCheck check;
   for (int row = 0; row < result.rows(); ++row) {
     const auto position = static_cast<std::size_t>(result.int64(row, 0)) - 1;
+    const std::string_view state = result.text(row, 3);
     if (result.text(row, 1) != "true") {
       check.invisible.push_back(position);
-    } else if (result.text(row, 2) == "true") {
+    } else if (state == "finished") {
+      check.finished.push_back(position);
+    } else if (result.text(row, 2) == "true" || state == "table") {
       check.blocked.push_back(position);
     }
   }
   std::sort(check.invisible.begin(), check.invisible.end());
   std::sort(check.blocked.begin(), check.blocked.end());
+  std::sort(check.finished.begin(), check.finished.end());
   return check;
 }
 

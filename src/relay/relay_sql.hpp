@@ -103,7 +103,10 @@ std::vector<FailedRow> read_mark_failed(const pg::Result& result);
 // check_streamed's rows: 0-based positions, sorted.
 struct StreamCheck {
   std::vector<std::size_t> invisible;  // not committed as far as other sessions see: wait
-  std::vector<std::size_t> blocked;    // a lower sequence pending: leave to the table path
+  // A lower sequence pending, or the row is the table path's (touched, quarantined, claimed):
+  // leave it and its aggregate to the table path.
+  std::vector<std::size_t> blocked;
+  std::vector<std::size_t> finished;  // marked or skipped already: done, not sent again
 };
 StreamCheck read_check_streamed(const pg::Result& result);
 

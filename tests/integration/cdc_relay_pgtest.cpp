@@ -482,6 +482,41 @@ TEST_F(CdcRelayTest, OverTheWalBudgetTheRelayLetsTheSlotGoPollsAndStreamsAgainOn
       << "after the switch back the stream publishes again";
 }
 
+// What the stream brings again may be finished or the table's by then (a restart before the slot
+// was confirmed; rows the table path published while no slot was there): finished rows are not
+// sent again, and a quarantined row is neither sent nor passed by its aggregate's next event.
+TEST_F(CdcRelayTest, StreamedRowsThatAreFinishedOrTheTablesAreNotSent) {
+  {
+    Relay relay(cdc_options("first"), sink());
+    Running running(relay);
+    ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+        << relay.stats().last_error;
+  }  // the slot is confirmed here: what follows is streamed to the next relay
+  enqueue(3, 2);
+  const std::string events = schema_.table("outbox_events");
+  pg::exec(conn(), "UPDATE " + events + " SET published_at = now() WHERE aggregate_sequence = 1");
+  pg::exec(conn(), "UPDATE " + events + " SET skipped_at = now() WHERE aggregate_sequence = 2 "
+                   "AND aggregate_id = 'agg-1'");
+  pg::exec(conn(), "UPDATE " + events + " SET published_at = now() WHERE aggregate_sequence = 2 "
+                   "AND aggregate_id = 'agg-2'");
+  pg::exec(conn(), "UPDATE " + events +
+                       " SET quarantined_at = now(), quarantine_reason = 'test', attempt_count = 1,"
+                       " available_at = 'infinity' WHERE aggregate_sequence = 2 AND aggregate_id "
+                       "= 'agg-0'");
+  const std::vector<EventId> fresh = enqueue(3, 1);  // sequence 3 of each
+  Relay relay(cdc_options("second"), sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until(
+      [&] { return rows("published_at IS NULL AND skipped_at IS NULL") == 2; }, 15s))
+      << relay.stats().last_error << "; unpublished " << unpublished();
+  std::this_thread::sleep_for(1s);  // time to send what it should not
+  running.stop();
+  EXPECT_EQ(relay.stats().claimed, 2U) << "only agg-1 and agg-2's sequence 3 were sent";
+  EXPECT_EQ(relay.stats().published, 2U);
+  EXPECT_EQ(rows("published_at IS NULL AND aggregate_id = 'agg-0'"), 2)
+      << "the quarantined row and the event behind it wait";
+}
+
 // Two shards: each relay streams its aggregates (publication row filters on a hash of the
 // aggregate) from its own slot, and only those; together they publish everything, in order.
 // Going back to one shard drops the two shard slots (they would hold WAL forever).

@@ -481,6 +481,12 @@ TEST(StandbyStatusUpdate, ClockAndLsnHelpers) {
             1);
   EXPECT_EQ(format_lsn(0x16B374D848), "16/B374D848");
   EXPECT_EQ(format_lsn(0), "0/0");
+  // The text the table path's horizon is written as: UTC, microseconds, before 2000 and 1970 too.
+  EXPECT_EQ(format_pg_timestamp(0), "2000-01-01 00:00:00.000000+00");
+  EXPECT_EQ(format_pg_timestamp(-1), "1999-12-31 23:59:59.999999+00");
+  EXPECT_EQ(format_pg_timestamp(to_pg_timestamp(system_clock::time_point{}) - 1),
+            "1969-12-31 23:59:59.999999+00");
+  EXPECT_EQ(format_pg_timestamp(849'440'201'000'123), "2026-12-01 11:36:41.000123+00");
 }
 
 TEST(FindColumns, EscapesWhatItQuotes) {

@@ -105,6 +105,22 @@ TEST(StreamBook, ADeferredCandidateComesBackFirstInLine) {
   EXPECT_EQ(book.confirmable(), 100U);
 }
 
+TEST(StreamBook, AFinishedCandidateIsDoneWithoutASendAndItsSuccessorGoesUnchecked) {
+  StreamBook book;
+  read(book, {event("a", 1), event("a", 2), event("b", 1)}, 100);
+  book.next(100, 1000000, true);
+  const std::vector<Event> go = book.decide({}, {}, {0});  // a#1 was marked already
+  EXPECT_EQ(ids(go), (std::vector<std::string>{"b#1"}));
+  const StreamBook::Candidates next = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(next.events), (std::vector<std::string>{"a#2"}));
+  EXPECT_FALSE(next.needs_check.front()) << "its predecessor is finished: no lower check";
+  const std::vector<Event> second = book.decide({});
+  book.published(second.front().event_id);
+  EXPECT_EQ(book.confirmable(), 0U) << "b#1 is still out";
+  book.published(go.front().event_id);
+  EXPECT_EQ(book.confirmable(), 100U);
+}
+
 TEST(StreamBook, ASpilledTransactionIsLeftToTheTableAndThePositionMovesPastIt) {
   StreamBook book;
   book.begin();
