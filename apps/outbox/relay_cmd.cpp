@@ -91,6 +91,7 @@ std::vector<RelayOptions> relays_to_run(const RelayFlags& flags) {
     }
     RelayOptions one = options;
     one.cdc.shard = static_cast<unsigned>(flags.shard);
+    if (!one.relay_id.empty()) one.relay_id += "-" + std::to_string(flags.shard);
     return {one};
   }
   std::vector<RelayOptions> all;
@@ -307,8 +308,10 @@ void register_relay(Commands& commands) {
                    "this process runs all N")
       ->check(CLI::Range(1U, kMaxShards))
       ->capture_default_str();
-  relay->add_option("--shard", flags->shard,
-                    "with --shards: run only this shard (0 to N-1), e.g. one per machine");
+  relay
+      ->add_option("--shard", flags->shard,
+                   "with --shards: run only this shard (0 to N-1), e.g. one per machine")
+      ->check(CLI::Range(0, static_cast<int>(kMaxShards) - 1));
   relay->add_flag("--durable-marks", flags->durable_marks,
                   "commit marks synchronously: after a PostgreSQL crash no topic shows an "
                   "aggregate's k+1 before a repeat of k (docs/GUARANTEES.md)");

@@ -8,6 +8,7 @@ namespace {
 
 // The slot's part of a CDC relay's line; empty for a polling relay.
 std::string slot_text(const RelayStats& s) {
+  if (s.slot_standby) return ", standby: another relay streams the slot";
   if (s.polling_fallback) {
     return fmt::format(", slot let go over the WAL budget ({} time(s)): polling", s.slot_released);
   }
@@ -57,6 +58,7 @@ nlohmann::json relay_stats_json(const std::string& relay_id, const RelayStats& s
           {"slot_lag_bytes", known(s.slot_lag_bytes)},
           {"slot_lag_ms", known(s.slot_lag_ms)},
           {"polling_fallback", s.polling_fallback},
+          {"slot_standby", s.slot_standby},
           {"slot_released", s.slot_released},
           {"last_error", had_error ? nlohmann::json(s.last_error) : nlohmann::json(nullptr)},
           {"last_error_age_ms",

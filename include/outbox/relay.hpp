@@ -120,6 +120,9 @@ struct RelayStats {
   std::int64_t slot_lag_bytes = -1;       // WAL not confirmed yet (current - confirmed_flush_lsn)
   std::int64_t slot_lag_ms = -1;  // how old the oldest committed event the stream owes may be
   bool polling_fallback = false;  // the slot was let go over cdc.wal_budget: polling meanwhile
+  // Another relay streams the slot: this one waits as its standby (publishing only what the
+  // table path publishes: retries, released quarantine) and takes the slot when it is free.
+  bool slot_standby = false;
   std::uint64_t slot_released = 0;  // times the relay let its slot go over cdc.wal_budget
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)

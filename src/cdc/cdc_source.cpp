@@ -37,8 +37,11 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
   cdc::validate_publication_name(publication_);
   ensure_publication();
   drop_other_shardings();
-  start_stream();
-  table_.set_listening(false);  // registered awake: producers never notify a streaming relay
+  if (try_start_stream()) {
+    table_.set_listening(false);  // registered awake: producers never notify a streaming relay
+  } else {
+    wait_as_standby();
+  }
 }
 
 CdcSource::~CdcSource() = default;
@@ -90,36 +93,47 @@ void CdcSource::ensure_publication() {
   log().info("relay {}: {}", options_.relay_id, statement);
 }
 
+// No leading zeros, 2 <= n <= kMaxShards, i < n.
+std::optional<unsigned> sharding_of(std::string_view rest) {
+  if (rest.empty()) return 1U;
+  const auto number = [](std::string_view digits) -> std::optional<unsigned> {
+    if (digits.empty() || digits.size() > 2 || (digits.size() > 1 && digits[0] == '0')) {
+      return std::nullopt;
+    }
+    unsigned value = 0;
+    for (const char c : digits) {
+      if (c < '0' || c > '9') return std::nullopt;
+      value = value * 10 + static_cast<unsigned>(c - '0');
+    }
+    return value;
+  };
+  if (!rest.starts_with('_')) return std::nullopt;
+  const std::size_t of = rest.find("_of_");
+  if (of == std::string_view::npos) return std::nullopt;
+  const std::optional<unsigned> shard = number(rest.substr(1, of - 1));
+  const std::optional<unsigned> shards = number(rest.substr(of + 4));
+  if (!shard || !shards || *shards < 2 || *shards > kMaxShards || *shard >= *shards) {
+    return std::nullopt;
+  }
+  return shards;
+}
+
 // Slots of another sharding of the same slot name ("<slot>" and "<slot>_<i>_of_<n>" for another
 // n) that no relay streams from: left by a change of cdc.shards, they would hold WAL forever. The
 // table is the truth, so dropping them loses nothing: what they held and no relay marked is
 // pending, and older than the new slots' horizons.
 void CdcSource::drop_other_shardings() {
+  next_sharding_sweep_ = Clock::now() + kShardingSweepEvery;  // again later: one active now
   const std::string& base = options_.cdc.slot;
   const auto slots = pg::exec(
       table_.connection(),
       "SELECT slot_name::text FROM pg_replication_slots WHERE database = current_database() "
       "AND plugin = 'pgoutput' AND NOT active AND starts_with(slot_name::text, $1)",
       {base.c_str()});
-  const std::string sibling_suffix = fmt::format("_of_{}", options_.cdc.shards);
   for (int row = 0; row < slots.rows(); ++row) {
     const std::string name(slots.text(row, 0));
-    const std::string rest = name.substr(base.size());
-    std::size_t digits = 0;
-    if (!rest.empty()) {
-      // "_<i>_of_<n>" or not ours at all (another slot that only starts like it).
-      if (rest.size() < 6 || rest[0] != '_') continue;
-      digits = rest.find_first_not_of("0123456789", 1);
-      if (digits == 1 || digits == std::string::npos || rest.compare(digits, 4, "_of_") != 0 ||
-          rest.size() == digits + 4 ||
-          rest.find_first_not_of("0123456789", digits + 4) != std::string::npos) {
-        continue;
-      }
-    }
-    const bool ours = options_.cdc.shards <= 1 ? rest.empty()
-                                               : !rest.empty() && rest.ends_with(sibling_suffix) &&
-                                                     rest.size() - sibling_suffix.size() == digits;
-    if (ours) continue;
+    const std::optional<unsigned> shards = sharding_of(name.substr(base.size()));
+    if (!shards || *shards == options_.cdc.shards) continue;  // not a sharding of ours, or ours
     try {
       pg::exec(table_.connection(), "SELECT pg_drop_replication_slot($1)", {name.c_str()});
       log().warn("relay {}: dropped slot {} of another sharding than {} shard(s); the table "
@@ -164,6 +178,40 @@ void CdcSource::start_stream() {
   confirmed_sent_ = 0;
 }
 
+// start_stream(), or false when another relay streams from the slot (it may let go).
+bool CdcSource::try_start_stream() {
+  try {
+    start_stream();
+    return true;
+  } catch (const cdc::ReplicationError& error) {
+    if (error.failure() != cdc::ReplicationFailure::slot_in_use) throw;
+    stream_.reset();
+    return false;
+  }
+}
+
+// Another relay streams from the slot: this one waits for it as a standby, and meanwhile records
+// the outcomes of what it has in flight and publishes what only the table path publishes (touched
+// rows: retries, released quarantine), beside the streaming relay's own table path.
+void CdcSource::wait_as_standby() {
+  if (!fallback_since_) {
+    log().info("relay {}: slot {} is streamed by another relay; waiting as its standby",
+               options_.relay_id, slot_);
+  }
+  fallback_since_ = Clock::now();
+  released_ = false;
+  streamed_out_ = false;  // the horizon below is "-infinity": no streamed row is ever claimed
+  slot_taken_ = true;
+  book_ = cdc::StreamBook{};
+  probe_.reset();
+  counters_.polling_fallback.store(false, std::memory_order_relaxed);
+  counters_.slot_standby.store(true, std::memory_order_relaxed);
+  RelayCounters::set(counters_.slot_retained_bytes, -1);
+  RelayCounters::set(counters_.slot_lag_bytes, -1);
+  RelayCounters::set(counters_.slot_lag_ms, -1);
+  table_.set_listening(listening_);
+}
+
 void CdcSource::prepare_slot() {
   const std::string& slot = slot_;
   std::optional<cdc::SlotInfo> info = stream_->find_slot(slot);
@@ -191,7 +239,11 @@ void CdcSource::prepare_slot() {
 
 Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) {
   if (polling()) {
-    table_.set_claim_horizon(streamed_out_ ? fallback_horizon_ : "infinity");
+    // Released over the budget: what the stream had out keeps its horizon until it is done, then
+    // every pending row. Waiting for a slot another relay streams: touched rows only.
+    table_.set_claim_horizon(streamed_out_          ? fallback_horizon_
+                             : released_ && !slot_taken_ ? "infinity"
+                                                         : "-infinity");
     Fetched claimed = table_.fetch(limit, byte_room, holding_nothing);
     table_caught_up_ =
         claimed.reached_end && !claimed.began_mid_way && claimed.events.size() < limit;
@@ -372,6 +424,7 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
   }
   if (polling()) return news;
   if (stream_->status_due()) send_status(false);
+  if (now >= next_sharding_sweep_) drop_other_shardings();
   if (now >= next_slot_look_) {
     next_slot_look_ = now + kSlotLookEvery;
     if (look_at_slot()) return true;  // let go: the table path claims from now on
@@ -414,6 +467,8 @@ void CdcSource::release_slot(std::int64_t retained) {
              options_.cdc.wal_budget >> 20);
   fallback_horizon_ = horizon();
   fallback_since_ = Clock::now();
+  released_ = true;
+  slot_taken_ = false;
   streamed_out_ = true;
   table_caught_up_ = false;
   released_walsender_ = stream_->backend_pid();
@@ -483,27 +538,58 @@ bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window)
         std::any_of(window.failed().begin(), window.failed().end(), streamed);
     if (!out) {
       streamed_out_ = false;
-      news = true;  // every pending row is claimable now
+      table_caught_up_ = false;  // the claims so far stopped at the old horizon
+      news = true;               // every pending row is claimable now
     }
   }
-  if (streamed_out_ || !table_caught_up_ || released_walsender_ != 0 ||
-      now - *fallback_since_ < std::max<Clock::duration>(options_.cdc.horizon_grace,
-                                                          kSlotLookEvery)) {
+  if (now < next_stream_try_) return news;
+  next_stream_try_ = now + options_.cdc.table_poll;
+  // Another relay streams the slot (a standby took it after this one let go, or this one is the
+  // standby): wait. A missing slot is created, which waits for every transaction writing at that
+  // moment to end, and the loop with it: not while one has been writing for a second already.
+  const auto seen = pg::exec(
+      table_.connection(),
+      "SELECT coalesce((SELECT (active_pid IS NOT NULL)::text FROM pg_replication_slots "
+      "WHERE slot_name = $1), 'missing'), "
+      "(SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL "
+      "AND pid <> pg_backend_pid() AND xact_start < now() - interval '1 second')::text",
+      {slot_.c_str()});
+  const std::string slot_state(seen.text(0, 0));
+  const bool was_taken = slot_taken_;
+  slot_taken_ = slot_state == "true" && released_walsender_ == 0;
+  if (slot_taken_ != was_taken) news = true;  // the horizon changed
+  if (slot_state == "true") return news;
+  if (released_ && (streamed_out_ || !table_caught_up_ || released_walsender_ != 0 ||
+                    now - *fallback_since_ < std::max<Clock::duration>(
+                                                 options_.cdc.horizon_grace, kSlotLookEvery))) {
     return news;
   }
+  if (slot_state == "missing" && seen.int64(0, 1) > 0) {
+    log().debug("relay {}: not creating slot {} while {} transaction(s) have been writing for "
+                "over a second (creating it would wait for them)",
+                options_.relay_id, slot_, seen.text(0, 1));
+    return news;
+  }
+  bool streaming = false;
   try {
-    start_stream();
+    streaming = try_start_stream();
   } catch (const DatabaseError& error) {
     if (!error.retryable()) throw;
-    log().info("relay {}: caught up, but streaming again failed ({}); polling on",
-               options_.relay_id, error.what());
-    fallback_since_ = now;  // tried again after another horizon_grace
+    log().info("relay {}: streaming from slot {} failed ({}); polling on", options_.relay_id,
+               slot_, error.what());
+    stream_.reset();
+  }
+  if (!streaming) {
+    if (released_) fallback_since_ = now;  // caught up again after another horizon_grace
     return news;
   }
-  log().info("relay {}: caught up from the table; streaming again from slot {}",
-             options_.relay_id, slot_);
+  log().info("relay {}: streaming from slot {}{}", options_.relay_id, slot_,
+             released_ ? " again, caught up from the table" : " (was the standby)");
   fallback_since_.reset();
+  released_ = false;
+  slot_taken_ = false;
   counters_.polling_fallback.store(false, std::memory_order_relaxed);
+  counters_.slot_standby.store(false, std::memory_order_relaxed);
   table_.set_listening(false);  // registered awake again
   next_table_poll_ = now;
   return true;
@@ -540,9 +626,12 @@ CdcSource::Clock::time_point CdcSource::next_duty() const {
 
 bool CdcSource::reconnect(const SendWindow& window) {
   const bool reconnected = table_.reconnect(window);
-  if (polling()) return reconnected;  // streams again once caught up (fallback_duties)
-  start_stream();
-  table_.set_listening(false);
+  if (polling()) return reconnected;  // streams again when it may (fallback_duties)
+  if (try_start_stream()) {
+    table_.set_listening(false);
+  } else {
+    wait_as_standby();
+  }
   return reconnected;
 }
 

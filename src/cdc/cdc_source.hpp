@@ -44,6 +44,10 @@
 
 namespace outbox::detail {
 
+// The shard count a slot name says after its base name: "" is 1 shard, "_<i>_of_<n>" exactly as
+// shard_slot_name writes it is n; anything else is not a sharding of that base (nullopt).
+std::optional<unsigned> sharding_of(std::string_view rest);
+
 class CdcSource final : public RelaySourceBase {
  public:
   using Clock = std::chrono::steady_clock;
@@ -73,7 +77,11 @@ class CdcSource final : public RelaySourceBase {
  private:
   void ensure_publication();
   void drop_other_shardings();
+  static constexpr std::chrono::seconds kShardingSweepEvery{60};
+  Clock::time_point next_sharding_sweep_;
   void start_stream();
+  bool try_start_stream();
+  void wait_as_standby();
   void prepare_slot();
   // Reads what has arrived (waiting at most `timeout` for the first message), up to the budget;
   // true when a message came.
@@ -91,9 +99,9 @@ class CdcSource final : public RelaySourceBase {
   bool look_at_slot();
   // Over the budget: stops streaming and lets the slot go; the table path publishes meanwhile.
   void release_slot(std::int64_t retained);
-  // While polling after a release: drops the slot once our walsender let go of it, claims every
-  // pending row once no streamed event is in flight, streams again once caught up. True when
-  // rows became claimable.
+  // While not streaming: drops a released slot once our walsender let go of it, claims every
+  // pending row once no streamed event is in flight (released) or touched rows only (another
+  // relay streams), streams again when it may. True when rows became claimable.
   bool fallback_duties(Clock::time_point now, const SendWindow& window);
   void drop_released_slot();
   [[nodiscard]] bool polling() const { return fallback_since_.has_value(); }
@@ -124,7 +132,10 @@ class CdcSource final : public RelaySourceBase {
   // The WAL budget (see the top of this file).
   static constexpr std::chrono::seconds kSlotLookEvery{1};
   Clock::time_point next_slot_look_;
-  std::optional<Clock::time_point> fallback_since_;  // polling since: the slot was let go
+  std::optional<Clock::time_point> fallback_since_;  // not streaming since (let go, or standby)
+  bool released_ = false;    // not streaming because this relay let the slot go over the budget
+  bool slot_taken_ = false;  // not streaming: another relay streams the slot
+  Clock::time_point next_stream_try_;
   std::string fallback_horizon_;  // the table path's horizon while streamed events are out
   bool streamed_out_ = false;     // polling: streamed events may still be in flight
   bool table_caught_up_ = false;  // polling: the last claim found every ready row

@@ -28,6 +28,7 @@ struct RelayCounters {
   Gauge slot_lag_bytes{-1};
   Gauge slot_lag_ms{-1};
   std::atomic<bool> polling_fallback{false};
+  std::atomic<bool> slot_standby{false};
   Counter slot_released{0};
 
   static void add(Counter& counter, std::uint64_t n) {
@@ -58,6 +59,7 @@ struct RelayCounters {
     stats.slot_lag_bytes = slot_lag_bytes.load(std::memory_order_relaxed);
     stats.slot_lag_ms = slot_lag_ms.load(std::memory_order_relaxed);
     stats.polling_fallback = polling_fallback.load(std::memory_order_relaxed);
+    stats.slot_standby = slot_standby.load(std::memory_order_relaxed);
     stats.slot_released = read(slot_released);
   }
 };

@@ -2,6 +2,8 @@
 // with a message naming the option.
 #include "relay/relay_options.hpp"
 
+#include "cdc/cdc_source.hpp"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -123,6 +125,17 @@ TEST(RelayOptionsCheck, ShardsAreOneToSixtyFourAndTheShardOneOfThem) {
   options.cdc.shard = 0;
   EXPECT_EQ(refusal(options), "");
   EXPECT_EQ(shard_slot_name(options.cdc), options.cdc.slot);
+}
+
+TEST(CdcShardNames, OnlyTheNamesAShardingWritesCountAsOne) {
+  EXPECT_EQ(sharding_of(""), 1U);
+  EXPECT_EQ(sharding_of("_0_of_2"), 2U);
+  EXPECT_EQ(sharding_of("_63_of_64"), 64U);
+  for (const char* other : {"_2", "_7_of_2", "_0_of_0", "_0_of_1", "_1_of_02", "_01_of_2",
+                            "_0_of_65", "_0_of_2x", "x_0_of_2", "_of_2", "_0_of_", "_a_of_2",
+                            "_0_of_100"}) {
+    EXPECT_EQ(sharding_of(other), std::nullopt) << other;
+  }
 }
 
 }  // namespace
