@@ -18,7 +18,6 @@ readonly kafka_secret="Planted-Kafka-Secret-91c2"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init hostile_input outbox-hostile-test
 
-sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
 all_output="$work_dir/all-output.log"
 : >"$all_output"
 

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Scaffolding shared by the command-line tests in this folder: a work folder and background
-# processes cleaned up on exit, pass/fail counters, the closing summary, and waiting for a
-# background process's first line of output.
+# processes cleaned up on exit, pass/fail counters, the closing summary, waiting for a
+# background process's first line of output, and the helpers every script uses (show_log, sql
+# against "$db", expect_failure).
 #
 # Usage, from a script running under `set -euo pipefail`:
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -102,4 +103,30 @@ wait_for_first_line() {
     sleep 0.1
   done
   return 1
+}
+
+# Prints the log of a background process, indented, after a failure.
+show_log() {
+  local name="$1" file="$2"
+  echo "--- $name ($file) ---" >&2
+  sed 's/^/    /' "$file" >&2 || true
+}
+
+# psql against "$db", quiet, unaligned, stopping at the first error.
+sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+
+# Runs a command expected to fail; checks the exit status is non-zero and stderr+stdout contain
+# `expected`.
+expect_failure() {
+  local description="$1" expected="$2"
+  shift 2
+  local output rc=0
+  output="$("$@" 2>&1)" || rc=$?
+  if ((rc == 0)); then
+    fail "$description: expected a non-zero exit status, got 0; output: $output"
+  elif [[ "$output" != *"$expected"* ]]; then
+    fail "$description: exit status $rc but output lacks \"$expected\"; output: $output"
+  else
+    pass
+  fi
 }

@@ -22,26 +22,6 @@ readonly publish_timeout_s=60
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init relay_cdc outbox-cdc-test
 
-show_log() {
-  echo "--- $1 ($2) ---" >&2
-  sed 's/^/    /' "$2" >&2 || true
-}
-sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
-
-expect_failure() {
-  local description="$1" expected="$2"
-  shift 2
-  local output rc=0
-  output="$("$@" 2>&1)" || rc=$?
-  if ((rc == 0)); then
-    fail "$description: expected a non-zero exit status, got 0; output: $output"
-  elif [[ "$output" != *"$expected"* ]]; then
-    fail "$description: exit status $rc but output lacks \"$expected\"; output: $output"
-  else
-    pass
-  fi
-}
-
 # Round `round` of events: `per_round` more per aggregate, one transaction, as the producer
 # writes them (rows and sequences together).
 write_round() {

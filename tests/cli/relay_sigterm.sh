@@ -23,31 +23,6 @@ readonly sigterm_exit_timeout_s=15
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init relay_sigterm outbox-cli-test
 
-# Prints the log of a background process, indented, after a failure.
-show_log() {
-  local name="$1" file="$2"
-  echo "--- $name ($file) ---" >&2
-  sed 's/^/    /' "$file" >&2 || true
-}
-
-sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
-
-# Runs a command expected to fail; checks the exit status is non-zero and stderr+stdout contain
-# `expected`.
-expect_failure() {
-  local description="$1" expected="$2"
-  shift 2
-  local output rc=0
-  output="$("$@" 2>&1)" || rc=$?
-  if ((rc == 0)); then
-    fail "$description: expected a non-zero exit status, got 0; output: $output"
-  elif [[ "$output" != *"$expected"* ]]; then
-    fail "$description: exit status $rc but output lacks \"$expected\"; output: $output"
-  else
-    pass
-  fi
-}
-
 # --- 1. PostgreSQL and the Kafka mock cluster -----------------------------------------------------
 # Created here, not by the background redirections, so the first-line polls never race them.
 : >"$work_dir/postgres.out"
