@@ -172,7 +172,13 @@ void CdcSource::start_stream() {
       const bool raced = failure == cdc::ReplicationFailure::slot_invalidated ||
                          failure == cdc::ReplicationFailure::slot_missing ||
                          failure == cdc::ReplicationFailure::slot_exists;
-      if (!raced || attempt == 3) throw;
+      if (!raced) throw;
+      if (attempt == 3) {
+        // Other relays keep dropping and creating it: an outage of the slot, tried again later.
+        throw DatabaseError(fmt::format("slot {}: raced with other relays three times ({})",
+                                        slot_, error.what()),
+                            error.sqlstate(), true);
+      }
     }
   }
   confirmed_sent_ = 0;

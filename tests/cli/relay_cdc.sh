@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `outbox relay --source cdc` as an operator runs it: a private PostgreSQL and the Kafka mock
 # cluster as separate processes, events written by plain SQL, a change-data-capture relay
-# streaming them, `outbox status` showing its slot, kcat reading what reached Kafka (every event,
-# each key in sequence order), SIGTERM, a restart that resumes from the slot, and the refusals of
-# CDC options that cannot work, and two shards run by one process.
+# streaming them, `outbox status` showing its slot, SIGTERM, a restart that resumes from the slot,
+# the refusals of CDC options that cannot work, two shards run by one process, the WAL budget
+# with a paused broker, and kcat reading what reached Kafka (every event, each key in order).
 #
 # Usage: relay_cdc.sh /path/to/outbox
 # Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox postgres`).
@@ -17,6 +17,7 @@ readonly aggregates=5
 readonly per_round=4  # events per aggregate in each round
 readonly startup_timeout_s=30
 readonly publish_timeout_s=60
+wal_budget=256MiB  # section 6 lowers it
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -60,7 +61,7 @@ wait_published() {
 start_relay() {
   : >"$work_dir/relay.out"
   "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
-    --source cdc --slot "$slot" --wal-budget 256MiB --stats-every 1s --stats-format json "$@" \
+    --source cdc --slot "$slot" --wal-budget "$wal_budget" --stats-every 1s --stats-format json "$@" \
     >"$work_dir/relay.out" 2>>"$work_dir/relay.err" &
   relay_pid=$!
   track_background "$relay_pid" "relay"
@@ -179,8 +180,67 @@ if [[ "$(grep -c '"relay_id"' "$work_dir/relay.out")" -ge 2 ]]; then pass; else
   fail "two shards print two stats lines at the end; got: $(cat "$work_dir/relay.out")"
 fi
 
-# --- 6. what reached Kafka, read by kcat: every event, each key's first deliveries in order ------
-total=$((4 * aggregates * per_round))
+# --- 6. the WAL budget: the broker stops answering, WAL piles up, the relay lets its slot go ------
+# (Back to one shard: the relay drops the two shard slots at its start.) The broker is paused
+# with SIGSTOP, so sends are taken and never answered; 4 MB of other WAL passes the 1 MiB budget.
+wal_budget=1MiB
+start_relay
+wait_for_status() {  # wait_for_status PATTERN DESCRIPTION
+  local deadline=$((SECONDS + 20))
+  while ((SECONDS < deadline)); do
+    status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" || true
+    # shellcheck disable=SC2053  # a glob on purpose
+    [[ "$status_text" == $1 ]] && { pass; return 0; }
+    sleep 0.2
+  done
+  fail "$2; status said: $status_text"
+  return 1
+}
+wait_for_status "*slot $slot: streamed*" "one shard again: slot $slot streamed" || true
+if [[ "$status_text" == *"_of_2"* ]]; then
+  fail "the shard slots should be gone with one shard; status said: $status_text"
+else
+  pass
+fi
+kill -STOP "$kafka_pid"
+write_round 5
+sql -c "CREATE TABLE $schema.filler AS SELECT repeat('x', 1000) AS x FROM generate_series(1, 4000)"
+deadline=$((SECONDS + 20))
+while ((SECONDS < deadline)) && ! grep -q '"polling_fallback":true' "$work_dir/relay.out"; do
+  sleep 0.2
+done
+if grep -q '"polling_fallback":true' "$work_dir/relay.out"; then pass; else
+  kill -CONT "$kafka_pid"
+  show_log "relay stderr" "$work_dir/relay.err"
+  fatal "over a 1 MiB WAL budget the relay should let its slot go; stats: $(tail -n 1 "$work_dir/relay.out")"
+fi
+deadline=$((SECONDS + 10))  # the drop follows its walsender's exit
+while ((SECONDS < deadline)); do
+  status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" || true
+  [[ "$status_text" != *"slot $slot:"* ]] && break
+  sleep 0.2
+done
+if [[ "$status_text" != *"slot $slot:"* ]]; then pass; else
+  fail "the relay should drop the slot it let go; status said: $status_text"
+fi
+write_round 6  # committed while there is no slot: the table path's
+kill -CONT "$kafka_pid"
+wait_published $((6 * aggregates * per_round))
+deadline=$((SECONDS + 30))
+while ((SECONDS < deadline)) && ! tail -n 1 "$work_dir/relay.out" | grep -q '"polling_fallback":false'; do
+  sleep 0.2
+done
+last_stats="$(tail -n 1 "$work_dir/relay.out")"
+if [[ "$last_stats" == *'"polling_fallback":false'* && "$last_stats" == *'"slot_released":1'* ]]; then
+  pass
+else
+  fail "caught up, the stats should say streaming again after one release: $(tail -n 1 "$work_dir/relay.out")"
+fi
+wait_for_status "*slot $slot: streamed*" "caught up, the relay streams again from a new slot" || true
+stop_relay
+
+# --- 7. what reached Kafka, read by kcat: every event, each key's first deliveries in order ------
+total=$((6 * aggregates * per_round))
 if ! kcat -C -b "$brokers" -t "$topic" -e -q -f '%k %h\n' >"$work_dir/topic.txt" 2>"$work_dir/kcat.err"; then
   fail "kcat could not read $topic: $(cat "$work_dir/kcat.err")"
 fi
