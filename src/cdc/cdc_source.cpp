@@ -552,7 +552,8 @@ bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window)
   next_stream_try_ = now + options_.cdc.table_poll;
   // Another relay streams the slot (a standby took it after this one let go, or this one is the
   // standby): wait. A missing slot is created, which waits for every transaction writing at that
-  // moment to end, and the loop with it: not while one has been writing for a second already.
+  // moment to end, and the loop with it: after a release, not while one has been writing for a
+  // second already (such a transaction may be why the slot went over the budget).
   const auto seen = pg::exec(
       table_.connection(),
       "SELECT coalesce((SELECT (active_pid IS NOT NULL)::text FROM pg_replication_slots "
@@ -570,7 +571,9 @@ bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window)
                                                  options_.cdc.horizon_grace, kSlotLookEvery))) {
     return news;
   }
-  if (slot_state == "missing" && seen.int64(0, 1) > 0) {
+  // Only after a release: a standby that finds the slot missing (dropped while it waited, or its
+  // streaming relay's and its own start crossed the drop) creates it at once, or no relay would.
+  if (released_ && slot_state == "missing" && seen.int64(0, 1) > 0) {
     log().debug("relay {}: not creating slot {} while {} transaction(s) have been writing for "
                 "over a second (creating it would wait for them)",
                 options_.relay_id, slot_, seen.text(0, 1));

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
+#include <fstream>
 #include <map>
 #include <atomic>
 #include <filesystem>
@@ -560,6 +562,18 @@ int run_cdc_faults(const ScenarioOptions& options) {
       std::cout << fmt::format("  trial {}/{}: {}{}", t + 1, trials, name(fault),
                                ok ? "" : " COULD NOT BE MADE")
                 << std::endl;
+    }
+    if (!ok) {  // what the relays did meanwhile: their last lines about the slot
+      for (const char* relay : {"relay1", "relay2"}) {
+        std::ifstream in(stage.log(relay));
+        std::deque<std::string> last;
+        for (std::string line; std::getline(in, line);) {
+          if (line.find("slot") == std::string::npos) continue;
+          last.push_back(line);
+          if (last.size() > 8) last.pop_front();
+        }
+        for (const std::string& line : last) std::cout << "    " << relay << ": " << line << "\n";
+      }
     }
   }
   writers.stop();
