@@ -471,6 +471,20 @@ bool invalidate_slot(Stage& stage, const std::vector<std::string>& relay_args) {
   bool lost = false;
   try {
     auto c = pg::Connection::open(stage.url, "scenario");
+    // A relay killed while it made the slot leaves none (the half-made one goes with its
+    // walsender): the fault is an invalidated slot, so make one to invalidate.
+    const std::string missing = fmt::format(
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}'", kCdcSlot);
+    std::this_thread::sleep_for(200ms);  // the killed relays' walsenders exit
+    if (pg::exec(c.get(), missing).int64(0, 0) == 0) {
+      std::cerr << "invalidate: no slot once the relays were killed; making one to invalidate\n";
+      run_until_done(stage.url,
+                     fmt::format("SELECT pg_create_logical_replication_slot('{}', 'pgoutput') "
+                                 "WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots "
+                                 "WHERE slot_name = '{}')",
+                                 kCdcSlot, kCdcSlot),
+                     10s);
+    }
     pg::exec(c.get(), "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'");
     pg::exec(c.get(), "SELECT pg_reload_conf()");
     std::this_thread::sleep_for(500ms);  // the checkpointer reads it at its next wake-up
