@@ -212,9 +212,7 @@ void CdcSource::wait_as_standby() {
   probe_.reset();
   counters_.polling_fallback.store(false, std::memory_order_relaxed);
   counters_.slot_standby.store(true, std::memory_order_relaxed);
-  RelayCounters::set(counters_.slot_retained_bytes, -1);
-  RelayCounters::set(counters_.slot_lag_bytes, -1);
-  RelayCounters::set(counters_.slot_lag_ms, -1);
+  counters_.forget_slot_gauges();
   table_.set_listening(listening_);
 }
 
@@ -488,9 +486,7 @@ void CdcSource::release_slot(std::int64_t retained) {
   probe_.reset();
   RelayCounters::add(counters_.slot_released, 1);
   counters_.polling_fallback.store(true, std::memory_order_relaxed);
-  RelayCounters::set(counters_.slot_retained_bytes, -1);
-  RelayCounters::set(counters_.slot_lag_bytes, -1);
-  RelayCounters::set(counters_.slot_lag_ms, -1);
+  counters_.forget_slot_gauges();
   table_.set_listening(listening_);
   drop_released_slot();
 }

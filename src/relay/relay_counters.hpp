@@ -40,6 +40,12 @@ struct RelayCounters {
   static void set(Gauge& gauge, std::int64_t value) {
     gauge.store(value, std::memory_order_relaxed);
   }
+  // Not streaming: the slot's figures are unknown (-1) until a stream reads them again.
+  void forget_slot_gauges() {
+    set(slot_retained_bytes, -1);
+    set(slot_lag_bytes, -1);
+    set(slot_lag_ms, -1);
+  }
 
   // Every counter into `stats` (health and errors are the HealthBoard's).
   void snapshot(RelayStats& stats) const {

@@ -44,6 +44,12 @@ void check_cdc(const CdcOptions& cdc) {
         "slot's restart_lsn trails its confirmed position by up to 15 s of WAL)",
         cdc.wal_budget));
   }
+  if (cdc.wal_budget > kMaxWalBudget) {
+    throw InvalidArgument(fmt::format(
+        "relay: cdc.wal_budget is {} bytes; it must be at most 1 PiB (no disk holds more WAL; "
+        "0 turns the budget off)",
+        cdc.wal_budget));
+  }
   if (cdc.takeover > kMaxTakeover) {
     throw InvalidArgument(fmt::format(
         "relay: cdc.takeover is {} ms; it must be at most 1 hour (a stalled relay keeps the slot "

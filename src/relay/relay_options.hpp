@@ -15,6 +15,9 @@ namespace outbox::detail {
 inline constexpr std::size_t kMaxBatchSize = 100000;
 inline constexpr std::uint64_t kMaxInFlightBytes = std::uint64_t{1} << 40;
 inline constexpr std::uint64_t kMinWalBudget = std::uint64_t{1} << 20;  // cdc.wal_budget, when set
+// A WAL budget past 1 PiB is a typo (no disk holds it); the cap also keeps it an int64 of bytes,
+// what PostgreSQL's pg_lsn arithmetic returns.
+inline constexpr std::uint64_t kMaxWalBudget = std::uint64_t{1} << 50;
 inline constexpr std::chrono::milliseconds kMaxTakeover = std::chrono::hours(1);
 
 // `options` with a relay id (host-pid-random when empty), or InvalidArgument naming what is

@@ -90,7 +90,7 @@ TEST(RelayOptionsCheck, ChangeDataCaptureOptionsAreCheckedOnlyForThatSource) {
   EXPECT_EQ(refusal(options), "");
 }
 
-TEST(RelayOptionsCheck, ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteAreRefused) {
+TEST(RelayOptionsCheck, ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteOrPastOnePebibyteAreRefused) {
   RelayOptions options;
   options.source = RelaySource::cdc;
   options.cdc.takeover = std::chrono::hours(2);
@@ -103,6 +103,13 @@ TEST(RelayOptionsCheck, ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteAreRefus
   EXPECT_EQ(refusal(options), "");
   options.cdc.wal_budget = 0;
   EXPECT_EQ(refusal(options), "") << "0 turns the budget off";
+  options.cdc.wal_budget = std::uint64_t{1} << 50;
+  EXPECT_EQ(refusal(options), "");
+  // Past INT64_MAX it would read as negative beside the slot's bytes and let the slot go each second.
+  for (std::uint64_t huge : {(std::uint64_t{1} << 50) + 1, ~std::uint64_t{0}}) {
+    options.cdc.wal_budget = huge;
+    EXPECT_NE(refusal(options).find("at most 1 PiB"), std::string::npos) << refusal(options);
+  }
 }
 
 TEST(RelayOptionsCheck, ShardsAreOneToSixtyFourAndTheShardOneOfThem) {
