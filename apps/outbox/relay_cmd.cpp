@@ -50,7 +50,8 @@ struct RelayFlags {
   std::string slot = kRelayDefaults.cdc.slot;
   std::string publication;  // empty: "<schema>_outbox"
   std::string takeover = std::to_string(kRelayDefaults.cdc.takeover.count()) + "ms";
-  std::string wal_budget = byte_size_text(kRelayDefaults.cdc.wal_budget);
+  std::string wal_budget;  // empty: the default, or 0 with --table-less
+  bool table_less = false;
   unsigned shards = 1;
   int shard = -1;  // -1: every shard, each on its own thread
 };
@@ -72,7 +73,10 @@ RelayOptions relay_options(const RelayFlags& flags) {
   options.cdc.slot = flags.slot;
   options.cdc.publication = flags.publication;
   options.cdc.takeover = parse_duration(flags.takeover);
-  options.cdc.wal_budget = parse_byte_size(flags.wal_budget);
+  options.cdc.table_less = flags.table_less;
+  options.cdc.wal_budget = !flags.wal_budget.empty() ? parse_byte_size(flags.wal_budget)
+                           : flags.table_less        ? 0
+                                                     : kRelayDefaults.cdc.wal_budget;
   options.cdc.shards = flags.shards;
   return options;
 }
@@ -299,8 +303,14 @@ void register_relay(Commands& commands) {
       ->add_option("--wal-budget", flags->wal_budget,
                    "with --source cdc: the most WAL the slot may hold back; past it the relay "
                    "drops the slot, publishes by polling until caught up, then streams from a "
-                   "new slot (0: no budget)")
-      ->capture_default_str();
+                   "new slot (0: no budget; default " +
+                       byte_size_text(kRelayDefaults.cdc.wal_budget) +
+                       ", and 0 with --table-less, which refuses any other)");
+  relay->add_flag("--table-less", flags->table_less,
+                  "with --source cdc: also publish the events of table-less producers "
+                  "(ProducerOptions::table_less), which exist only in the slot's WAL: registers "
+                  "the slot for them (producers refuse to write without one); no WAL budget, one "
+                  "shard. A lost slot loses such events (docs/ARCHITECTURE.md)");
   relay
       ->add_option("--shards", flags->shards,
                    "with --source cdc: split the aggregates over N slots (publication row filters "

@@ -17,7 +17,10 @@ std::string slot_text(const RelayStats& s) {
                      s.slot_lag_bytes, s.slot_lag_ms,
                      s.slot_released == 0
                          ? ""
-                         : fmt::format(" (let go {} time(s) over the WAL budget)", s.slot_released));
+                         : fmt::format(" (let go {} time(s) over the WAL budget)", s.slot_released)) +
+         (s.materialized == 0
+              ? ""
+              : fmt::format(", {} table-less event(s) written to the table", s.materialized));
 }
 
 nlohmann::json known(std::int64_t value) {
@@ -60,6 +63,7 @@ nlohmann::json relay_stats_json(const std::string& relay_id, const RelayStats& s
           {"polling_fallback", s.polling_fallback},
           {"slot_standby", s.slot_standby},
           {"slot_released", s.slot_released},
+          {"materialized", s.materialized},
           {"last_error", had_error ? nlohmann::json(s.last_error) : nlohmann::json(nullptr)},
           {"last_error_age_ms",
            had_error ? nlohmann::json(s.last_error_age.count()) : nlohmann::json(nullptr)}};

@@ -39,6 +39,20 @@ struct ProducerOptions {
   // prepared statements (PgBouncer before 1.21, or max_prepared_statements = 0); there a
   // statement prepared on one server connection is missing on the next.
   bool prepare_statements = true;
+  // Table-less: write no outbox row. Each statement still takes the aggregate's next sequences
+  // (the same row lock, the same gap-free numbers), and emits the events as one transactional
+  // logical decoding message (pg_logical_emit_message(true, 'outbox:<schema>', ...)), which
+  // commits or rolls back with the caller's transaction. Only a relay started with
+  // `--source cdc --table-less` reads them, from its replication slot.
+  //
+  // What it gives up (docs/ARCHITECTURE.md, "Table-less producers"): the slot is then the only
+  // copy of an event until the broker has it. A slot dropped or invalidated (max_slot_wal_keep_size)
+  // before its relay has read an event loses that event, and replay lives in the broker, not in
+  // the table. The producer refuses to write where that would be silent: every statement checks
+  // that wal_level is logical and that a slot registered by a table-less relay exists with its WAL
+  // (DatabaseError, SQLSTATE 55000, naming what to do), so after a slot is lost producers fail
+  // instead of writing events no one will read.
+  bool table_less = false;
 };
 
 struct EnqueuedEvent {

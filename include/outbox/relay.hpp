@@ -53,6 +53,15 @@ struct CdcOptions {
   // 1: one stream, slot and publication as named. At most kMaxShards.
   unsigned shards = 1;
   unsigned shard = 0;
+  // Also publish the events of table-less producers (ProducerOptions::table_less): they exist
+  // only in the slot's WAL. The relay registers its slot for them (outbox_table_less_slots:
+  // producers refuse to write without such a slot), so it needs wal_budget = 0 (letting the slot
+  // go would lose them) and one shard (messages carry no row for a publication's filter). One it
+  // cannot publish at once (a failed send, an earlier event of its aggregate still in the table,
+  // a transaction past max_in_flight_bytes) is written to the table as a pending row and goes on
+  // from there like any row. A relay without it refuses a registered slot, and stops when it
+  // meets a table-less event rather than skip it.
+  bool table_less = false;
 };
 inline constexpr unsigned kMaxShards = 64;
 
@@ -124,6 +133,8 @@ struct RelayStats {
   // table path publishes: retries, released quarantine) and takes the slot when it is free.
   bool slot_standby = false;
   std::uint64_t slot_released = 0;  // times the relay let its slot go over cdc.wal_budget
+  // Table-less events the relay wrote to the table to publish them from there (cdc.table_less).
+  std::uint64_t materialized = 0;
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)
   std::chrono::milliseconds last_error_age{0};  // how long ago last_error happened

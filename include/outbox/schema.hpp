@@ -27,6 +27,9 @@ class SchemaName {
   [[nodiscard]] std::string table(std::string_view table) const;
   // The LISTEN/NOTIFY channel the outbox table announces new rows on.
   [[nodiscard]] std::string notify_channel() const;
+  // The prefix of the logical decoding messages a table-less producer emits ("outbox:<name>"):
+  // a relay streams every message of its database and takes only its schema's.
+  [[nodiscard]] std::string message_prefix() const;
 
  private:
   std::string name_;

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <thread>
 #include <unordered_set>
 
 #include "common/log.hpp"
@@ -32,10 +35,12 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
                                                            ? options.schema.name() + "_outbox"
                                                            : options.cdc.publication)),
       table_(options, counters),
-      check_sql_(relay_sql::check_streamed(options.schema)) {
+      check_sql_(relay_sql::check_streamed(options.schema)),
+      message_prefix_(options.schema.message_prefix()) {
   cdc::validate_slot_name(slot_);
   cdc::validate_publication_name(publication_);
   ensure_publication();
+  check_table_less_registration();
   drop_other_shardings();
   if (try_start_stream()) {
     table_.set_listening(false);  // registered awake: producers never notify a streaming relay
@@ -128,7 +133,9 @@ void CdcSource::drop_other_shardings() {
   const auto slots = pg::exec(
       table_.connection(),
       "SELECT slot_name::text FROM pg_replication_slots WHERE database = current_database() "
-      "AND plugin = 'pgoutput' AND NOT active AND starts_with(slot_name::text, $1)",
+      "AND plugin = 'pgoutput' AND NOT active AND starts_with(slot_name::text, $1) "
+      "AND slot_name::text NOT IN (SELECT slot_name FROM " +
+          options_.schema.table("outbox_table_less_slots") + ")",  // the only copy of events
       {base.c_str()});
   for (int row = 0; row < slots.rows(); ++row) {
     const std::string name(slots.text(row, 0));
@@ -154,6 +161,8 @@ void CdcSource::drop_other_shardings() {
 void CdcSource::start_stream() {
   stream_.reset();
   book_ = cdc::StreamBook{};
+  table_less_.clear();  // read again from the confirmed position
+  hold_position_ = false;
   columns_.reset();
   caught_up_time_ = 0;
   probe_.reset();
@@ -209,6 +218,7 @@ void CdcSource::wait_as_standby() {
   streamed_out_ = false;  // the horizon below is "-infinity": no streamed row is ever claimed
   slot_taken_ = true;
   book_ = cdc::StreamBook{};
+  table_less_.clear();
   probe_.reset();
   counters_.polling_fallback.store(false, std::memory_order_relaxed);
   counters_.slot_standby.store(true, std::memory_order_relaxed);
@@ -219,6 +229,15 @@ void CdcSource::wait_as_standby() {
 void CdcSource::prepare_slot() {
   const std::string& slot = slot_;
   std::optional<cdc::SlotInfo> info = stream_->find_slot(slot);
+  if (options_.cdc.table_less && (!info || info->wal_status == cdc::WalStatus::lost) &&
+      registered_before_) {
+    log().error("relay {}: slot {}, registered for table-less events, is {}: table-less events "
+                "committed before it was lost and not yet published are LOST (they were nowhere "
+                "else); producers were refused from then until now. Replay them from the broker "
+                "or the producers' own records",
+                options_.relay_id, slot_, info ? "invalidated (its WAL was removed)" : "missing");
+  }
+  registered_before_ = true;  // from now on, every loss is one
   if (info && info->wal_status == cdc::WalStatus::lost) {
     log().warn("relay {}: slot {} was invalidated (WAL removed); creating it again, the table "
                "path publishes what it held",
@@ -284,9 +303,15 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
   const cdc::StreamBook::Candidates candidates = book_.next(limit, byte_room, holding_nothing);
   deferred_ = false;
   if (candidates.events.empty()) return book_.decide({});
-  pg::ArrayLiteral ids, types, aggregates, sequences, check_lower;
+  pg::ArrayLiteral ids, types, aggregates, sequences, check_lower, xids;
   for (std::size_t i = 0; i < candidates.events.size(); ++i) {
     const Event& event = candidates.events[i];
+    const auto table_less = table_less_.find(event.event_id);
+    if (table_less == table_less_.end()) {
+      xids.add_null();
+    } else {
+      xids.add_plain(table_less->second.xid);
+    }
     ids.add(event.event_id);
     types.add(event.aggregate_type);
     aggregates.add(event.aggregate_id);
@@ -298,14 +323,19 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
     const auto result = pg::exec_prepared(
         table_.connection(), check_sql_,
         {ids.text().c_str(), types.text().c_str(), aggregates.text().c_str(),
-         sequences.text().c_str(), check_lower.text().c_str()});
+         sequences.text().c_str(), check_lower.text().c_str(), xids.text().c_str()});
     check = relay_sql::read_check_streamed(result);
   } catch (...) {
     book_.undo_next();  // looked at again after the reconnect
     throw;
   }
   deferred_ = !check.invisible.empty();
-  return book_.decide(check.blocked, check.invisible, check.finished);
+  for (const std::size_t finished : check.finished) {
+    table_less_.erase(candidates.events[finished].event_id);  // its row went out already
+  }
+  std::vector<Event> go = book_.decide(check.blocked, check.invisible, check.finished);
+  materialize_left();
+  return go;
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {
@@ -355,6 +385,10 @@ void CdcSource::take_change(std::string_view payload) {
     throw DatabaseError("relay --source cdc: a replication message did not decode: " +
                             error->message,
                         "08P01", false);
+  }
+  if (const auto* message = std::get_if<cdc::LogicalMessage>(&change)) {
+    if (message->prefix == message_prefix_) take_table_less(*message);
+    return;
   }
   if (std::holds_alternative<cdc::Begin>(change)) {
     book_.begin();
@@ -483,6 +517,7 @@ void CdcSource::release_slot(std::int64_t retained) {
   }
   stream_.reset();           // the walsender exits and lets the slot go
   book_ = cdc::StreamBook{};  // what was read and is not out stays pending in the table
+  table_less_.clear();        // (never table-less: their relays have no budget)
   probe_.reset();
   RelayCounters::add(counters_.slot_released, 1);
   counters_.polling_fallback.store(true, std::memory_order_relaxed);
@@ -618,6 +653,7 @@ bool CdcSource::probe_caught_up() {
 
 // Reports the confirmable position (and asks for a keepalive when `ask_reply`).
 void CdcSource::send_status(bool ask_reply) {
+  if (hold_position_) return;  // a table-less event may be nowhere but in the WAL after it
   const Lsn confirmable = book_.confirmable();
   stream_->send_status(stream_->received_lsn(), confirmable, confirmable, ask_reply);
   confirmed_sent_ = std::max(confirmed_sent_, confirmable);
@@ -697,6 +733,27 @@ void CdcSource::record_failed(std::vector<Outcome>& failed) {
 // fenced, as in polling.
 void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
   if (outcomes.empty()) return;
+  if (!table_less_.empty()) {
+    // Table-less events: published, they are done (no row to mark); failed, they get their row
+    // first, and the failure is then recorded on it as on any streamed row.
+    std::vector<EventId> to_write;
+    std::vector<Outcome> rows;
+    for (Outcome& outcome : outcomes) {
+      if (!table_less_.contains(outcome.event_id)) {
+        rows.push_back(std::move(outcome));
+      } else if (failed) {
+        to_write.push_back(outcome.event_id);
+        rows.push_back(std::move(outcome));
+      } else {
+        table_less_.erase(outcome.event_id);
+        RelayCounters::add(counters_.published, 1);
+        book_.published(outcome.event_id);
+      }
+    }
+    outcomes = std::move(rows);
+    materialize(to_write);
+    if (outcomes.empty()) return;
+  }
   std::vector<EventId> ids;
   for (const Outcome& outcome : outcomes) ids.push_back(outcome.event_id);
   std::vector<Outcome> unwritten;
@@ -731,6 +788,162 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
                options_.relay_id, outcome.event_id.to_string());
     done(outcome.event_id);
   }
+  if (failed) materialize_left();  // table-less events that waited behind a failed one
+}
+
+// A table-less relay registers its slot (producers write table-less events only while a
+// registered slot exists); any other refuses a registered one: it would skip those events, or
+// let the slot go over its budget.
+void CdcSource::check_table_less_registration() {
+  PGconn* conn = table_.connection();
+  const std::string table = options_.schema.table("outbox_table_less_slots");
+  if (!options_.cdc.table_less) {
+    const auto found =
+        pg::exec(conn, "SELECT relay_id FROM " + table + " WHERE slot_name = $1", {slot_.c_str()});
+    if (found.rows() == 0) return;
+    throw ConfigError(fmt::format(
+        "relay --source cdc: slot {} is registered for table-less events (by relay {}, in {}): "
+        "start this relay with --table-less (cdc.table_less), or use another slot. If no "
+        "producer writes table-less events any more and the slot holds none: DELETE FROM {} "
+        "WHERE slot_name = '{}'",
+        slot_, printable(found.text(0, 0)), table, table, slot_));
+  }
+  const auto registered = pg::exec(
+      conn,
+      "INSERT INTO " + table + " (slot_name, relay_id) VALUES ($1, $2) ON CONFLICT (slot_name) "
+      "DO UPDATE SET relay_id = EXCLUDED.relay_id RETURNING (xmax <> 0)::text",
+      {slot_.c_str(), options_.relay_id.c_str()});
+  registered_before_ = registered.text(0, 0) == "true";
+}
+
+// One producer statement's events (ProducerOptions::table_less): read like inserted rows, or,
+// in a transaction too large to hold, written to the table at once.
+void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
+  if (!options_.cdc.table_less) {
+    throw ConfigError(fmt::format(
+        "relay --source cdc: slot {} brings a table-less event of schema {} (a producer with "
+        "ProducerOptions::table_less), and this relay was not started with --table-less: restart "
+        "it with --table-less (the slot keeps the event until then)",
+        slot_, options_.schema.name()));
+  }
+  if (!message.transactional() || !book_.in_transaction()) {
+    log().error("relay {}: a non-transactional message with prefix {} at {} is not an outbox "
+                "producer's; skipped",
+                options_.relay_id, message_prefix_, cdc::format_lsn(message.lsn));
+    return;
+  }
+  std::vector<std::pair<Event, std::uint64_t>> events;
+  std::string xid;
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(message.content);
+    xid = doc.at("xid").get<std::string>();
+    if (xid.empty() || xid.size() > 20 ||
+        xid.find_first_not_of("0123456789") != std::string::npos) {
+      throw std::invalid_argument("xid is not a transaction id");
+    }
+    const auto occurred_at = doc.at("occurred_at").get<std::string>();
+    const auto aggregate_type = doc.at("aggregate_type").get<std::string>();
+    const auto aggregate_id = doc.at("aggregate_id").get<std::string>();
+    for (const nlohmann::json& item : doc.at("events")) {
+      Event event;
+      const std::optional<EventId> id = EventId::parse(item.at("event_id").get<std::string>());
+      if (!id) throw std::invalid_argument("event_id is not a UUID");
+      event.event_id = *id;
+      event.aggregate_type = aggregate_type;
+      event.aggregate_id = aggregate_id;
+      event.aggregate_sequence = item.at("sequence").get<std::int64_t>();
+      event.event_type = item.at("event_type").get<std::string>();
+      event.schema_version = item.at("schema_version").get<std::int32_t>();
+      event.payload = item.at("payload").get<std::string>();
+      event.headers = item.at("headers").get<std::string>();
+      event.occurred_at = occurred_at;
+      if (event.aggregate_sequence < 1 || event.schema_version < 1) {
+        throw std::invalid_argument("sequence or schema_version below 1");
+      }
+      const std::uint64_t bytes = event.payload.size() + event.headers.size();
+      events.emplace_back(std::move(event), bytes);
+    }
+  } catch (const std::exception& error) {
+    // Not what an outbox producer writes (its statement builds the message): nothing to publish.
+    log().error("relay {}: a message with prefix {} at {} is not an outbox producer's ({}); "
+                "skipped",
+                options_.relay_id, message_prefix_, cdc::format_lsn(message.lsn),
+                printable(error.what()));
+    return;
+  }
+  std::vector<EventId> to_write;
+  for (auto& [event, bytes] : events) {
+    const EventId id = event.event_id;
+    table_less_.insert_or_assign(id, TableLess{event, xid});
+    if (!book_.spilled() && book_.reading_bytes() + bytes > options_.max_in_flight_bytes) {
+      log().info("relay {}: a transaction with more than {} bytes of events is left to the "
+                 "relay's own claim (its table-less events are written to the table)",
+                 options_.relay_id, options_.max_in_flight_bytes);
+      book_.spill();
+    }
+    if (book_.spilled()) {
+      to_write.push_back(id);
+    } else {
+      book_.add(std::move(event), bytes);
+    }
+  }
+  if (book_.spilled()) {
+    std::vector<EventId> left = book_.take_left();
+    left.insert(left.end(), to_write.begin(), to_write.end());
+    materialize(left);
+  }
+}
+
+// Writes the table-less events among `ids` to the table, once their transactions are visible
+// to other sessions (an event must not be announced, from the table either, before that).
+void CdcSource::materialize(const std::vector<EventId>& ids) {
+  std::vector<std::pair<EventId, const TableLess*>> rows;
+  for (const EventId& id : ids) {
+    const auto found = table_less_.find(id);
+    if (found != table_less_.end()) rows.emplace_back(id, &found->second);
+  }
+  if (rows.empty()) return;
+  try {
+    pg::ArrayLiteral xids, event_ids, types, aggregates, sequences, event_types, versions,
+        payloads, headers, occurred;
+    for (const auto& [id, row] : rows) {
+      const Event& event = row->event;
+      xids.add_plain(row->xid);
+      event_ids.add(id);
+      types.add(event.aggregate_type);
+      aggregates.add(event.aggregate_id);
+      sequences.add_plain(std::to_string(event.aggregate_sequence));
+      event_types.add(event.event_type);
+      versions.add_plain(std::to_string(event.schema_version));
+      payloads.add(event.payload);
+      headers.add(event.headers);
+      occurred.add(event.occurred_at);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (pg::exec(table_.connection(), relay_sql::invisible_transactions(),
+                    {xids.text().c_str()})
+               .int64(0, 0) > 0) {
+      if (Clock::now() > deadline) {
+        throw DatabaseError("relay --source cdc: table-less events' transactions still not "
+                            "visible after 30 s (a synchronous standby that does not answer?)",
+                            "", true);
+      }
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    pg::exec(table_.connection(), relay_sql::materialize_table_less(options_.schema),
+             {event_ids.text().c_str(), types.text().c_str(), aggregates.text().c_str(),
+              sequences.text().c_str(), event_types.text().c_str(), versions.text().c_str(),
+              payloads.text().c_str(), headers.text().c_str(), occurred.text().c_str()});
+  } catch (...) {
+    // The book is done with these events: the slot's position must not move past them before a
+    // restarted stream brings them again.
+    hold_position_ = true;
+    throw;
+  }
+  for (const auto& [id, row] : rows) table_less_.erase(id);
+  RelayCounters::add(counters_.materialized, rows.size());
+  log().debug("relay {}: wrote {} table-less event(s) to the table", options_.relay_id,
+              rows.size());
 }
 
 }  // namespace outbox::detail

@@ -26,6 +26,13 @@
 // horizon allowed, so a streamed event still out is not sent a second time). Once the table path has caught up, and at least horizon_grace
 // later, it streams again from a new slot; rows committed meanwhile are older than the new
 // stream's horizon and go through the table path.
+//
+// Table-less events (CdcOptions::table_less): a producer's transactional message carries its
+// events and transaction id; they go through the same book and check as streamed rows (visible
+// once their transaction is). Published, they are done in memory: there is no row to mark. One
+// the book leaves to the table, or whose send failed, is written to the table as a touched
+// pending row (durably, before the position may move past it), and goes on from there as a row.
+// Until a write that failed is behind a restarted stream, no position is reported.
 
 #include <chrono>
 #include <memory>
@@ -104,6 +111,12 @@ class CdcSource final : public RelaySourceBase {
   // relay streams), streams again when it may. True when rows became claimable.
   bool fallback_duties(Clock::time_point now, const SendWindow& window);
   void drop_released_slot();
+  // Table-less events: the registration of the slot (or the refusal of a registered one), the
+  // events of one message, and the writing of those the book left to the table.
+  void check_table_less_registration();
+  void take_table_less(const cdc::LogicalMessage& message);
+  void materialize(const std::vector<EventId>& ids);
+  void materialize_left() { materialize(book_.take_left()); }
   [[nodiscard]] bool polling() const { return fallback_since_.has_value(); }
 
   const RelayOptions& options_;
@@ -140,6 +153,15 @@ class CdcSource final : public RelaySourceBase {
   bool streamed_out_ = false;     // polling: streamed events may still be in flight
   bool table_caught_up_ = false;  // polling: the last claim found every ready row
   int released_walsender_ = 0;    // the walsender that held the slot we let go, until dropped
+  // Table-less events read and not done, with their transaction ids.
+  struct TableLess {
+    Event event;
+    std::string xid;
+  };
+  std::unordered_map<EventId, TableLess, cdc::StreamBook::IdHash> table_less_;
+  const std::string message_prefix_;
+  bool registered_before_ = true;  // the slot was registered for table-less events before us
+  bool hold_position_ = false;     // a table-less write failed: report no position until restart
 };
 
 }  // namespace outbox::detail

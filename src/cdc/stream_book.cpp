@@ -37,6 +37,7 @@ void StreamBook::add(Event event, std::uint64_t bytes) {
 void StreamBook::spill() {
   if (!reading_) throw std::logic_error("StreamBook: spill outside a transaction");
   left_to_table_ += reading_->size();
+  for (const Waiting& waiting : *reading_) left_.push_back(waiting.event.event_id);
   reading_->clear();
   reading_->shrink_to_fit();
   reading_bytes_ = 0;
@@ -123,6 +124,7 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
       Aggregate& aggregate = *open.aggregate;
       Key key = open.key;
       ++left_to_table_;
+      left_.push_back(id);
       leave_behind_to_table(aggregate);
       done(id);
       became_idle(std::move(key));
@@ -181,6 +183,7 @@ void StreamBook::leave_behind_to_table(Aggregate& aggregate) {
     waiting_bytes_ -= waiting.bytes;
     ++left_to_table_;
     const EventId id = waiting.event.event_id;
+    left_.push_back(id);
     aggregate.behind.pop_front();
     done(id);
   }

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cdc/pgoutput.hpp"
@@ -100,6 +101,10 @@ class StreamBook {
   [[nodiscard]] std::size_t open_events() const { return events_.size(); }
   // Events left to the table so far (for counters and tests).
   [[nodiscard]] std::uint64_t left_to_table() const { return left_to_table_; }
+  // The ids of the events left to the table since the last call (spilled, blocked, or waiting
+  // behind a blocked or failed event), in the order they were left: an event that exists only in
+  // the stream (a table-less one) must be written to the table before the position moves past it.
+  [[nodiscard]] std::vector<EventId> take_left() { return std::exchange(left_, {}); }
   // Aggregates the book keeps (busy ones, and idle ones up to kIdleKept): its memory.
   [[nodiscard]] std::size_t tracked_aggregates() const { return aggregates_.size(); }
   static constexpr std::size_t kIdleKept = 65536;
@@ -156,6 +161,7 @@ class StreamBook {
   PgTimestamp last_commit_time_ = 0;
   std::uint64_t waiting_bytes_ = 0;
   std::uint64_t left_to_table_ = 0;
+  std::vector<EventId> left_;
 };
 
 }  // namespace outbox::cdc

@@ -93,19 +93,63 @@ RETURNING event_id, aggregate_sequence, txid_current())SQL",
                      fmt::arg("channel", schema.notify_channel()), fmt::arg("rows", rows));
 }
 
-// Several events of one aggregate come as arrays; a lone event (the usual case) as plain
-// parameters, which spares the array literal's escaping here and its parsing in PostgreSQL.
-std::string insert_many_sql(const SchemaName& schema) {
-  return insert_sql(schema,
-                    "unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])\n"
-                    "          WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, "
-                    "headers, ord)");
+// Table-less (ProducerOptions::table_less): the same sequence upsert, then one transactional
+// message per statement instead of rows: the aggregate's events as a JSON array in order, each
+// payload and headers as the text jsonb prints (what the relay sends from a row's payload::text),
+// the transaction's id (the relay publishes nothing before the transaction is visible to other
+// sessions) and now() as occurred_at. outbox_table_less_ready() raises unless a slot reads the
+// message (migration 10). No NOTIFY: a table-less relay streams.
+std::string insert_table_less_sql(const SchemaName& schema, const std::string& rows) {
+  return fmt::format(R"SQL(WITH durable AS (
+  SELECT set_config('synchronous_commit', 'on', true) WHERE current_setting('synchronous_commit') = 'off'
+), ready AS (
+  SELECT {ready}() AS ok
+), seq AS (
+  INSERT INTO {sequences} AS s (aggregate_type, aggregate_id, last_sequence)
+  VALUES ($1, $2, $3::bigint)
+  ON CONFLICT (aggregate_type, aggregate_id)
+  DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
+  RETURNING last_sequence
+), numbered AS (
+  SELECT e.event_id, seq.last_sequence - $3::bigint + e.ord AS aggregate_sequence, e.event_type,
+         e.schema_version, e.payload::text AS payload, e.headers::text AS headers, e.ord
+  FROM seq LEFT JOIN durable ON true CROSS JOIN ready, {rows}
+  WHERE ready.ok
+), emitted AS (
+  SELECT pg_logical_emit_message(true, '{prefix}', json_build_object(
+           'xid', pg_current_xact_id()::text, 'occurred_at', now()::text,
+           'aggregate_type', $1::text, 'aggregate_id', $2::text,
+           'events', json_agg(json_build_object(
+              'event_id', n.event_id, 'sequence', n.aggregate_sequence,
+              'event_type', n.event_type, 'schema_version', n.schema_version,
+              'payload', n.payload, 'headers', n.headers) ORDER BY n.ord))::text) AS lsn
+  FROM numbered n
+)
+SELECT n.event_id, n.aggregate_sequence, txid_current()
+FROM numbered n CROSS JOIN emitted
+ORDER BY n.ord)SQL",
+                     fmt::arg("sequences", schema.table("outbox_aggregate_sequences")),
+                     fmt::arg("ready", schema.table("outbox_table_less_ready")),
+                     fmt::arg("prefix", schema.message_prefix()), fmt::arg("rows", rows));
 }
 
-std::string insert_one_sql(const SchemaName& schema) {
-  return insert_sql(schema,
-                    "(VALUES ($4::uuid, $5::text, $6::int, $7::jsonb, $8::jsonb, 1))\n"
-                    "          AS e(event_id, event_type, schema_version, payload, headers, ord)");
+// Several events of one aggregate come as arrays; a lone event (the usual case) as plain
+// parameters, which spares the array literal's escaping here and its parsing in PostgreSQL.
+constexpr const char* kManyRows =
+    "unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])\n"
+    "          WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, headers, ord)";
+constexpr const char* kOneRow =
+    "(VALUES ($4::uuid, $5::text, $6::int, $7::jsonb, $8::jsonb, 1))\n"
+    "          AS e(event_id, event_type, schema_version, payload, headers, ord)";
+
+std::string insert_many_sql(const ProducerOptions& options) {
+  if (options.table_less) return insert_table_less_sql(options.schema, kManyRows);
+  return insert_sql(options.schema, kManyRows);
+}
+
+std::string insert_one_sql(const ProducerOptions& options) {
+  if (options.table_less) return insert_table_less_sql(options.schema, kOneRow);
+  return insert_sql(options.schema, kOneRow);
 }
 
 void check_transaction(PGconn* conn) {
@@ -141,8 +185,8 @@ void check_transaction(PGconn* conn) {
 
 Producer::Producer(ProducerOptions options)
     : options_(std::move(options)),
-      insert_many_sql_(insert_many_sql(options_.schema)),
-      insert_one_sql_(insert_one_sql(options_.schema)) {}
+      insert_many_sql_(insert_many_sql(options_)),
+      insert_one_sql_(insert_one_sql(options_)) {}
 
 void Producer::validate(const NewEvent& event) const {
   check_name("aggregate_type", event.aggregate_type);

@@ -74,6 +74,9 @@ class Relay::Impl {
         pass.schedule.announced();
         pass.last_report = Clock::now();  // reports taken during the outage are written by now
         pass.registered = false;          // say again that we are awake, on the new connection
+      } catch (const ConfigError& error) {  // what the stream met and an operator must fix
+        health_.set(Health::stopped, error.what());
+        throw;
       }
     }
     drain();

@@ -30,6 +30,7 @@ struct RelayCounters {
   std::atomic<bool> polling_fallback{false};
   std::atomic<bool> slot_standby{false};
   Counter slot_released{0};
+  Counter materialized{0};
 
   static void add(Counter& counter, std::uint64_t n) {
     counter.fetch_add(n, std::memory_order_relaxed);
@@ -67,6 +68,7 @@ struct RelayCounters {
     stats.polling_fallback = polling_fallback.load(std::memory_order_relaxed);
     stats.slot_standby = slot_standby.load(std::memory_order_relaxed);
     stats.slot_released = read(slot_released);
+    stats.materialized = read(materialized);
   }
 };
 

@@ -56,6 +56,17 @@ void check_cdc(const CdcOptions& cdc) {
         "that long, and the server's wal_sender_timeout is an int of milliseconds)",
         cdc.takeover.count()));
   }
+  if (cdc.table_less && cdc.wal_budget != 0) {
+    throw InvalidArgument(
+        "relay: cdc.table_less needs cdc.wal_budget = 0: table-less events exist only in the "
+        "slot's WAL, and letting the slot go over a budget would lose them (bound the WAL with "
+        "max_slot_wal_keep_size and watch slot_retained_bytes instead)");
+  }
+  if (cdc.table_less && cdc.shards != 1) {
+    throw InvalidArgument(
+        "relay: cdc.table_less needs one shard: a table-less event is a message, not a row, and "
+        "no publication row filter splits messages, so every shard would publish every event");
+  }
   if (cdc.table_poll < std::chrono::milliseconds(10) || cdc.horizon_grace.count() < 0) {
     throw InvalidArgument(
         "relay: cdc.table_poll must be at least 10 ms and cdc.horizon_grace not negative");
@@ -100,7 +111,13 @@ RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_id
         "relay: reconnect_backoff_base must be positive and reconnect_backoff_max at least as "
         "large");
   }
-  if (options.source == RelaySource::cdc) check_cdc(options.cdc);
+  if (options.source == RelaySource::cdc) {
+    check_cdc(options.cdc);
+  } else if (options.cdc.table_less) {
+    throw InvalidArgument(
+        "relay: cdc.table_less needs the cdc source: table-less events exist only in the WAL, "
+        "which the polling relay does not read");
+  }
   return options;
 }
 

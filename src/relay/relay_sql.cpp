@@ -458,15 +458,22 @@ std::string check_streamed(const SchemaName& schema) {
   // its first pending entry below the candidate's sequence. All are LATERAL ... LIMIT 1, so no
   // plan reads an index whole for a hash join (the generic plan of an EXISTS did, on an empty
   // table). Only candidates that must not simply go come back; unordered (the reader sorts).
-  return fmt::format(R"SQL(SELECT c.n::text, (v.event_id IS NOT NULL)::text, (l.one IS NOT NULL)::text,
-       coalesce(v.state, '')
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bool[]) WITH ORDINALITY
-       AS c(event_id, aggregate_type, aggregate_id, sequence, check_lower, n)
+  //
+  // A table-less candidate ($6: its transaction id; NULL or '' for a row's) has no row: it is
+  // visible once its transaction is (pg_visible_in_snapshot: the same moment its row would be).
+  // A row it does have was written by the relay (materialized: failed, or left to the table), so
+  // it is the table's unless finished.
+  return fmt::format(R"SQL(SELECT c.n::text,
+       (v.event_id IS NOT NULL OR (x.xid IS NOT NULL AND pg_visible_in_snapshot(x.xid, pg_current_snapshot())))::text,
+       (l.one IS NOT NULL)::text, coalesce(v.state, '')
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::bool[], $6::text[]) WITH ORDINALITY
+       AS c(event_id, aggregate_type, aggregate_id, sequence, check_lower, xid_text, n)
+CROSS JOIN LATERAL (SELECT nullif(c.xid_text, '')::xid8 AS xid) x
 LEFT JOIN LATERAL (
   SELECT e.event_id,
          CASE WHEN e.published_at IS NOT NULL OR e.skipped_at IS NOT NULL THEN 'finished'
-              WHEN e.available_at <> e.occurred_at OR e.quarantined_at IS NOT NULL
-                   OR e.claim_until > now() THEN 'table' END AS state
+              WHEN x.xid IS NOT NULL OR e.available_at <> e.occurred_at
+                   OR e.quarantined_at IS NOT NULL OR e.claim_until > now() THEN 'table' END AS state
   FROM {events} e WHERE e.event_id = c.event_id LIMIT 1) v ON true
 LEFT JOIN LATERAL (
   SELECT 1 AS one FROM {events} e
@@ -475,8 +482,37 @@ LEFT JOIN LATERAL (
     AND e.aggregate_sequence < c.sequence
     AND e.published_at IS NULL AND e.skipped_at IS NULL  -- the pending index's predicate
   LIMIT 1) l ON true
-WHERE v.event_id IS NULL OR l.one IS NOT NULL OR v.state IS NOT NULL)SQL",
+WHERE NOT (v.event_id IS NOT NULL OR (x.xid IS NOT NULL AND pg_visible_in_snapshot(x.xid, pg_current_snapshot())))
+   OR l.one IS NOT NULL OR v.state IS NOT NULL)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
+}
+
+// Table-less events written to the table as pending rows that the table path claims at once:
+// available_at after occurred_at marks the row touched (the stream's check and the CDC claim's
+// horizon leave it to the table). An id already there (written before a crash, streamed again)
+// is left as it is. Committed durably whatever the session's synchronous_commit: the slot's
+// position moves past these events only once the row is the truth.
+std::string materialize_table_less(const SchemaName& schema) {
+  return fmt::format(R"SQL(WITH durable AS (
+  SELECT set_config('synchronous_commit', 'on', true)
+)
+INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
+                      schema_version, payload, headers, occurred_at, available_at)
+SELECT r.event_id, r.aggregate_type, r.aggregate_id, r.sequence, r.event_type, r.schema_version,
+       r.payload::jsonb, r.headers::jsonb, r.occurred_at,
+       greatest(now(), r.occurred_at + interval '1 microsecond')
+FROM durable, unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[],
+                     $7::text[], $8::text[], $9::timestamptz[])
+       AS r(event_id, aggregate_type, aggregate_id, sequence, event_type, schema_version, payload,
+            headers, occurred_at)
+ON CONFLICT DO NOTHING)SQL",
+                     fmt::arg("events", schema.table("outbox_events")));
+}
+
+// How many of the transactions $1 (xid8 as text) this session does not see committed yet.
+std::string invisible_transactions() {
+  return "SELECT count(*) FROM unnest($1::text[]) AS t(xid) "
+         "WHERE NOT pg_visible_in_snapshot(t.xid::xid8, pg_current_snapshot())";
 }
 
 std::string schema_version(const SchemaName& schema) {

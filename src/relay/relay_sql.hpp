@@ -65,10 +65,15 @@ std::string take_session_lock();
 std::string sweep(const SchemaName& schema);
 // A change-data-capture relay's look before it sends streamed events: $1 uuid[] event ids,
 // $2 aggregate_type[], $3 aggregate_id[], $4 sequence[], $5 bool[] whether to ask about lower
-// sequences. Rows, only for events that must wait: (1-based position, visible, lower pending).
+// sequences, $6 text[] a table-less event's transaction id ('' or NULL for a row's). Rows, only for events that must wait: (1-based position, visible, lower pending).
 // An event whose row this snapshot does not see yet must not be announced; one with a lower
 // sequence of its aggregate still pending must not overtake it.
 std::string check_streamed(const SchemaName& schema);
+// Table-less events into the table as touched pending rows ($1..$9: ids, aggregate types and ids,
+// sequences, event types, schema versions, payloads and headers as text, occurred_at).
+std::string materialize_table_less(const SchemaName& schema);
+// The count of the transactions ($1: xid8 as text) not visible to this session yet.
+std::string invisible_transactions();
 // The highest migration applied to the schema.
 std::string schema_version(const SchemaName& schema);
 

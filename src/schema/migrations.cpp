@@ -198,6 +198,37 @@ ALTER TABLE {s}.outbox_relays
   ADD COLUMN registered_at timestamptz,
   ADD COLUMN ended_at      timestamptz;
 )SQL"},
+    Migration{10, "table-less producers and their slots", R"SQL(
+-- A table-less producer (ProducerOptions::table_less) writes no row: its events exist only as
+-- transactional logical decoding messages in the WAL, and only a replication slot that a relay
+-- started with --table-less reads keeps them. Such a relay registers its slot here. The
+-- producer's statement calls outbox_table_less_ready(), which refuses to write an event unless a
+-- registered slot of this database exists and has not lost WAL; a relay without --table-less
+-- refuses to stream from a registered slot, and none drops one (docs/ARCHITECTURE.md,
+-- "Table-less producers").
+CREATE TABLE {s}.outbox_table_less_slots (
+  slot_name     text        PRIMARY KEY,
+  relay_id      text        NOT NULL,
+  registered_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE FUNCTION {s}.outbox_table_less_ready() RETURNS boolean
+LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+  IF current_setting('wal_level') <> 'logical' THEN
+    RAISE EXCEPTION 'outbox: a table-less event needs wal_level = logical (it is %): without it no relay can read the event; set wal_level = logical, or write events to the table (ProducerOptions::table_less = false)',
+      current_setting('wal_level') USING ERRCODE = '55000';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM {s}.outbox_table_less_slots t
+                 JOIN pg_replication_slots r ON r.slot_name = t.slot_name
+                 WHERE r.database = current_database() AND r.plugin = 'pgoutput'
+                   AND r.wal_status IS DISTINCT FROM 'lost') THEN
+    RAISE EXCEPTION 'outbox: no slot reads table-less events of this schema (none registered in outbox_table_less_slots exists with its WAL): the event would be lost; start `outbox relay --source cdc --table-less` first, or write events to the table (ProducerOptions::table_less = false)'
+      USING ERRCODE = '55000';
+  END IF;
+  RETURN true;
+END
+$fn$;
+)SQL"},
 };
 
 }  // namespace

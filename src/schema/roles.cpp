@@ -18,9 +18,12 @@ GRANT USAGE ON SCHEMA {s} TO {writer}, {relay}, {inbox}, {admin};
 GRANT INSERT ON {s}.outbox_events TO {writer};
 GRANT SELECT (event_id, aggregate_sequence) ON {s}.outbox_events TO {writer};
 GRANT SELECT, INSERT, UPDATE ON {s}.outbox_aggregate_sequences TO {writer};
-GRANT SELECT ON {s}.outbox_relays, {s}.outbox_cleanup_horizon TO {writer};
+GRANT SELECT ON {s}.outbox_relays, {s}.outbox_cleanup_horizon, {s}.outbox_table_less_slots
+  TO {writer};
 
-GRANT SELECT, UPDATE ON {s}.outbox_events TO {relay};
+-- INSERT: a table-less event the stream cannot publish at once is written to the table.
+GRANT SELECT, INSERT, UPDATE ON {s}.outbox_events TO {relay};
+GRANT SELECT, INSERT, UPDATE ON {s}.outbox_table_less_slots TO {relay};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.outbox_relays TO {relay};
 GRANT SELECT ON {s}.outbox_schema_migrations TO {relay};
 
@@ -33,6 +36,7 @@ GRANT SELECT, DELETE ON {s}.processed_events TO {admin};
 GRANT SELECT, INSERT, UPDATE ON {s}.outbox_cleanup_horizon TO {admin};
 GRANT SELECT ON {s}.outbox_relays, {s}.outbox_aggregate_sequences,
   {s}.outbox_schema_migrations TO {admin};
+GRANT SELECT, DELETE ON {s}.outbox_table_less_slots TO {admin};
 )SQL";
 
 std::string quoted(const std::string& identifier) { return '"' + identifier + '"'; }

@@ -64,4 +64,6 @@ std::string SchemaName::table(std::string_view table) const {
 
 std::string SchemaName::notify_channel() const { return name_ + "_outbox_events"; }
 
+std::string SchemaName::message_prefix() const { return "outbox:" + name_; }
+
 }  // namespace outbox

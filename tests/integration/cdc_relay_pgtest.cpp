@@ -570,5 +570,225 @@ TEST_F(CdcRelayTest, ShardsSplitTheAggregatesOverSlotsAndAnotherShardingDropsThe
       << "one slot: the shard slots were dropped";
 }
 
+// --- Table-less producers (ProducerOptions::table_less, CdcOptions::table_less) ---------------
+
+class TableLessTest : public CdcRelayTest {
+ protected:
+  RelayOptions table_less_options(const std::string& id) {
+    RelayOptions o = cdc_options(id);
+    o.cdc.table_less = true;
+    o.cdc.wal_budget = 0;
+    return o;
+  }
+  // As enqueue(), by a table-less producer: no rows.
+  std::vector<EventId> enqueue_table_less(int aggregates, int per_aggregate, int first_k = 0) {
+    ProducerOptions options{schema_, 4096};
+    options.table_less = true;
+    const Producer producer(options);
+    std::vector<EventId> ids;
+    for (int k = first_k; k < first_k + per_aggregate; ++k) {
+      pg::exec(conn(), "BEGIN");
+      for (int a = 0; a < aggregates; ++a) {
+        ids.push_back(producer
+                          .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(a), "Step",
+                                                    R"({"k":)" + std::to_string(k) + "}", "{}", 1,
+                                                    std::nullopt})
+                          .event_id);
+      }
+      pg::commit(conn());
+    }
+    return ids;
+  }
+  // What a table-less producer's enqueue says now ("" when it worked), its transaction rolled back.
+  std::string table_less_refusal() {
+    ProducerOptions options{schema_, 4096};
+    options.table_less = true;
+    pg::exec(conn(), "BEGIN");
+    try {
+      Producer(options).enqueue(conn(), NewEvent{"order", "refused", "Step", "{}", "{}", 1,
+                                                 std::nullopt});
+      pg::exec(conn(), "ROLLBACK");
+      return "";
+    } catch (const DatabaseError& error) {
+      pg::exec(conn(), "ROLLBACK");
+      EXPECT_EQ(error.sqlstate(), "55000") << error.what();
+      EXPECT_FALSE(error.retryable()) << error.what();
+      return error.what();
+    }
+  }
+  // Publishes every event whose id is in `ids` (on the topic), waiting up to 20 s.
+  long long table_rows() { return rows("true"); }
+};
+
+// Events that exist only in the WAL reach the broker in order, beside table events of the same
+// aggregates, with the payload bytes the table path would send; no row is written for them.
+TEST_F(TableLessTest, EventsWithoutRowsArePublishedInOrderBesideTableEvents) {
+  EXPECT_NE(table_less_refusal().find("--table-less"), std::string::npos)
+      << "no registered slot yet: the producer refuses rather than write events no one reads";
+  Relay relay(table_less_options("tl"), sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  EXPECT_EQ(table_less_refusal(), "");
+  std::vector<EventId> ids = enqueue_table_less(6, 3);          // k 0..2
+  const std::vector<EventId> from_table = enqueue(6, 2);        // sequences 4, 5: rows
+  const std::vector<EventId> more = enqueue_table_less(6, 2, 5);  // 6, 7
+  ids.insert(ids.end(), from_table.begin(), from_table.end());
+  ids.insert(ids.end(), more.begin(), more.end());
+  // Several events of one aggregate in one statement: one message, in the order given.
+  ProducerOptions options{schema_, 4096};
+  options.table_less = true;
+  std::vector<NewEvent> batch;
+  for (int k = 0; k < 4; ++k) {
+    batch.push_back(NewEvent{"order", "agg-batch", "Step", R"({"k":)" + std::to_string(k) +
+                             R"(,"a" : [1,2]})", "{}", 1, std::nullopt});
+  }
+  pg::exec(conn(), "BEGIN");
+  for (const EnqueuedEvent& e : Producer(options).enqueue(conn(), batch)) ids.push_back(e.event_id);
+  pg::commit(conn());
+  ASSERT_TRUE(wait_until([&] { return relay.stats().published == ids.size(); }, 20s))
+      << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(table_rows(), static_cast<long long>(from_table.size()))
+      << "only the table producer's events have rows";
+  EXPECT_EQ(unpublished(), 0);
+  EXPECT_EQ(relay.stats().materialized, 0U);
+  const auto messages = read_topic_until(
+      kafka().bootstrap_servers(), topic_,
+      [&](const std::vector<ReadMessage>& so_far) {
+        return std::count_if(so_far.begin(), so_far.end(),
+                             [](const auto& m) { return m.key == "agg-batch"; }) >= 4;
+      },
+      20s);
+  for (const ReadMessage& m : messages) {
+    if (m.key == "agg-batch" && m.headers.at("aggregate_sequence") == "1") {
+      EXPECT_EQ(m.value, R"({"a": [1, 2], "k": 0})") << "the payload as jsonb prints it";
+    }
+  }
+}
+
+// A failed send of a table-less event writes it to the table (it had no row), with what waits
+// behind it; the relay's own claim retries it, and its aggregate stays in order.
+TEST_F(TableLessTest, AFailedEventIsWrittenToTheTableRetriedAndItsAggregateWaitsBehindIt) {
+  Relay relay(table_less_options("tl"),
+              std::make_unique<FailOnceSink>(sink(), "agg-3", std::int64_t{2}));
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  const std::vector<EventId> ids = enqueue_table_less(6, 5);
+  ASSERT_TRUE(wait_until(
+      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 20s))
+      << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(relay.stats().failed, 1U);
+  EXPECT_GE(relay.stats().materialized, 1U);
+  EXPECT_EQ(rows("aggregate_id = 'agg-3' AND aggregate_sequence = 2 AND attempt_count = 1 AND "
+                 "published_at IS NOT NULL AND claimed_by IS NOT NULL"),
+            1)
+      << "the failed event got a row, which the relay's own claim retried";
+  EXPECT_EQ(rows("aggregate_id <> 'agg-3'"), 0) << "other aggregates were not held up";
+}
+
+// A transaction too large to hold in memory is written to the table as it is read.
+TEST_F(TableLessTest, ATransactionLargerThanTheByteBudgetIsWrittenToTheTable) {
+  RelayOptions o = table_less_options("tl");
+  o.max_in_flight_bytes = 4096;
+  Relay relay(o, sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  ProducerOptions options{schema_, 4096};
+  options.table_less = true;
+  const Producer producer(options);
+  std::vector<EventId> ids;
+  pg::exec(conn(), "BEGIN");
+  for (int i = 0; i < 100; ++i) {  // ~200 bytes each: five times the budget in one transaction
+    ids.push_back(producer
+                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(i % 5), "Step",
+                                                R"({"k":")" + std::string(180, 'x') + R"("})",
+                                                "{}", 1, std::nullopt})
+                      .event_id);
+  }
+  pg::commit(conn());
+  const std::vector<EventId> after = enqueue_table_less(5, 2);  // behind them, through the stream
+  ids.insert(ids.end(), after.begin(), after.end());
+  ASSERT_TRUE(wait_until(
+      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 20s))
+      << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(rows("aggregate_sequence <= 20 AND claimed_by IS NOT NULL"), 100)
+      << "the large transaction's events were written and claimed";
+}
+
+// Nothing silent: a relay without --table-less refuses a registered slot, and stops at a
+// table-less event on its own slot (which keeps it); a lost slot makes producers refuse.
+TEST_F(TableLessTest, RelaysWithoutItRefuseAndStopAndALostSlotStopsTheProducers) {
+  {
+    Relay registering(table_less_options("tl-1"), sink());  // registers the slot
+  }
+  try {
+    Relay relay(cdc_options("plain"), sink());
+    FAIL() << "a relay without table_less took a registered slot";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("--table-less"), std::string::npos) << error.what();
+  }
+  // Another slot, not registered: the relay streams, meets a table-less event and stops.
+  RelayOptions plain = cdc_options("plain");
+  plain.cdc.slot += "_plain";
+  std::vector<EventId> ids;
+  {
+    Relay relay(plain, sink());
+    std::string stopped_with;
+    std::thread thread([&] {
+      try {
+        relay.run();
+      } catch (const std::exception& error) {
+        stopped_with = error.what();
+      }
+    });
+    ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+        << relay.stats().last_error;
+    ids = enqueue_table_less(2, 2);
+    EXPECT_TRUE(wait_until([&] { return relay.stats().health == Health::stopped; }, 10s));
+    relay.request_stop();
+    thread.join();
+    EXPECT_NE(stopped_with.find("not started with --table-less"), std::string::npos)
+        << stopped_with;
+    EXPECT_EQ(relay.stats().published, 0U);
+  }
+  // The registered slot kept them: a table-less relay publishes them.
+  {
+    Relay table_less(table_less_options("tl-2"), sink());
+    Running running(table_less);
+    ASSERT_TRUE(wait_until([&] { return table_less.stats().published == ids.size(); }, 20s))
+        << table_less.stats().last_error;
+  }
+  expect_on_broker_in_order(ids);
+  // The slot is lost (dropped here, as an operator or a failover would): producers refuse.
+  const std::string slot = cdc_options("x").cdc.slot;
+  for (const std::string& name : {slot, plain.cdc.slot}) {
+    EXPECT_TRUE(wait_until(  // once the relay's walsender has gone
+        [&] {
+          try {
+            pg::exec(conn(), "SELECT pg_drop_replication_slot($1)", {name.c_str()});
+            return true;
+          } catch (const DatabaseError&) {
+            return false;
+          }
+        },
+        10s))
+        << name;
+  }
+  EXPECT_NE(table_less_refusal().find("would be lost"), std::string::npos);
+  // The relay creates it again (saying what was lost); producers write again.
+  Relay again(table_less_options("tl-3"), sink());
+  Running running(again);
+  ASSERT_TRUE(wait_until([&] { return again.stats().health == Health::running; }, 10s));
+  EXPECT_EQ(table_less_refusal(), "");
+}
+
 }  // namespace
 }  // namespace outbox::testing

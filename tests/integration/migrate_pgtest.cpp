@@ -55,6 +55,8 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
   // Roll the schema back to what version 1 created, as an older build would have left it.
   pg::exec(conn, R"SQL(
     DROP TABLE migrate_upgrade.outbox_cleanup_horizon;
+    DROP TABLE migrate_upgrade.outbox_table_less_slots;
+    DROP FUNCTION migrate_upgrade.outbox_table_less_ready();
     DROP TABLE migrate_upgrade.outbox_relays;
     CREATE OR REPLACE FUNCTION migrate_upgrade.outbox_events_notify() RETURNS trigger
       LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('migrate_upgrade_outbox', ''); RETURN NULL; END $$;
@@ -138,6 +140,8 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
   // As a build before migration 7 left it (7 only redefines the trigger, so it can run again).
   pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version >= 7");
   pg::exec(conn, "DROP TABLE migrate_lock.outbox_cleanup_horizon");
+  pg::exec(conn, "DROP TABLE migrate_lock.outbox_table_less_slots");
+  pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_table_less_ready()");
   pg::exec(conn,
            "ALTER TABLE migrate_lock.outbox_relays DROP COLUMN lock_key, DROP COLUMN lease_ms,"
            " DROP COLUMN registered_at, DROP COLUMN ended_at");

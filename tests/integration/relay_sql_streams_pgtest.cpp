@@ -124,7 +124,7 @@ TEST_F(RelaySqlStreams, CheckStreamedNamesEventsWithALowerSequencePending) {
   const std::string ids = "{" + x2 + "," + y2 + "," + z1 + "," + x1 + "," + x2 + "}";
   const auto result = pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
                                {ids.c_str(), "{order,order,order,order,order}", "{x,y,z,x,x}",
-                                "{2,2,1,1,2}", "{t,t,t,t,f}"});
+                                "{2,2,1,1,2}", "{t,t,t,t,f}", nullptr});
   const relay_sql::StreamCheck check = relay_sql::read_check_streamed(result);
   EXPECT_EQ(check.blocked, std::vector<std::size_t>{0});
   EXPECT_TRUE(check.invisible.empty());
@@ -132,7 +132,7 @@ TEST_F(RelaySqlStreams, CheckStreamedNamesEventsWithALowerSequencePending) {
            {x1.c_str()});
   const std::string x2_only = "{" + x2 + "}";
   const auto after_skip = pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
-                                   {x2_only.c_str(), "{order}", "{x}", "{2}", "{t}"});
+                                   {x2_only.c_str(), "{order}", "{x}", "{2}", "{t}", nullptr});
   EXPECT_TRUE(relay_sql::read_check_streamed(after_skip).blocked.empty())
       << "a skipped row is finished";
 }
@@ -154,14 +154,48 @@ TEST_F(RelaySqlStreams, CheckStreamedNamesEventsWhoseRowsAreNotVisibleYet) {
   const std::string ids = "{" + seen + "," + unseen + "}";
   const relay_sql::StreamCheck before = relay_sql::read_check_streamed(
       pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
-               {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}"}));
+               {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}", nullptr}));
   EXPECT_EQ(before.invisible, std::vector<std::size_t>{1});
   EXPECT_TRUE(before.blocked.empty());
   pg::exec(writer.get(), "COMMIT");
   const relay_sql::StreamCheck after = relay_sql::read_check_streamed(
       pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
-               {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}"}));
+               {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}", nullptr}));
   EXPECT_TRUE(after.invisible.empty());
+}
+
+// A table-less event has no row: it waits until its transaction is visible, as a row would; a
+// row with its id is one the relay wrote (materialized), the table's until it is finished.
+TEST_F(RelaySqlStreams, CheckStreamedWaitsForATableLessTransactionAndLeavesAWrittenOneToTheTable) {
+  auto writer = connect();
+  pg::exec(writer.get(), "BEGIN");
+  const std::string xid(pg::exec(writer.get(), "SELECT pg_current_xact_id()::text").text(0, 0));
+  const std::string rowless = EventId::generate().to_string();
+  const std::string ids = "{" + rowless + "}";
+  const std::string xids = "{" + xid + "}";
+  const auto check = [&] {
+    return relay_sql::read_check_streamed(
+        pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+                 {ids.c_str(), "{order}", "{t}", "{1}", "{f}", xids.c_str()}));
+  };
+  EXPECT_EQ(check().invisible, std::vector<std::size_t>{0}) << "not committed yet";
+  pg::exec(writer.get(), "COMMIT");
+  const relay_sql::StreamCheck visible = check();
+  EXPECT_TRUE(visible.invisible.empty() && visible.blocked.empty() && visible.finished.empty())
+      << "committed and seen: it goes";
+
+  const std::string written = insert("w", 1);  // as if the relay had written it to the table
+  const std::string written_ids = "{" + written + "}";
+  const auto check_written = [&] {
+    return relay_sql::read_check_streamed(
+        pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+                 {written_ids.c_str(), "{order}", "{w}", "{1}", "{f}", xids.c_str()}));
+  };
+  EXPECT_EQ(check_written().blocked, std::vector<std::size_t>{0})
+      << "a table-less event with a row is the table's, touched or not";
+  pg::exec(conn_.get(), "UPDATE " + events_ + " SET published_at = now() WHERE event_id = $1",
+           {written.c_str()});
+  EXPECT_EQ(check_written().finished, std::vector<std::size_t>{0});
 }
 
 }  // namespace

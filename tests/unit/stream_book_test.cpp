@@ -157,6 +157,34 @@ TEST(StreamBook, WhatWaitsBehindAFailedEventIsLeftToTheTable) {
   book.decide({0});
 }
 
+// A table-less event exists only in the stream: the source writes each event the book leaves to
+// the table into it, so the book must name every one, and only those.
+TEST(StreamBook, TakeLeftNamesEveryEventLeftToTheTableOnceInOrder) {
+  StreamBook book;
+  book.begin();
+  const Event spilled = event("s", 1);
+  book.add(spilled, 10);
+  book.spill();
+  book.commit(50);
+  EXPECT_EQ(book.take_left(), (std::vector<EventId>{spilled.event_id}));
+  EXPECT_TRUE(book.take_left().empty()) << "each id once";
+
+  const auto events = read(book, {event("a", 1), event("a", 2), event("b", 1), event("b", 2),
+                                  event("c", 1)}, 100);
+  const StreamBook::Candidates next = book.next(100, 1000000, true);
+  ASSERT_EQ(next.events.size(), 3U);  // a#1, b#1, c#1
+  const std::vector<Event> go = book.decide({1});  // b#1 has a lower sequence in the table
+  EXPECT_EQ(ids(go), (std::vector<std::string>{"a#1", "c#1"}));
+  EXPECT_EQ(book.take_left(), (std::vector<EventId>{events[2].event_id, events[3].event_id}))
+      << "b#1, then b#2 behind it";
+  book.published(events[4].event_id);
+  EXPECT_TRUE(book.take_left().empty()) << "a published event is not left";
+  book.failed(events[0].event_id);
+  EXPECT_EQ(book.take_left(), (std::vector<EventId>{events[1].event_id}))
+      << "a#2 behind the failed a#1; a#1 itself is the failure's to record";
+  EXPECT_EQ(book.confirmable(), 100U);
+}
+
 TEST(StreamBook, AKeepaliveMovesThePositionOnlyWithNothingOpen) {
   StreamBook book;
   book.keepalive(50);
