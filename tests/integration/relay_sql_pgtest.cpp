@@ -42,7 +42,9 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
       {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
       {"sweep", relay_sql::sweep(schema), "'1000', '10000'"},
       {"check_streamed", relay_sql::check_streamed(schema),
-       ids + ", '{order}', '{o-1}', '{3}', '{true}'"},
+       ids + ", '{order}', '{o-1}', '{3}', '{true}', '{NULL}'"},
+      {"check_streamed (table-less)", relay_sql::check_streamed(schema),
+       ids + ", '{order}', '{o-1}', '{3}', '{true}', '{1234}'"},
   };
 }
 
