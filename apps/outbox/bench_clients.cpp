@@ -61,8 +61,11 @@ Percentiles percentiles(std::vector<double> values) {
 
 TxResult run_clients(const Setup& setup, const SchemaName& schema, bool with_event, int clients,
                      double seconds, double rate, std::atomic<std::int64_t>& next_order,
-                     const std::function<void(const EventId&, double)>& on_commit) {
-  const Producer producer(ProducerOptions{schema, 4096});
+                     const std::function<void(const EventId&, double)>& on_commit,
+                     bool table_less) {
+  ProducerOptions producer_options{schema, 4096};
+  producer_options.table_less = table_less;
+  const Producer producer(producer_options);
   const std::string note(static_cast<std::size_t>(std::max(0, setup.options.payload_bytes - 72)),
                          'x');
   std::mutex mutex;

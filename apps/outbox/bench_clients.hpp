@@ -28,9 +28,11 @@ Percentiles percentiles(std::vector<double> values);
 
 // `clients` threads, each with its own connection, for `seconds`; closed loop unless `rate` > 0,
 // then each client keeps its share of an open-loop schedule (late transactions go at once).
-// `on_commit(event_id, wall time)` sees every committed event.
+// `on_commit(event_id, wall time)` sees every committed event. `table_less`: the events go as
+// logical decoding messages (ProducerOptions::table_less), not rows.
 TxResult run_clients(const Setup& setup, const SchemaName& schema, bool with_event, int clients,
                      double seconds, double rate, std::atomic<std::int64_t>& next_order,
-                     const std::function<void(const EventId&, double)>& on_commit = {});
+                     const std::function<void(const EventId&, double)>& on_commit = {},
+                     bool table_less = false);
 
 }  // namespace outbox::cli::bench

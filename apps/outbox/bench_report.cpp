@@ -21,12 +21,18 @@ std::string number(double value) {
 }
 
 std::string producer_text(const json& r) {
-  return fmt::format(
+  std::string text = fmt::format(
       "{} clients: {} tx/s without an event (p99 {} ms), {} tx/s with one (p99 {} ms): "
       "overhead {}x",
       r["clients"].get<int>(), number(r["without_event_tx_per_s"]),
       number(r["without_event_p99_ms"]), number(r["with_event_tx_per_s"]),
       number(r["with_event_p99_ms"]), number(r["overhead_ratio"]));
+  if (r.contains("table_less_tx_per_s")) {
+    text += fmt::format("; table-less {} tx/s (p99 {} ms): overhead {}x",
+                        number(r["table_less_tx_per_s"]), number(r["table_less_p99_ms"]),
+                        number(r["table_less_overhead_ratio"]));
+  }
+  return text;
 }
 
 // "2 relays", or for CDC "1 relay (one relay streams from a slot)".

@@ -48,10 +48,11 @@ struct ProducerOptions {
   // What it gives up (docs/ARCHITECTURE.md, "Table-less producers"): the slot is then the only
   // copy of an event until the broker has it. A slot dropped or invalidated (max_slot_wal_keep_size)
   // before its relay has read an event loses that event, and replay lives in the broker, not in
-  // the table. The producer refuses to write where that would be silent: every statement checks
-  // that wal_level is logical and that a slot registered by a table-less relay exists with its WAL
-  // (DatabaseError, SQLSTATE 55000, naming what to do), so after a slot is lost producers fail
-  // instead of writing events no one will read.
+  // the table. The producer refuses to write where that would be silent: it checks that wal_level
+  // is logical and that a slot registered by a table-less relay exists with its WAL (DatabaseError,
+  // SQLSTATE 55000, naming what to do), once per second per session (the check costs as much as
+  // the rest of the statement), so within a second of a slot's loss producers fail instead of
+  // writing events no one will read.
   bool table_less = false;
 };
 

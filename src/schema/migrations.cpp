@@ -205,14 +205,16 @@ ALTER TABLE {s}.outbox_relays
 -- producer's statement calls outbox_table_less_ready(), which refuses to write an event unless a
 -- registered slot of this database exists and has not lost WAL; a relay without --table-less
 -- refuses to stream from a registered slot, and none drops one (docs/ARCHITECTURE.md,
--- "Table-less producers").
+-- "Table-less producers"). The look at pg_replication_slots costs 0.1-0.2 ms, as much as the
+-- rest of the statement, so a session that passed it notes the second (outbox.table_less_checked,
+-- a session setting; an aborted transaction undoes it) and looks again in the next one.
 CREATE TABLE {s}.outbox_table_less_slots (
   slot_name     text        PRIMARY KEY,
   relay_id      text        NOT NULL,
   registered_at timestamptz NOT NULL DEFAULT now()
 );
 CREATE FUNCTION {s}.outbox_table_less_ready() RETURNS boolean
-LANGUAGE plpgsql STABLE AS $fn$
+LANGUAGE plpgsql VOLATILE AS $fn$
 BEGIN
   IF current_setting('wal_level') <> 'logical' THEN
     RAISE EXCEPTION 'outbox: a table-less event needs wal_level = logical (it is %): without it no relay can read the event; set wal_level = logical, or write events to the table (ProducerOptions::table_less = false)',
@@ -225,6 +227,8 @@ BEGIN
     RAISE EXCEPTION 'outbox: no slot reads table-less events of this schema (none registered in outbox_table_less_slots exists with its WAL): the event would be lost; start `outbox relay --source cdc --table-less` first, or write events to the table (ProducerOptions::table_less = false)'
       USING ERRCODE = '55000';
   END IF;
+  PERFORM set_config('outbox.table_less_checked',
+                     extract(epoch FROM statement_timestamp())::bigint::text, false);
   RETURN true;
 END
 $fn$;
