@@ -26,16 +26,19 @@ std::string mebibytes(const std::string& bytes) {
 
 // The logical slots change-data-capture relays stream from (pgoutput, this database), with the
 // WAL each holds back: what `--wal-budget` and max_slot_wal_keep_size bound.
-void print_slots(PGconn* conn) {
+void print_slots(PGconn* conn, const SchemaName& schema) {
   const auto slots = pg::exec(
       conn,
       "WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
       "ELSE pg_current_wal_lsn() END AS lsn) "
       "SELECT slot_name, coalesce(active_pid::text, ''), coalesce(wal_status, ''), "
       "coalesce(pg_wal_lsn_diff(here.lsn, restart_lsn)::bigint::text, ''), "
-      "coalesce(pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint::text, '') "
-      "FROM pg_replication_slots, here WHERE slot_type = 'logical' AND plugin = 'pgoutput' "
-      "AND database = current_database() ORDER BY slot_name");
+      "coalesce(pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint::text, ''), "
+      "(slot_name::text IN (SELECT slot_name FROM " +
+          schema.table("outbox_table_less_slots") +
+          "))::text "
+          "FROM pg_replication_slots, here WHERE slot_type = 'logical' AND plugin = 'pgoutput' "
+          "AND database = current_database() ORDER BY slot_name");
   for (int row = 0; row < slots.rows(); ++row) {
     const std::string walsender(slots.text(row, 1));
     const std::string retained(slots.text(row, 3));
@@ -49,6 +52,9 @@ void print_slots(PGconn* conn) {
                 << mebibytes(unconfirmed.empty() ? "0" : unconfirmed) << " not confirmed";
     } else {
       std::cout << " (its WAL is gone: a relay replaces it and publishes from the table)";
+    }
+    if (slots.text(row, 5) == "true") {
+      std::cout << "; registered for table-less events: the only copy of those not yet published";
     }
     std::cout << "\n";
   }
@@ -79,7 +85,7 @@ int run_status(const StatusFlags& flags) {
             << ", retrying " << result.text(0, 2) << ", quarantined " << result.text(0, 3)
             << "), published " << result.text(0, 4) << ", skipped " << result.text(0, 5)
             << ", oldest pending " << result.text(0, 6) << " s\n";
-  print_slots(connection.get());
+  print_slots(connection.get(), schema);
   return 0;
 }
 

@@ -416,6 +416,9 @@ void CdcSource::take_change(std::string_view payload) {
     }
     cdc::StreamedRow& row = std::get<cdc::StreamedRow>(decoded);
     if (!row.due || book_.spilled()) return;  // the table path claims it
+    // A row with the id of a table-less event the book holds (the caller gave both the same id):
+    // the book counts events by id, so the row is left to the table path.
+    if (!table_less_.empty() && book_.contains(row.event.event_id)) return;
     const std::uint64_t bytes = row.event.payload.size() + row.event.headers.size();
     if (book_.reading_bytes() + bytes > options_.max_in_flight_bytes) {
       // A transaction larger than the relay may hold: its events stay in the table.
@@ -874,6 +877,16 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
   std::vector<EventId> to_write;
   for (auto& [event, bytes] : events) {
     const EventId id = event.event_id;
+    if (table_less_.contains(id) || book_.contains(id)) {
+      // The same id twice (a caller that supplies ids and retried, or reused one): nothing keeps
+      // a table-less producer from it, and the book counts an event by its id. The same id is the
+      // same event to every consumer; the first is published, this one is not.
+      log().warn("relay {}: table-less event {} ({} {} #{}) has the id of an event not yet "
+                 "published; it is not published again",
+                 options_.relay_id, id.to_string(), printable(event.aggregate_type),
+                 printable(event.aggregate_id), event.aggregate_sequence);
+      continue;
+    }
     table_less_.insert_or_assign(id, TableLess{event, xid});
     if (!book_.spilled() && book_.reading_bytes() + bytes > options_.max_in_flight_bytes) {
       log().info("relay {}: a transaction with more than {} bytes of events is left to the "

@@ -23,6 +23,7 @@ std::size_t StreamBook::IdHash::operator()(const EventId& id) const {
 void StreamBook::begin() {
   if (reading_) throw std::logic_error("StreamBook: Begin inside a transaction");
   reading_.emplace();
+  reading_ids_.clear();
   reading_bytes_ = 0;
   spilled_ = false;
 }
@@ -31,7 +32,12 @@ void StreamBook::add(Event event, std::uint64_t bytes) {
   if (!reading_) throw std::logic_error("StreamBook: an insert outside a transaction");
   if (spilled_) return;
   reading_bytes_ += bytes;
+  reading_ids_.insert(event.event_id);
   reading_->push_back({std::move(event), bytes, 0});
+}
+
+bool StreamBook::contains(const EventId& id) const {
+  return events_.contains(id) || reading_ids_.contains(id);
 }
 
 void StreamBook::spill() {
@@ -40,6 +46,7 @@ void StreamBook::spill() {
   for (const Waiting& waiting : *reading_) left_.push_back(waiting.event.event_id);
   reading_->clear();
   reading_->shrink_to_fit();
+  reading_ids_ = {};
   reading_bytes_ = 0;
   spilled_ = true;
 }
@@ -48,6 +55,7 @@ void StreamBook::commit(Lsn end_lsn, PgTimestamp commit_time) {
   if (!reading_) throw std::logic_error("StreamBook: Commit outside a transaction");
   std::vector<Waiting> read = std::move(*reading_);
   reading_.reset();
+  reading_ids_ = {};
   reading_bytes_ = 0;
   const std::uint64_t number = first_transaction_ + transactions_.size();
   transactions_.push_back({end_lsn, read.size(), commit_time});

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,8 @@ class StreamBook {
   // later ones ignored; they stay pending in the table, whose path publishes them (rows older
   // than the stream's position), and later events of their aggregates wait behind them there.
   void spill();
+  // Whether an event with this id was read and is not done (also in the transaction being read).
+  [[nodiscard]] bool contains(const EventId& id) const;
   // Bytes of the transaction being read (0 once spilled).
   [[nodiscard]] std::uint64_t reading_bytes() const { return reading_bytes_; }
   [[nodiscard]] bool spilled() const { return spilled_; }
@@ -148,6 +151,7 @@ class StreamBook {
   void became_idle(Key key);
 
   std::optional<std::vector<Waiting>> reading_;  // the transaction being read
+  std::unordered_set<EventId, IdHash> reading_ids_;  // its events' ids
   std::uint64_t reading_bytes_ = 0;
   bool spilled_ = false;
   std::deque<Waiting> ready_;                    // candidates not handed out yet, in order

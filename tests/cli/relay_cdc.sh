@@ -3,7 +3,9 @@
 # cluster as separate processes, events written by plain SQL, a change-data-capture relay
 # streaming them, `outbox status` showing its slot, SIGTERM, a restart that resumes from the slot,
 # the refusals of CDC options that cannot work, two shards run by one process, the WAL budget
-# with a paused broker, and kcat reading what reached Kafka (every event, each key in order).
+# with a paused broker, table-less events (no rows: the slot is their only copy) and the refusals
+# that keep them from being lost, and kcat reading what reached Kafka (every event, each key in
+# order).
 #
 # Usage: relay_cdc.sh /path/to/outbox
 # Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox postgres`).
@@ -241,8 +243,71 @@ fi
 wait_for_status "*slot $slot: streamed*" "caught up, the relay streams again from a new slot" || true
 stop_relay
 
-# --- 7. what reached Kafka, read by kcat: every event, each key's first deliveries in order ------
-total=$((6 * aggregates * per_round))
+# --- 7. table-less events: no rows, only the slot; refusals of what would lose them --------------
+expect_failure "--table-less with a WAL budget" "cdc.table_less needs cdc.wal_budget = 0" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --table-less --wal-budget 1GiB
+expect_failure "--table-less with two shards" "needs one shard" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --table-less --shards 2
+expect_failure "--table-less on the polling relay" "needs the cdc source" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --table-less
+# Round `round` as a table-less producer writes it: the sequences taken, the events one message
+# per aggregate (the shape ProducerOptions::table_less emits), no rows.
+write_round_table_less() {
+  local round="$1" first last
+  first=$(((round - 1) * per_round + 1))
+  last=$((round * per_round))
+  sql >/dev/null <<SQL
+BEGIN;
+SELECT $schema.outbox_table_less_ready();
+INSERT INTO $schema.outbox_aggregate_sequences AS q (aggregate_type, aggregate_id, last_sequence)
+SELECT 'order', 'order-' || a, $last FROM generate_series(1, $aggregates) AS a
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = EXCLUDED.last_sequence;
+SELECT pg_logical_emit_message(true, 'outbox:$schema', json_build_object(
+  'xid', pg_current_xact_id()::text, 'occurred_at', now()::text,
+  'aggregate_type', 'order', 'aggregate_id', 'order-' || a,
+  'events', (SELECT json_agg(json_build_object('event_id', gen_random_uuid(), 'sequence', s,
+               'event_type', 'OrderStepped', 'schema_version', 1,
+               'payload', jsonb_build_object('step', s)::text, 'headers', '{}') ORDER BY s)
+             FROM generate_series($first, $last) AS s WHERE a > 0))::text)  -- per aggregate
+FROM generate_series(1, $aggregates) AS a;
+COMMIT;
+SQL
+}
+if sql -c "SELECT $schema.outbox_table_less_ready()" >/dev/null 2>"$work_dir/refused.err"; then
+  fail "with no table-less slot registered, outbox_table_less_ready() should refuse"
+elif grep -q -- "--table-less" "$work_dir/refused.err"; then
+  pass
+else
+  fail "the refusal should say to start a relay with --table-less: $(cat "$work_dir/refused.err")"
+fi
+wal_budget=0
+start_relay --table-less
+wait_for_status "*slot $slot: streamed*registered for table-less events*" \
+  "a --table-less relay registers its slot, and status says so" || true
+expect_failure "a relay without --table-less on a registered slot" "registered for table-less" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --slot "$slot"
+write_round_table_less 7
+want=$((aggregates * per_round))
+deadline=$((SECONDS + publish_timeout_s))
+while ((SECONDS < deadline)) &&
+      ! tail -n 1 "$work_dir/relay.out" | grep -q "\"published\":$want[,}]"; do
+  sleep 0.2
+done
+if tail -n 1 "$work_dir/relay.out" | grep -q "\"published\":$want[,}]"; then pass; else
+  show_log "relay stderr" "$work_dir/relay.err"
+  fail "the table-less relay should publish $want events; stats: $(tail -n 1 "$work_dir/relay.out")"
+fi
+rows_now="$(sql -c "SELECT count(*) FROM $schema.outbox_events")"
+if [[ "$rows_now" == "$((6 * aggregates * per_round))" ]]; then pass; else
+  fail "table-less events write no rows: $rows_now rows, expected $((6 * aggregates * per_round))"
+fi
+stop_relay
+
+# --- 8. what reached Kafka, read by kcat: every event, each key's first deliveries in order ------
+total=$((7 * aggregates * per_round))
 if ! kcat -C -b "$brokers" -t "$topic" -e -q -f '%k %h\n' >"$work_dir/topic.txt" 2>"$work_dir/kcat.err"; then
   fail "kcat could not read $topic: $(cat "$work_dir/kcat.err")"
 fi

@@ -185,6 +185,22 @@ TEST(StreamBook, TakeLeftNamesEveryEventLeftToTheTableOnceInOrder) {
   EXPECT_EQ(book.confirmable(), 100U);
 }
 
+TEST(StreamBook, ContainsTheEventsReadAndNotDoneAndThoseOfTheTransactionBeingRead) {
+  StreamBook book;
+  const Event first = event("a", 1);
+  const Event second = event("a", 2);
+  book.begin();
+  book.add(first, 10);
+  EXPECT_TRUE(book.contains(first.event_id)) << "in the transaction being read";
+  EXPECT_FALSE(book.contains(second.event_id));
+  book.commit(100);
+  EXPECT_TRUE(book.contains(first.event_id));
+  const std::vector<Event> go = send_all(book);
+  ASSERT_EQ(go.size(), 1U);
+  book.published(first.event_id);
+  EXPECT_FALSE(book.contains(first.event_id)) << "done";
+}
+
 TEST(StreamBook, AKeepaliveMovesThePositionOnlyWithNothingOpen) {
   StreamBook book;
   book.keepalive(50);
