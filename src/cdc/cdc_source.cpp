@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <thread>
 #include <unordered_set>
 
@@ -161,7 +162,10 @@ void CdcSource::drop_other_shardings() {
 void CdcSource::start_stream() {
   stream_.reset();
   book_ = cdc::StreamBook{};
-  table_less_.clear();  // read again from the confirmed position
+  // Read again from the confirmed position; outcomes of sends from before are not this book's.
+  before_restart_.clear();
+  for (const auto& [id, entry] : table_less_) before_restart_.insert(id);
+  table_less_.clear();
   hold_position_ = false;
   columns_.reset();
   caught_up_time_ = 0;
@@ -334,7 +338,7 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
     table_less_.erase(candidates.events[finished].event_id);  // its row went out already
   }
   std::vector<Event> go = book_.decide(check.blocked, check.invisible, check.finished);
-  materialize_left();
+  materialize_left(true);
   return go;
 }
 
@@ -390,7 +394,8 @@ void CdcSource::take_change(std::string_view payload) {
     if (message->prefix == message_prefix_) take_table_less(*message);
     return;
   }
-  if (std::holds_alternative<cdc::Begin>(change)) {
+  if (const auto* begin = std::get_if<cdc::Begin>(&change)) {
+    reading_xid_ = begin->xid;
     book_.begin();
   } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {
     book_.commit(commit->end_lsn, commit->commit_time);
@@ -426,6 +431,7 @@ void CdcSource::take_change(std::string_view payload) {
                  "relay's own claim",
                  options_.relay_id, options_.max_in_flight_bytes);
       book_.spill();
+      materialize_left(false);  // table-less events read before it in this transaction
       return;
     }
     book_.add(std::move(row.event), bytes);
@@ -656,6 +662,8 @@ bool CdcSource::probe_caught_up() {
 
 // Reports the confirmable position (and asks for a keepalive when `ask_reply`).
 void CdcSource::send_status(bool ask_reply) {
+  // No position past a table-less event the book left and nothing has written yet.
+  if (!hold_position_) materialize_left(false);
   if (hold_position_) return;  // a table-less event may be nowhere but in the WAL after it
   const Lsn confirmable = book_.confirmable();
   stream_->send_status(stream_->received_lsn(), confirmable, confirmable, ask_reply);
@@ -742,7 +750,16 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
     std::vector<EventId> to_write;
     std::vector<Outcome> rows;
     for (Outcome& outcome : outcomes) {
-      if (!table_less_.contains(outcome.event_id)) {
+      const bool table_less = table_less_.contains(outcome.event_id);
+      if ((table_less && !book_.is_out(outcome.event_id)) ||
+          (!table_less && before_restart_.contains(outcome.event_id))) {
+        // A send from before the stream restarted: the new stream brings the event again (the
+        // position never passed it) and this book sends it, or has sent it and takes that
+        // send's outcome.
+        before_restart_.erase(outcome.event_id);
+        continue;
+      }
+      if (!table_less) {
         rows.push_back(std::move(outcome));
       } else if (failed) {
         to_write.push_back(outcome.event_id);
@@ -754,7 +771,7 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
       }
     }
     outcomes = std::move(rows);
-    materialize(to_write);
+    materialize(to_write, true);
     if (outcomes.empty()) return;
   }
   std::vector<EventId> ids;
@@ -791,7 +808,7 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
                options_.relay_id, outcome.event_id.to_string());
     done(outcome.event_id);
   }
-  if (failed) materialize_left();  // table-less events that waited behind a failed one
+  if (failed) materialize_left(true);  // table-less events that waited behind a failed one
 }
 
 // A table-less relay registers its slot (producers write table-less events only while a
@@ -844,6 +861,11 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
         xid.find_first_not_of("0123456789") != std::string::npos) {
       throw std::invalid_argument("xid is not a transaction id");
     }
+    // The transaction that carries the message: its xid's low 32 bits are Begin's. One naming
+    // another transaction would wait for that one's visibility, perhaps forever.
+    if (static_cast<std::uint32_t>(std::stoull(xid) & 0xFFFFFFFFULL) != reading_xid_) {
+      throw std::invalid_argument("xid is not the transaction's that carries the message");
+    }
     const auto occurred_at = doc.at("occurred_at").get<std::string>();
     const auto aggregate_type = doc.at("aggregate_type").get<std::string>();
     const auto aggregate_id = doc.at("aggregate_id").get<std::string>();
@@ -854,14 +876,26 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
       event.event_id = *id;
       event.aggregate_type = aggregate_type;
       event.aggregate_id = aggregate_id;
-      event.aggregate_sequence = item.at("sequence").get<std::int64_t>();
+      const nlohmann::json& sequence = item.at("sequence");
+      const nlohmann::json& version = item.at("schema_version");
+      if (!sequence.is_number_integer() || !version.is_number_integer() ||
+          sequence.get<std::int64_t>() < 1 || version.get<std::int64_t>() < 1 ||
+          version.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
+        throw std::invalid_argument("sequence or schema_version is not a positive integer");
+      }
+      event.aggregate_sequence = sequence.get<std::int64_t>();
       event.event_type = item.at("event_type").get<std::string>();
-      event.schema_version = item.at("schema_version").get<std::int32_t>();
+      event.schema_version = static_cast<std::int32_t>(version.get<std::int64_t>());
       event.payload = item.at("payload").get<std::string>();
       event.headers = item.at("headers").get<std::string>();
       event.occurred_at = occurred_at;
-      if (event.aggregate_sequence < 1 || event.schema_version < 1) {
-        throw std::invalid_argument("sequence or schema_version below 1");
+      // What the table would refuse, refused here: such an event could be neither sent as the
+      // producer's nor written to the table.
+      if (event.aggregate_type.empty() || event.aggregate_id.empty() ||
+          event.event_type.empty() || !nlohmann::json::accept(event.payload) ||
+          !nlohmann::json::accept(event.headers) ||
+          !nlohmann::json::parse(event.headers).is_object()) {
+        throw std::invalid_argument("an empty name, or payload or headers not JSON");
       }
       const std::uint64_t bytes = event.payload.size() + event.headers.size();
       events.emplace_back(std::move(event), bytes);
@@ -903,13 +937,15 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
   if (book_.spilled()) {
     std::vector<EventId> left = book_.take_left();
     left.insert(left.end(), to_write.begin(), to_write.end());
-    materialize(left);
+    // Untouched rows: the table path takes them only past the stream's horizon, so an earlier
+    // event of their aggregate that the book still holds (it has no row) goes first.
+    materialize(left, false);
   }
 }
 
 // Writes the table-less events among `ids` to the table, once their transactions are visible
 // to other sessions (an event must not be announced, from the table either, before that).
-void CdcSource::materialize(const std::vector<EventId>& ids) {
+void CdcSource::materialize(const std::vector<EventId>& ids, bool touched) {
   std::vector<std::pair<EventId, const TableLess*>> rows;
   for (const EventId& id : ids) {
     const auto found = table_less_.find(id);
@@ -943,10 +979,24 @@ void CdcSource::materialize(const std::vector<EventId>& ids) {
       }
       std::this_thread::sleep_for(milliseconds(2));
     }
-    pg::exec(table_.connection(), relay_sql::materialize_table_less(options_.schema),
-             {event_ids.text().c_str(), types.text().c_str(), aggregates.text().c_str(),
-              sequences.text().c_str(), event_types.text().c_str(), versions.text().c_str(),
-              payloads.text().c_str(), headers.text().c_str(), occurred.text().c_str()});
+    const auto written = pg::exec(
+        table_.connection(), relay_sql::materialize_table_less(options_.schema),
+        {event_ids.text().c_str(), types.text().c_str(), aggregates.text().c_str(),
+         sequences.text().c_str(), event_types.text().c_str(), versions.text().c_str(),
+         payloads.text().c_str(), headers.text().c_str(), occurred.text().c_str(),
+         touched ? "true" : "false"});
+    if (written.rows() != static_cast<int>(rows.size())) {
+      // Not written: its id is there already (written before a restart: fine), or another
+      // pending event of its aggregate holds its sequence (rows written by hand?): say so.
+      const auto clash = pg::exec(table_.connection(),
+                                  relay_sql::materialize_clashes(options_.schema),
+                                  {event_ids.text().c_str()});
+      for (int row = 0; row < clash.rows(); ++row) {
+        log().error("relay {}: table-less event {} was not written to the table: another pending "
+                    "event of its aggregate holds its sequence; it is not published",
+                    options_.relay_id, clash.text(row, 0));
+      }
+    }
   } catch (...) {
     // The book is done with these events: the slot's position must not move past them before a
     // restarted stream brings them again.

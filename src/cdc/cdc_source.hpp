@@ -38,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -115,8 +116,10 @@ class CdcSource final : public RelaySourceBase {
   // events of one message, and the writing of those the book left to the table.
   void check_table_less_registration();
   void take_table_less(const cdc::LogicalMessage& message);
-  void materialize(const std::vector<EventId>& ids);
-  void materialize_left() { materialize(book_.take_left()); }
+  // `touched`: claimable by the table path at once (failed, or blocked by a pending lower
+  // sequence); otherwise only past the horizon (a spilled transaction).
+  void materialize(const std::vector<EventId>& ids, bool touched);
+  void materialize_left(bool touched) { materialize(book_.take_left(), touched); }
   [[nodiscard]] bool polling() const { return fallback_since_.has_value(); }
 
   const RelayOptions& options_;
@@ -162,6 +165,9 @@ class CdcSource final : public RelaySourceBase {
   const std::string message_prefix_;
   bool registered_before_ = true;  // the slot was registered for table-less events before us
   bool hold_position_ = false;     // a table-less write failed: report no position until restart
+  std::uint32_t reading_xid_ = 0;  // Begin's xid of the transaction being read
+  // Table-less events out when the stream last restarted: their outcomes are not the new book's.
+  std::unordered_set<EventId, cdc::StreamBook::IdHash> before_restart_;
 };
 
 }  // namespace outbox::detail

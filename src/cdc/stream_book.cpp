@@ -137,6 +137,7 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
       done(id);
       became_idle(std::move(key));
     } else {
+      events_.at(checked[i].event.event_id).out = true;
       go.push_back(std::move(checked[i].event));
     }
   }
@@ -144,7 +145,10 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
     waiting_bytes_ += it->bytes;
     ready_.push_front(std::move(*it));
   }
-  for (const EventId& id : already) published(id);  // its next event becomes a candidate
+  for (const EventId& id : already) {  // done as if published: its next event a candidate
+    events_.at(id).out = true;
+    published(id);
+  }
   return go;
 }
 
@@ -156,9 +160,15 @@ void StreamBook::undo_next() {
   checking_.clear();
 }
 
+bool StreamBook::is_out(const EventId& id) const {
+  const auto found = events_.find(id);
+  return found != events_.end() && found->second.out;
+}
+
 void StreamBook::published(const EventId& id) {
   const auto found = events_.find(id);
-  if (found == events_.end()) return;  // not the stream's (the table path's), or already done
+  // Not the stream's (the table path's), already done, or not sent by this book.
+  if (found == events_.end() || !found->second.out) return;
   Aggregate& aggregate = *found->second.aggregate;
   aggregate.published = found->second.sequence;
   Key key = found->second.key;
@@ -174,7 +184,7 @@ void StreamBook::published(const EventId& id) {
 
 void StreamBook::failed(const EventId& id) {
   const auto found = events_.find(id);
-  if (found == events_.end()) return;
+  if (found == events_.end() || !found->second.out) return;
   Aggregate& aggregate = *found->second.aggregate;
   Key key = found->second.key;
   leave_behind_to_table(aggregate);

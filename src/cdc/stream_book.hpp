@@ -83,11 +83,15 @@ class StreamBook {
   [[nodiscard]] bool has_candidates() const { return !ready_.empty(); }
 
   // --- outcomes of sent events ---
+  // Only for events decide() returned: an outcome of any other id (a send from before the book
+  // was made anew, whose event this book read again and has not sent) changes nothing.
   // Published: done; the next event of its aggregate becomes a candidate that needs no check.
   void published(const EventId& id);
   // Failed (recorded in the table with backoff or quarantine): done; what waits behind it is left
   // to the table, where it stays behind the failed one.
   void failed(const EventId& id);
+  // Whether decide() returned this event and no outcome came yet.
+  [[nodiscard]] bool is_out(const EventId& id) const;
 
   // --- positions and sizes ---
   // The commit time of the oldest transaction not done, or of the last one read when all are
@@ -142,6 +146,7 @@ class StreamBook {
     Aggregate* aggregate = nullptr;
     Key key;
     std::int64_t sequence = 0;
+    bool out = false;  // returned by decide(), to be sent: its outcome may come
   };
 
   void place(Waiting waiting);

@@ -97,8 +97,8 @@ RETURNING event_id, aggregate_sequence, txid_current())SQL",
 // message per statement instead of rows: the aggregate's events as a JSON array in order, each
 // payload and headers as the text jsonb prints (what the relay sends from a row's payload::text),
 // the transaction's id (the relay publishes nothing before the transaction is visible to other
-// sessions) and now() as occurred_at. outbox_table_less_ready() raises unless a slot reads the
-// message (migration 10); a session that passed it looks again only in the next second. No
+// sessions) and now() as occurred_at in ISO 8601 (JSON's form: any session's DateStyle reads it).
+// outbox_table_less_ready() raises unless a slot reads the message (migration 10); a session that passed it looks again only in the next second. No
 // NOTIFY: a table-less relay streams.
 std::string insert_table_less_sql(const SchemaName& schema, const std::string& rows) {
   return fmt::format(R"SQL(WITH durable AS (
@@ -120,7 +120,7 @@ std::string insert_table_less_sql(const SchemaName& schema, const std::string& r
   WHERE ready.ok
 ), emitted AS (
   SELECT pg_logical_emit_message(true, '{prefix}', json_build_object(
-           'xid', pg_current_xact_id()::text, 'occurred_at', now()::text,
+           'xid', pg_current_xact_id()::text, 'occurred_at', to_json(now()) #>> '{{}}',
            'aggregate_type', $1::text, 'aggregate_id', $2::text,
            'events', json_agg(json_build_object(
               'event_id', n.event_id, 'sequence', n.aggregate_sequence,

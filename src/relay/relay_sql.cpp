@@ -487,11 +487,13 @@ WHERE NOT (v.event_id IS NOT NULL OR (x.xid IS NOT NULL AND pg_visible_in_snapsh
                      fmt::arg("events", schema.table("outbox_events")));
 }
 
-// Table-less events written to the table as pending rows that the table path claims at once:
-// available_at after occurred_at marks the row touched (the stream's check and the CDC claim's
-// horizon leave it to the table). An id already there (written before a crash, streamed again)
-// is left as it is. Committed durably whatever the session's synchronous_commit: the slot's
-// position moves past these events only once the row is the truth.
+// Table-less events written to the table as pending rows. Touched ($10), available_at after
+// occurred_at: the table path claims them at once (the stream's check leaves them to it).
+// Untouched: as the producer's own row, claimed only past the CDC claim's horizon. An id already
+// there (written before a crash, streamed again) is left as it is, and so is an event whose
+// sequence another pending row of its aggregate holds (the caller sees it missing from RETURNING).
+// Committed durably whatever the session's synchronous_commit: the slot's position moves past
+// these events only once the row is the truth.
 std::string materialize_table_less(const SchemaName& schema) {
   return fmt::format(R"SQL(WITH durable AS (
   SELECT set_config('synchronous_commit', 'on', true)
@@ -500,13 +502,22 @@ INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence
                       schema_version, payload, headers, occurred_at, available_at)
 SELECT r.event_id, r.aggregate_type, r.aggregate_id, r.sequence, r.event_type, r.schema_version,
        r.payload::jsonb, r.headers::jsonb, r.occurred_at,
-       greatest(now(), r.occurred_at + interval '1 microsecond')
+       CASE WHEN $10::bool THEN greatest(now(), r.occurred_at + interval '1 microsecond')
+            ELSE r.occurred_at END
 FROM durable, unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::int[],
                      $7::text[], $8::text[], $9::timestamptz[])
        AS r(event_id, aggregate_type, aggregate_id, sequence, event_type, schema_version, payload,
             headers, occurred_at)
-ON CONFLICT DO NOTHING)SQL",
+ON CONFLICT DO NOTHING
+RETURNING event_id)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
+}
+
+std::string materialize_clashes(const SchemaName& schema) {
+  return fmt::format(
+      "SELECT i.id::text FROM unnest($1::uuid[]) AS i(id) "
+      "WHERE NOT EXISTS (SELECT 1 FROM {events} e WHERE e.event_id = i.id)",
+      fmt::arg("events", schema.table("outbox_events")));
 }
 
 // How many of the transactions $1 (xid8 as text) this session does not see committed yet.

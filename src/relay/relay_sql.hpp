@@ -69,9 +69,12 @@ std::string sweep(const SchemaName& schema);
 // An event whose row this snapshot does not see yet must not be announced; one with a lower
 // sequence of its aggregate still pending must not overtake it.
 std::string check_streamed(const SchemaName& schema);
-// Table-less events into the table as touched pending rows ($1..$9: ids, aggregate types and ids,
-// sequences, event types, schema versions, payloads and headers as text, occurred_at).
+// Table-less events into the table as pending rows ($1..$9: ids, aggregate types and ids,
+// sequences, event types, schema versions, payloads and headers as text, occurred_at; $10 bool:
+// touched, claimable at once). Returns the ids written.
 std::string materialize_table_less(const SchemaName& schema);
+// Of the ids $1 (uuid[]), those with no row: not written, their sequences held by other rows.
+std::string materialize_clashes(const SchemaName& schema);
 // The count of the transactions ($1: xid8 as text) not visible to this session yet.
 std::string invisible_transactions();
 // The highest migration applied to the schema.

@@ -223,7 +223,10 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM {s}.outbox_table_less_slots t
                  JOIN pg_replication_slots r ON r.slot_name = t.slot_name
                  WHERE r.database = current_database() AND r.plugin = 'pgoutput'
-                   AND r.wal_status IS DISTINCT FROM 'lost') THEN
+                   AND r.wal_status IS DISTINCT FROM 'lost'
+                   -- set once the slot is consistent: a slot still being created misses
+                   -- transactions that commit before its consistent point
+                   AND r.confirmed_flush_lsn IS NOT NULL) THEN
     RAISE EXCEPTION 'outbox: no slot reads table-less events of this schema (none registered in outbox_table_less_slots exists with its WAL): the event would be lost; start `outbox relay --source cdc --table-less` first, or write events to the table (ProducerOptions::table_less = false)'
       USING ERRCODE = '55000';
   END IF;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "outbox/relay.hpp"
@@ -96,6 +97,48 @@ class HoldingSink final : public Sink {
   std::unique_ptr<Sink> inner_;
   std::atomic<bool> held_{false};
   std::vector<std::pair<Event, std::uint64_t>> waiting_;
+};
+
+// Holds the first send of one aggregate's given sequence for `hold`, then fails it retryably: an
+// event that stays in flight a while and then needs a retry.
+class SlowFailOnceSink final : public Sink {
+ public:
+  SlowFailOnceSink(std::unique_ptr<Sink> inner, std::string aggregate_id, std::int64_t sequence,
+                   std::chrono::milliseconds hold)
+      : inner_(std::move(inner)),
+        aggregate_id_(std::move(aggregate_id)),
+        sequence_(sequence),
+        hold_(hold) {}
+  void send(const Event& event, std::uint64_t ticket) override {
+    if (!taken_ && event.aggregate_id == aggregate_id_ && event.aggregate_sequence == sequence_) {
+      taken_ = true;
+      held_ = ticket;
+      since_ = std::chrono::steady_clock::now();
+      return;
+    }
+    inner_->send(event, ticket);
+  }
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    if (held_ && std::chrono::steady_clock::now() - since_ >= hold_) {
+      reports.push_back({*held_, DeliveryOutcome::retryable_failure, "held, then refused", -1, -1});
+      held_.reset();
+      max_wait = std::chrono::milliseconds(0);
+    }
+    inner_->poll(std::min(max_wait, std::chrono::milliseconds(50)), reports);
+  }
+  [[nodiscard]] std::size_t in_flight() const override {
+    return inner_->in_flight() + (held_ ? 1 : 0);
+  }
+  [[nodiscard]] std::string describe() const override { return "slow-fail " + inner_->describe(); }
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  std::string aggregate_id_;
+  std::int64_t sequence_;
+  std::chrono::milliseconds hold_;
+  bool taken_ = false;
+  std::optional<std::uint64_t> held_;
+  std::chrono::steady_clock::time_point since_;
 };
 
 class CdcRelayTest : public RelayFixture {
@@ -723,6 +766,68 @@ TEST_F(TableLessTest, ATransactionLargerThanTheByteBudgetIsWrittenToTheTable) {
       << "the large transaction's events were written and claimed";
 }
 
+// A transaction past the byte budget spills: table-less events read before the row that passed
+// the budget are written to the table too (they are nowhere else), and a spilled event of an
+// aggregate whose earlier event is still out is not claimed before that one: written untouched,
+// it is the table path's only past the stream's horizon, and comes back through the stream
+// behind its predecessor.
+TEST_F(TableLessTest, ASpillKeepsEveryTableLessEventAndTheirAggregatesOrder) {
+  RelayOptions o = table_less_options("tl");
+  o.max_in_flight_bytes = 4096;
+  Relay relay(o, std::make_unique<SlowFailOnceSink>(sink(), "agg-0", std::int64_t{1}, 1500ms));
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  std::vector<EventId> ids = enqueue_table_less(1, 1);  // agg-0 #1: held 1.5 s, then fails
+  ASSERT_TRUE(wait_until([&] { return relay.stats().in_flight == 1; }, 10s));
+  ProducerOptions less{schema_, 4096};
+  less.table_less = true;
+  const Producer table_less(less);
+  const Producer with_rows(ProducerOptions{schema_, 4096});
+  pg::exec(conn(), "BEGIN");
+  for (int i = 0; i < 4; ++i) {  // agg-0 #2..#5, read before the rows below pass the budget
+    ids.push_back(table_less
+                      .enqueue(conn(), NewEvent{"order", "agg-0", "Step", R"({"k":1})", "{}", 1,
+                                                std::nullopt})
+                      .event_id);
+  }
+  for (int i = 0; i < 40; ++i) {  // ~200 bytes each: twice the budget, as rows
+    ids.push_back(with_rows
+                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(1 + i % 3),
+                                                "Step", R"({"k":")" + std::string(180, 'x') + R"("})",
+                                                "{}", 1, std::nullopt})
+                      .event_id);
+  }
+  pg::commit(conn());
+  ASSERT_TRUE(wait_until(
+      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 30s))
+      << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
+  // Again with nothing in flight and nothing after it: no failure or later candidate makes the
+  // relay look at what the spill left, only the spill itself (or the position it would report).
+  pg::exec(conn(), "BEGIN");
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(table_less
+                      .enqueue(conn(), NewEvent{"order", "agg-9", "Step", R"({"k":1})", "{}", 1,
+                                                std::nullopt})
+                      .event_id);
+  }
+  for (int i = 0; i < 40; ++i) {
+    ids.push_back(with_rows
+                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(1 + i % 3),
+                                                "Step", R"({"k":")" + std::string(180, 'x') + R"("})",
+                                                "{}", 1, std::nullopt})
+                      .event_id);
+  }
+  pg::commit(conn());
+  ASSERT_TRUE(wait_until(
+      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 30s))
+      << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(relay.stats().failed, 1U);
+  EXPECT_GE(relay.stats().materialized, 8U) << "agg-0 #2..#5 and agg-9 #1..#4 went to the table";
+}
+
 // Nothing keeps a table-less producer from reusing an event id (no primary key sees it). The
 // relay publishes the first and not the second, and its position moves on: the book counts
 // events by id, and a second open event of one id would hold the slot's position for good.
@@ -758,6 +863,58 @@ TEST_F(TableLessTest, AReusedEventIdIsPublishedOnceAndThePositionMovesOn) {
   ids.push_back(reused);
   expect_on_broker_in_order(ids);
   EXPECT_EQ(relay.stats().published, later.size() + 1) << "the reused id once";
+}
+
+// A message with the outbox prefix that is not an outbox producer's (any role may emit one) is
+// skipped with an error, whatever it holds: not JSON, numbers out of range, an xid that is not
+// its transaction's (it would wait for that one's visibility, holding the slot's position, for
+// good). The position moves past it and the events after it go.
+TEST_F(TableLessTest, MessagesThatAreNotAProducersAreSkippedAndThePositionMovesOn) {
+  Relay relay(table_less_options("tl"), sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  const std::string prefix = schema_.message_prefix();
+  const std::string event = R"("events": [{"event_id": "0192f1d2-0000-7000-8000-000000000001",)"
+                            R"( "sequence": 1, "event_type": "E", "schema_version": 1,)"
+                            R"( "payload": "{}", "headers": "{}"}])";
+  for (const std::string& body :
+       {std::string("not json"),
+        R"({"xid": "99999999999", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
+        R"( "aggregate_id": "x", )" + event + "}",
+        std::string(R"({"xid": "XID", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
+                    R"( "aggregate_id": "x", "events": [{"event_id": "0192f1d2-0000-7000-8000-000000000002",)"
+                    R"( "sequence": 1e300, "event_type": "E", "schema_version": 1,)"
+                    R"( "payload": "{}", "headers": "{}"}]})"),
+        std::string(R"({"xid": "XID", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
+                    R"( "aggregate_id": "x", "events": [{"event_id": "0192f1d2-0000-7000-8000-000000000003",)"
+                    R"( "sequence": 1, "event_type": "E", "schema_version": 1,)"
+                    R"( "payload": "{not json", "headers": "{}"}]})")}) {
+    pg::exec(conn(), "BEGIN");
+    const std::string xid(pg::exec(conn(), "SELECT pg_current_xact_id()::text").text(0, 0));
+    std::string text = body;
+    if (const auto at = text.find("XID"); at != std::string::npos) text.replace(at, 3, xid);
+    pg::exec(conn(), "SELECT pg_logical_emit_message(true, $1, $2)",
+             {prefix.c_str(), text.c_str()});
+    pg::commit(conn());
+  }
+  const std::string after(pg::exec(conn(), "SELECT pg_current_wal_lsn()::text").text(0, 0));
+  const std::vector<EventId> ids = enqueue_table_less(2, 2);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().published == ids.size(); }, 20s))
+      << relay.stats().published << "; " << relay.stats().last_error;
+  const std::string slot = cdc_options("x").cdc.slot;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        return count(conn(),
+                     "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
+                     "confirmed_flush_lsn >= $2::pg_lsn",
+                     {slot.c_str(), after.c_str()}) == 1;
+      },
+      10s));
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(relay.stats().published, ids.size()) << "none of the four was sent";
+  EXPECT_EQ(table_rows(), 0) << "nor written to the table";
 }
 
 // Nothing silent: a relay without --table-less refuses a registered slot, and stops at a

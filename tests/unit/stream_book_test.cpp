@@ -201,6 +201,26 @@ TEST(StreamBook, ContainsTheEventsReadAndNotDoneAndThoseOfTheTransactionBeingRea
   EXPECT_FALSE(book.contains(first.event_id)) << "done";
 }
 
+// After a reconnect the book is made anew and reads the stream again; an outcome of a send from
+// before must not complete the event this book read again and has not sent (it would then be
+// handed out with no entry behind it, or its aggregate freed while another event of it is out).
+TEST(StreamBook, AnOutcomeOfAnEventNotSentByThisBookChangesNothing) {
+  StreamBook book;
+  const auto events = read(book, {event("a", 1), event("a", 2)}, 100);
+  book.published(events[0].event_id);  // a stale ack: a#1 is read, not sent
+  book.failed(events[0].event_id);
+  EXPECT_FALSE(book.is_out(events[0].event_id));
+  const std::vector<Event> go = send_all(book);
+  ASSERT_EQ(ids(go), (std::vector<std::string>{"a#1"}));
+  EXPECT_TRUE(book.is_out(events[0].event_id));
+  book.failed(events[1].event_id);  // stale: a#2 waits behind a#1
+  EXPECT_TRUE(send_all(book).empty()) << "a#2 still waits behind a#1";
+  book.published(events[0].event_id);
+  EXPECT_EQ(ids(send_all(book)), (std::vector<std::string>{"a#2"}));
+  book.published(events[1].event_id);
+  EXPECT_EQ(book.confirmable(), 100U);
+}
+
 TEST(StreamBook, AKeepaliveMovesThePositionOnlyWithNothingOpen) {
   StreamBook book;
   book.keepalive(50);
