@@ -178,7 +178,15 @@ void CdcSource::start_stream() {
   for (int attempt = 1;; ++attempt) {
     try {
       prepare_slot();
-      stream_->start(slot_, publication_, 0);
+      // From where this relay last confirmed, when that is past the slot's saved position: after
+      // a crash PostgreSQL restarts a slot from its position at the last checkpoint, and would
+      // bring again every transaction since (table-less events have no row that says they were
+      // sent: each would be published again). Only on the same server and timeline: after a
+      // failover WAL positions are not the old primary's.
+      const cdc::SystemIdentity& server = stream_->identity();
+      const bool same_server =
+          done_.lsn != 0 && server.system_id == done_.system_id && server.timeline == done_.timeline;
+      stream_->start(slot_, publication_, same_server ? done_.lsn : 0);
       break;
     } catch (const cdc::ReplicationError& error) {
       const cdc::ReplicationFailure failure = error.failure();
@@ -668,6 +676,10 @@ void CdcSource::send_status(bool ask_reply) {
   const Lsn confirmable = book_.confirmable();
   stream_->send_status(stream_->received_lsn(), confirmable, confirmable, ask_reply);
   confirmed_sent_ = std::max(confirmed_sent_, confirmable);
+  if (confirmable > done_.lsn || stream_->identity().system_id != done_.system_id ||
+      stream_->identity().timeline != done_.timeline) {
+    done_ = {stream_->identity().system_id, stream_->identity().timeline, confirmable};
+  }
 }
 
 CdcSource::Clock::time_point CdcSource::next_duty() const {

@@ -137,6 +137,13 @@ class CdcSource final : public RelaySourceBase {
   bool deferred_ = false;  // the last look found rows not visible yet
   Clock::time_point next_table_poll_;
   cdc::Lsn confirmed_sent_ = 0;
+  // The furthest position this relay confirmed, and on which server and timeline: everything
+  // before it is done (published, or in the table), whatever the slot says after a crash.
+  struct Done {
+    std::string system_id;
+    std::uint32_t timeline = 0;
+    cdc::Lsn lsn = 0;
+  } done_;
   // The stream had received all WAL flushed at this server time (a probe while nothing was
   // open): with nothing open, the horizon follows it rather than the last commit read.
   cdc::PgTimestamp caught_up_time_ = 0;

@@ -454,6 +454,8 @@ int main(int argc, char** argv) {
   cdc->add_option("--trials-per-fault", scenario.trials_per_fault)->check(CLI::Range(1, 10000));
   cdc->add_option("--broker-rtt-ms", scenario.broker_rtt_ms, "the mock brokers' answer time")
       ->check(CLI::Range(0, 5000));
+  cdc->add_flag("--table-less", scenario.table_less,
+                "table-less producers and relays (kill, pause and PostgreSQL restart only)");
   cdc->add_flag("--verbose", scenario.verbose);
   cdc->add_flag("--keep", scenario.keep);
   CLI11_PARSE(app, argc, argv);

@@ -39,7 +39,10 @@ struct Stage {
     char dir_template[] = "/tmp/outbox-scenario-XXXXXX";
     if (::mkdtemp(dir_template) == nullptr) throw std::runtime_error("mkdtemp failed");
     dir = dir_template;
-    kafka.create_topic(kTopic, 6, 3);
+    // librdkafka's mock keeps at most 5 MiB per partition and drops the oldest beyond that: a
+    // message the consumer had not read yet would be gone, and its first delivery a later
+    // duplicate (seen as an inversion). 24 partitions hold about 500,000 scenario messages.
+    kafka.create_topic(kTopic, 24, 3);
     url = postgres.connection_string();
     migrate(url, SchemaName(kSchema));
     create_campaign_tables(url);
@@ -100,13 +103,23 @@ class TransactionLog {
 };
 
 // One transaction: enqueue `events`, optionally hold it open, then commit or roll back.
+// `intents`: also record the event ids in campaign.intents, in the same transaction (the business
+// change a table-less producer's transaction makes, and the checker's record of its events).
 void write_transaction(PGconn* conn, const Producer& producer, const std::vector<NewEvent>& events,
-                       std::chrono::milliseconds hold, bool roll_back, TransactionLog& log) {
+                       std::chrono::milliseconds hold, bool roll_back, TransactionLog& log,
+                       bool intents = false) {
   pg::exec(conn, "BEGIN");
   const auto enqueued = producer.enqueue(conn, events);
   std::string pending = "pending " + std::to_string(enqueued.front().transaction_id);
-  for (const auto& e : enqueued) pending += " " + e.event_id.to_string();
+  std::string ids = "{";
+  for (const auto& e : enqueued) {
+    pending += " " + e.event_id.to_string();
+    ids += (ids.size() > 1 ? "," : "") + e.event_id.to_string();
+  }
   log.line(pending);
+  if (intents) {
+    pg::exec(conn, "INSERT INTO campaign.intents SELECT unnest($1::uuid[])", {(ids + "}").c_str()});
+  }
   if (hold.count() > 0) std::this_thread::sleep_for(hold);
   if (roll_back) {
     pg::exec(conn, "ROLLBACK");
@@ -370,10 +383,13 @@ namespace {
 // an unfinished one as unknown), then they reconnect and go on.
 class SteadyWriters {
  public:
-  SteadyWriters(const std::string& url, TransactionLog& log, int aggregates) {
+  SteadyWriters(const std::string& url, TransactionLog& log, int aggregates,
+                bool table_less = false) {
     for (int w = 0; w < 4; ++w) {
-      threads_.emplace_back([this, url, &log, aggregates, w] {
-        const Producer producer(ProducerOptions{SchemaName(kSchema), 4096});
+      threads_.emplace_back([this, url, &log, aggregates, w, table_less] {
+        ProducerOptions producer_options{SchemaName(kSchema), 4096};
+        producer_options.table_less = table_less;
+        const Producer producer(producer_options);
         std::mt19937 random(static_cast<unsigned>(w) * 13U + 5U);
         while (writing_.load()) {
           try {
@@ -385,7 +401,7 @@ class SteadyWriters {
                                           "acct-" + std::to_string(random() % aggregates),
                                           "Deposited", "{}", "{}", 1, {}});
               }
-              write_transaction(c.get(), producer, events, 0ms, false, log);
+              write_transaction(c.get(), producer, events, 0ms, false, log, table_less);
               std::this_thread::sleep_for(5ms);
             }
           } catch (const std::exception&) {
@@ -555,20 +571,28 @@ bool inject(Stage& stage, CdcFault fault, std::mt19937& random,
 int run_cdc_faults(const ScenarioOptions& options) {
   Stage stage(options);
   for (int b = 1; b <= 3; ++b) stage.kafka.set_broker_rtt(b, options.broker_rtt_ms);
-  const std::vector<std::string> relay_args{
+  std::vector<std::string> relay_args{
       "--source", "cdc", "--slot", kCdcSlot, "--takeover",
       std::to_string(std::chrono::milliseconds(kCdcTakeover).count()) + "ms"};
+  if (options.table_less) relay_args.emplace_back("--table-less");
+  // Table-less events exist only in the slot: its loss loses them (documented), not a fault the
+  // relays are to survive.
+  const std::vector<CdcFault> faults =
+      options.table_less
+          ? std::vector<CdcFault>{CdcFault::kill, CdcFault::pause, CdcFault::postgres_restart}
+          : std::vector<CdcFault>(kCdcFaults.begin(), kCdcFaults.end());
+  const std::string scenario_name = options.table_less ? "cdc-table-less" : "cdc";
   for (int i = 0; i < 2; ++i) stage.relays.push_back(stage.start_relay(i, relay_args));
   TransactionLog log(stage.log("writers.transactions"));
-  SteadyWriters writers(stage.url, log, 200);
+  SteadyWriters writers(stage.url, log, 200, options.table_less);
 
   std::mt19937 random(20261202);
   std::map<std::string, int> made;
   bool all_made = true;
-  const int trials = options.trials_per_fault * static_cast<int>(kCdcFaults.size());
+  const int trials = options.trials_per_fault * static_cast<int>(faults.size());
   for (int t = 0; t < trials; ++t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300 + random() % 700));
-    const CdcFault fault = kCdcFaults[static_cast<std::size_t>(t) % kCdcFaults.size()];
+    const CdcFault fault = faults[static_cast<std::size_t>(t) % faults.size()];
     const bool ok = inject(stage, fault, random, relay_args);
     all_made = all_made && ok;
     if (ok) ++made[name(fault)];
@@ -594,10 +618,10 @@ int run_cdc_faults(const ScenarioOptions& options) {
   const HistoryReport report = stage.check();
   std::string counts;
   for (const auto& [fault, count] : made) counts += fmt::format(" {}={}", fault, count);
-  std::cout << fmt::format("cdc: {} trials, two relays on slot {}, faults made:{}", trials,
-                           kCdcSlot, counts)
+  std::cout << fmt::format("{}: {} trials, two relays on slot {}, faults made:{}", scenario_name,
+                           trials, kCdcSlot, counts)
             << "\n";
-  return finish("cdc", report, all_made);
+  return finish(scenario_name, report, all_made);
 }
 
 }  // namespace outbox::campaign

@@ -25,6 +25,7 @@ struct ScenarioOptions {
   int kills = 25;          // relay kill
   int broker_rtt_ms = 10;  // relay kill: the brokers' answer time, so relays hold rows in flight
   int trials_per_fault = 20;  // cdc: trials of each fault kind
+  bool table_less = false;    // cdc: table-less producers, relays with --table-less
   bool verbose = false;
   bool keep = false;
 };
@@ -35,7 +36,10 @@ int run_relay_kill(const ScenarioOptions& options);
 //  - cdc: two change-data-capture relays on one slot (one streams, one waits), steady traffic,
 //    and faults in turn: a relay SIGKILLed (between publishes and confirms), a relay paused past
 //    the takeover, PostgreSQL crash-restarted, the slot dropped mid-stream, the slot invalidated
-//    by max_slot_wal_keep_size. Then the history is checked as for every scenario.
+//    by max_slot_wal_keep_size. Then the history is checked as for every scenario. With
+//    table_less the producers write no rows (their transactions record the event ids in a
+//    business table, campaign.intents, for the checker) and the relays run with --table-less;
+//    the slot faults are left out, since a lost slot loses such events by design.
 int run_cdc_faults(const ScenarioOptions& options);
 
 }  // namespace outbox::campaign

@@ -81,8 +81,11 @@ END $$;
 DROP TRIGGER IF EXISTS record_cleaned ON campaign.outbox_events;
 CREATE TRIGGER record_cleaned BEFORE DELETE ON campaign.outbox_events
   FOR EACH ROW EXECUTE FUNCTION campaign.record_cleaned();
+-- Table-less producers write no row: their transactions record the event ids here instead.
+CREATE TABLE IF NOT EXISTS campaign.intents (event_id uuid PRIMARY KEY);
 CREATE OR REPLACE VIEW campaign.all_events AS
-  SELECT event_id FROM campaign.outbox_events UNION ALL SELECT event_id FROM campaign.cleaned;
+  SELECT event_id FROM campaign.outbox_events UNION ALL SELECT event_id FROM campaign.cleaned
+  UNION ALL SELECT event_id FROM campaign.intents;
 )SQL");
 }
 
