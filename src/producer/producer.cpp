@@ -49,6 +49,21 @@ void check_name(std::string_view field, const std::string& value) {
   }
 }
 
+// The two statements' common parts: synchronous_commit raised to on for the transaction, and
+// the aggregate's next $3 sequences (its row locked until the transaction ends).
+constexpr const char* kDurable =
+    "  SELECT set_config('synchronous_commit', 'on', true) "
+    "WHERE current_setting('synchronous_commit') = 'off'\n";
+
+std::string sequence_upsert(const SchemaName& schema) {
+  return "  INSERT INTO " + schema.table("outbox_aggregate_sequences") +
+         " AS s (aggregate_type, aggregate_id, last_sequence)\n"
+         "  VALUES ($1, $2, $3::bigint)\n"
+         "  ON CONFLICT (aggregate_type, aggregate_id)\n"
+         "  DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence\n"
+         "  RETURNING last_sequence\n";
+}
+
 // One statement per aggregate: take (or create) the aggregate's sequence row, which locks it until
 // the caller's transaction ends, then insert the events numbered after it. Writers of the same
 // aggregate therefore commit in sequence order, and a rolled-back writer leaves no gap because its
@@ -67,19 +82,13 @@ void check_name(std::string_view field, const std::string& value) {
 // schema_version, payload, headers and ord (1, 2, ...: the order within the aggregate).
 std::string insert_sql(const SchemaName& schema, const std::string& rows) {
   return fmt::format(R"SQL(WITH durable AS (
-  SELECT set_config('synchronous_commit', 'on', true) WHERE current_setting('synchronous_commit') = 'off'
-), wake AS (
+{durable}), wake AS (
   SELECT set_config('outbox.wake_checked', '{channel}', true),
          CASE WHEN (SELECT bool_and(r.listening) FROM {relays} r
                     WHERE r.seen_at > statement_timestamp() - interval '30 seconds')
               THEN pg_notify('{channel}', '') END
 ), seq AS (
-  INSERT INTO {sequences} AS s (aggregate_type, aggregate_id, last_sequence)
-  VALUES ($1, $2, $3::bigint)
-  ON CONFLICT (aggregate_type, aggregate_id)
-  DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
-  RETURNING last_sequence
-)
+{seq})
 INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
                       schema_version, payload, headers)
 SELECT e.event_id, $1, $2, seq.last_sequence - $3::bigint + e.ord, e.event_type,
@@ -87,7 +96,7 @@ SELECT e.event_id, $1, $2, seq.last_sequence - $3::bigint + e.ord, e.event_type,
 FROM seq LEFT JOIN durable ON true LEFT JOIN wake ON true, {rows}
 ORDER BY e.ord
 RETURNING event_id, aggregate_sequence, txid_current())SQL",
-                     fmt::arg("sequences", schema.table("outbox_aggregate_sequences")),
+                     fmt::arg("durable", kDurable), fmt::arg("seq", sequence_upsert(schema)),
                      fmt::arg("events", schema.table("outbox_events")),
                      fmt::arg("relays", schema.table("outbox_relays")),
                      fmt::arg("channel", schema.notify_channel()), fmt::arg("rows", rows));
@@ -98,22 +107,16 @@ RETURNING event_id, aggregate_sequence, txid_current())SQL",
 // payload and headers as the text jsonb prints (what the relay sends from a row's payload::text),
 // the transaction's id (the relay publishes nothing before the transaction is visible to other
 // sessions) and now() as occurred_at in ISO 8601 (JSON's form: any session's DateStyle reads it).
-// outbox_table_less_ready() raises unless a slot reads the message (migration 10); a session that passed it looks again only in the next second. No
-// NOTIFY: a table-less relay streams.
+// outbox_table_less_ready() raises unless a slot reads the message (migration 10); a session
+// that passed it looks again only in the next second. No NOTIFY: a table-less relay streams.
 std::string insert_table_less_sql(const SchemaName& schema, const std::string& rows) {
   return fmt::format(R"SQL(WITH durable AS (
-  SELECT set_config('synchronous_commit', 'on', true) WHERE current_setting('synchronous_commit') = 'off'
-), ready AS (
+{durable}), ready AS (
   SELECT CASE WHEN current_setting('outbox.table_less_checked', true) =
                    extract(epoch FROM statement_timestamp())::bigint::text
               THEN true ELSE {ready}() END AS ok
 ), seq AS (
-  INSERT INTO {sequences} AS s (aggregate_type, aggregate_id, last_sequence)
-  VALUES ($1, $2, $3::bigint)
-  ON CONFLICT (aggregate_type, aggregate_id)
-  DO UPDATE SET last_sequence = s.last_sequence + EXCLUDED.last_sequence
-  RETURNING last_sequence
-), numbered AS (
+{seq}), numbered AS (
   SELECT e.event_id, seq.last_sequence - $3::bigint + e.ord AS aggregate_sequence, e.event_type,
          e.schema_version, e.payload::text AS payload, e.headers::text AS headers, e.ord
   FROM seq LEFT JOIN durable ON true CROSS JOIN ready, {rows}
@@ -131,7 +134,7 @@ std::string insert_table_less_sql(const SchemaName& schema, const std::string& r
 SELECT n.event_id, n.aggregate_sequence, txid_current()
 FROM numbered n CROSS JOIN emitted
 ORDER BY n.ord)SQL",
-                     fmt::arg("sequences", schema.table("outbox_aggregate_sequences")),
+                     fmt::arg("durable", kDurable), fmt::arg("seq", sequence_upsert(schema)),
                      fmt::arg("ready", schema.table("outbox_table_less_ready")),
                      fmt::arg("prefix", schema.message_prefix()), fmt::arg("rows", rows));
 }

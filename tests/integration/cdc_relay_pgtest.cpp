@@ -185,6 +185,21 @@ class CdcRelayTest : public RelayFixture {
   bool all_published() {
     return wait_until([&] { return unpublished() == 0; }, 20s);
   }
+  [[nodiscard]] std::string wal_now() {
+    return std::string(pg::exec(conn(), "SELECT pg_current_wal_lsn()::text").text(0, 0));
+  }
+  // Whether the test's slot is confirmed past `lsn` within 10 s.
+  bool slot_confirmed_past(const std::string& lsn) {
+    const std::string slot = cdc_options("x").cdc.slot;
+    return wait_until(
+        [&] {
+          return count(conn(),
+                       "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
+                       "confirmed_flush_lsn >= $2::pg_lsn",
+                       {slot.c_str(), lsn.c_str()}) == 1;
+        },
+        10s);
+  }
 };
 
 TEST_F(CdcRelayTest, PublishesEveryCommittedEventInOrderFromTheStreamWithoutClaims) {
@@ -193,19 +208,10 @@ TEST_F(CdcRelayTest, PublishesEveryCommittedEventInOrderFromTheStreamWithoutClai
   ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
       << relay.stats().last_error;
   const std::vector<EventId> ids = enqueue(20, 5);
-  const std::string after_last_commit(
-      pg::exec(conn(), "SELECT pg_current_wal_lsn()::text").text(0, 0));
+  const std::string after_last_commit = wal_now();
   ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
   // The slot is confirmed past the last commit: a restart does not stream them again.
-  const std::string slot = cdc_options("x").cdc.slot;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        return count(conn(),
-                     "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
-                     "confirmed_flush_lsn >= $2::pg_lsn",
-                     {slot.c_str(), after_last_commit.c_str()}) == 1;
-      },
-      10s));
+  EXPECT_TRUE(slot_confirmed_past(after_last_commit));
   running.stop();
   expect_on_broker_in_order(ids);
   EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "the stream's events are never claimed";
@@ -625,22 +631,7 @@ class TableLessTest : public CdcRelayTest {
   }
   // As enqueue(), by a table-less producer: no rows.
   std::vector<EventId> enqueue_table_less(int aggregates, int per_aggregate, int first_k = 0) {
-    ProducerOptions options{schema_, 4096};
-    options.table_less = true;
-    const Producer producer(options);
-    std::vector<EventId> ids;
-    for (int k = first_k; k < first_k + per_aggregate; ++k) {
-      pg::exec(conn(), "BEGIN");
-      for (int a = 0; a < aggregates; ++a) {
-        ids.push_back(producer
-                          .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(a), "Step",
-                                                    R"({"k":)" + std::to_string(k) + "}", "{}", 1,
-                                                    std::nullopt})
-                          .event_id);
-      }
-      pg::commit(conn());
-    }
-    return ids;
+    return enqueue(aggregates, per_aggregate, true, first_k);
   }
   // What a table-less producer's enqueue says now ("" when it worked), its transaction rolled back.
   std::string table_less_refusal() {
@@ -844,19 +835,11 @@ TEST_F(TableLessTest, AReusedEventIdIsPublishedOnceAndThePositionMovesOn) {
   producer.enqueue(conn(), NewEvent{"order", "first", "Step", "{}", "{}", 1, reused});
   producer.enqueue(conn(), NewEvent{"order", "second", "Step", "{}", "{}", 1, reused});
   pg::commit(conn());
-  const std::string after(pg::exec(conn(), "SELECT pg_current_wal_lsn()::text").text(0, 0));
+  const std::string after = wal_now();
   const std::vector<EventId> later = enqueue_table_less(3, 2);
   ASSERT_TRUE(wait_until([&] { return relay.stats().published == later.size() + 1; }, 20s))
       << relay.stats().published << "; " << relay.stats().last_error;
-  const std::string slot = cdc_options("x").cdc.slot;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        return count(conn(),
-                     "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
-                     "confirmed_flush_lsn >= $2::pg_lsn",
-                     {slot.c_str(), after.c_str()}) == 1;
-      },
-      10s))
+  EXPECT_TRUE(slot_confirmed_past(after))
       << "the slot's position moves past the transaction with the reused id";
   running.stop();
   std::vector<EventId> ids = later;
@@ -898,19 +881,11 @@ TEST_F(TableLessTest, MessagesThatAreNotAProducersAreSkippedAndThePositionMovesO
              {prefix.c_str(), text.c_str()});
     pg::commit(conn());
   }
-  const std::string after(pg::exec(conn(), "SELECT pg_current_wal_lsn()::text").text(0, 0));
+  const std::string after = wal_now();
   const std::vector<EventId> ids = enqueue_table_less(2, 2);
   ASSERT_TRUE(wait_until([&] { return relay.stats().published == ids.size(); }, 20s))
       << relay.stats().published << "; " << relay.stats().last_error;
-  const std::string slot = cdc_options("x").cdc.slot;
-  EXPECT_TRUE(wait_until(
-      [&] {
-        return count(conn(),
-                     "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
-                     "confirmed_flush_lsn >= $2::pg_lsn",
-                     {slot.c_str(), after.c_str()}) == 1;
-      },
-      10s));
+  EXPECT_TRUE(slot_confirmed_past(after));
   running.stop();
   expect_on_broker_in_order(ids);
   EXPECT_EQ(relay.stats().published, ids.size()) << "none of the four was sent";

@@ -41,11 +41,15 @@ class RelayFixture : public ::testing::Test {
   }
 
   // `per_aggregate` events for each of `aggregates` aggregates, one transaction per event,
-  // interleaved across aggregates.
-  std::vector<EventId> enqueue(int aggregates, int per_aggregate) {
-    const Producer producer(ProducerOptions{schema_, 4096});
+  // interleaved across aggregates; payloads {"k": first_k ...}. `table_less`: by a table-less
+  // producer (ProducerOptions::table_less).
+  std::vector<EventId> enqueue(int aggregates, int per_aggregate, bool table_less = false,
+                               int first_k = 0) {
+    ProducerOptions options{schema_, 4096};
+    options.table_less = table_less;
+    const Producer producer(options);
     std::vector<EventId> ids;
-    for (int k = 0; k < per_aggregate; ++k) {
+    for (int k = first_k; k < first_k + per_aggregate; ++k) {
       pg::exec(conn(), "BEGIN");
       for (int a = 0; a < aggregates; ++a) {
         ids.push_back(producer
