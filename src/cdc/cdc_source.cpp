@@ -162,10 +162,7 @@ void CdcSource::drop_other_shardings() {
 void CdcSource::start_stream() {
   stream_.reset();
   book_ = cdc::StreamBook{};
-  // Read again from the confirmed position; outcomes of sends from before are not this book's.
-  before_restart_.clear();
-  for (const auto& [id, entry] : table_less_) before_restart_.insert(id);
-  table_less_.clear();
+  table_less_.clear();  // read again from the confirmed position
   hold_position_ = false;
   columns_.reset();
   caught_up_time_ = 0;
@@ -178,15 +175,7 @@ void CdcSource::start_stream() {
   for (int attempt = 1;; ++attempt) {
     try {
       prepare_slot();
-      // From where this relay last confirmed, when that is past the slot's saved position: after
-      // a crash PostgreSQL restarts a slot from its position at the last checkpoint, and would
-      // bring again every transaction since (table-less events have no row that says they were
-      // sent: each would be published again). Only on the same server and timeline: after a
-      // failover WAL positions are not the old primary's.
-      const cdc::SystemIdentity& server = stream_->identity();
-      const bool same_server =
-          done_.lsn != 0 && server.system_id == done_.system_id && server.timeline == done_.timeline;
-      stream_->start(slot_, publication_, same_server ? done_.lsn : 0);
+      stream_->start(slot_, publication_, start_position());
       break;
     } catch (const cdc::ReplicationError& error) {
       const cdc::ReplicationFailure failure = error.failure();
@@ -203,6 +192,49 @@ void CdcSource::start_stream() {
     }
   }
   confirmed_sent_ = 0;
+}
+
+// Where to start streaming when that is past the slot's saved position: after a crash PostgreSQL
+// restarts a slot at its position of the last checkpoint and would bring again every transaction
+// since. Rows it brings again are found finished; table-less events have no row to say so, and
+// each would be published again. A table-less relay starts from the position saved with its
+// registration (written durably, so it goes back with the data if the server does: a snapshot
+// restored keeps the system id and timeline, and starting past its WAL end would skip new
+// commits); any other from the furthest it confirmed itself on this server and timeline (what it
+// would skip on rows is pending in the table, and the table path publishes it). 0: the slot's.
+cdc::Lsn CdcSource::start_position() {
+  if (options_.cdc.table_less) {
+    const auto saved = pg::exec(table_.connection(),
+                                "SELECT coalesce(confirmed_lsn::text, '') FROM " +
+                                    options_.schema.table("outbox_table_less_slots") +
+                                    " WHERE slot_name = $1 AND confirmed_system = $2",
+                                {slot_.c_str(), stream_->identity().system_id.c_str()});
+    if (saved.rows() == 0 || saved.text(0, 0).empty()) return 0;
+    return cdc::parse_lsn(saved.text(0, 0)).value_or(0);
+  }
+  const cdc::SystemIdentity& server = stream_->identity();
+  const bool same_server =
+      done_.lsn != 0 && server.system_id == done_.system_id && server.timeline == done_.timeline;
+  return same_server ? done_.lsn : 0;
+}
+
+// A table-less relay saves its confirmed position with its registration, durably, at most once a
+// second (start_position).
+void CdcSource::save_position(cdc::Lsn confirmed) {
+  if (!options_.cdc.table_less || confirmed <= saved_position_ ||
+      Clock::now() < next_position_save_) {
+    return;
+  }
+  const std::string lsn = cdc::format_lsn(confirmed);
+  pg::exec(table_.connection(),
+           "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)) UPDATE " +
+               options_.schema.table("outbox_table_less_slots") +
+               " SET confirmed_lsn = CASE WHEN confirmed_system = $3 THEN "
+               "greatest(coalesce(confirmed_lsn, '0/0'), $2::pg_lsn) ELSE $2::pg_lsn END, "
+               "confirmed_system = $3 FROM durable WHERE slot_name = $1",
+           {slot_.c_str(), lsn.c_str(), stream_->identity().system_id.c_str()});
+  saved_position_ = confirmed;
+  next_position_save_ = Clock::now() + std::chrono::seconds(1);
 }
 
 // start_stream(), or false when another relay streams from the slot (it may let go).
@@ -404,6 +436,7 @@ void CdcSource::take_change(std::string_view payload) {
   }
   if (const auto* begin = std::get_if<cdc::Begin>(&change)) {
     reading_xid_ = begin->xid;
+    reading_commit_time_ = begin->commit_time;
     book_.begin();
   } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {
     book_.commit(commit->end_lsn, commit->commit_time);
@@ -680,6 +713,7 @@ void CdcSource::send_status(bool ask_reply) {
       stream_->identity().timeline != done_.timeline) {
     done_ = {stream_->identity().system_id, stream_->identity().timeline, confirmable};
   }
+  save_position(confirmable);
 }
 
 CdcSource::Clock::time_point CdcSource::next_duty() const {
@@ -763,12 +797,11 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
     std::vector<Outcome> rows;
     for (Outcome& outcome : outcomes) {
       const bool table_less = table_less_.contains(outcome.event_id);
-      if ((table_less && !book_.is_out(outcome.event_id)) ||
-          (!table_less && before_restart_.contains(outcome.event_id))) {
-        // A send from before the stream restarted: the new stream brings the event again (the
-        // position never passed it) and this book sends it, or has sent it and takes that
-        // send's outcome.
-        before_restart_.erase(outcome.event_id);
+      if (table_less && !book_.is_out(outcome.event_id)) {
+        // A send from before the stream restarted, of an event the new stream brought again
+        // and this book has not sent yet: it sends it (the position never passed it). An
+        // outcome of such a send that comes before the event is read again takes the row path
+        // and finds no row: counted fenced after kUnwrittenGiveUp, and the book ignores it.
         continue;
       }
       if (!table_less) {
@@ -933,7 +966,7 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
                  printable(event.aggregate_id), event.aggregate_sequence);
       continue;
     }
-    table_less_.insert_or_assign(id, TableLess{event, xid});
+    table_less_.insert_or_assign(id, TableLess{event, xid, reading_commit_time_});
     if (!book_.spilled() && book_.reading_bytes() + bytes > options_.max_in_flight_bytes) {
       log().info("relay {}: a transaction with more than {} bytes of events is left to the "
                  "relay's own claim (its table-less events are written to the table)",
@@ -978,7 +1011,11 @@ void CdcSource::materialize(const std::vector<EventId>& ids, bool touched) {
       versions.add_plain(std::to_string(event.schema_version));
       payloads.add(event.payload);
       headers.add(event.headers);
-      occurred.add(event.occurred_at);
+      // Untouched (spilled), it waits for the table path's horizon, which the stream's oldest
+      // open transaction holds back; the producer's now() is its transaction's start, which may
+      // be long before an earlier event of its aggregate committed (that one has no row, and is
+      // perhaps still out): its commit time is after that one's, so it waits behind it.
+      occurred.add(touched ? event.occurred_at : cdc::format_pg_timestamp(row->commit_time));
     }
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     while (pg::exec(table_.connection(), relay_sql::invisible_transactions(),

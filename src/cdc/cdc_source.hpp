@@ -167,14 +167,19 @@ class CdcSource final : public RelaySourceBase {
   struct TableLess {
     Event event;
     std::string xid;
+    cdc::PgTimestamp commit_time = 0;  // its transaction's
   };
   std::unordered_map<EventId, TableLess, cdc::StreamBook::IdHash> table_less_;
   const std::string message_prefix_;
   bool registered_before_ = true;  // the slot was registered for table-less events before us
   bool hold_position_ = false;     // a table-less write failed: report no position until restart
   std::uint32_t reading_xid_ = 0;  // Begin's xid of the transaction being read
-  // Table-less events out when the stream last restarted: their outcomes are not the new book's.
-  std::unordered_set<EventId, cdc::StreamBook::IdHash> before_restart_;
+  cdc::PgTimestamp reading_commit_time_ = 0;  // and its commit time
+  // Where a stream starts (see the function); a table-less relay's saved position.
+  cdc::Lsn start_position();
+  void save_position(cdc::Lsn confirmed);
+  cdc::Lsn saved_position_ = 0;
+  Clock::time_point next_position_save_;
 };
 
 }  // namespace outbox::detail

@@ -208,10 +208,18 @@ ALTER TABLE {s}.outbox_relays
 -- "Table-less producers"). The look at pg_replication_slots costs 0.1-0.2 ms, as much as the
 -- rest of the statement, so a session that passed it notes the second (outbox.table_less_checked,
 -- a session setting; an aborted transaction undoes it) and looks again in the next one.
+-- confirmed_lsn: the relay's confirmed position, saved durably at most once a second; a relay
+-- starts streaming there when the slot's own saved position is behind it (after a crash a slot
+-- restarts at its checkpointed position, and table-less events it brings again would all be
+-- published again). It goes back with the data if the server does; confirmed_system (the
+-- cluster's system identifier) keeps a copy of the row in another cluster (a dump restored) from
+-- being read as a position there.
 CREATE TABLE {s}.outbox_table_less_slots (
-  slot_name     text        PRIMARY KEY,
-  relay_id      text        NOT NULL,
-  registered_at timestamptz NOT NULL DEFAULT now()
+  slot_name        text        PRIMARY KEY,
+  relay_id         text        NOT NULL,
+  registered_at    timestamptz NOT NULL DEFAULT now(),
+  confirmed_lsn    pg_lsn,
+  confirmed_system text
 );
 CREATE FUNCTION {s}.outbox_table_less_ready() RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $fn$
