@@ -52,7 +52,9 @@ struct ProducerOptions {
   // is logical and that a slot registered by a table-less relay exists with its WAL (DatabaseError,
   // SQLSTATE 55000, naming what to do), once per second per session (the check costs as much as
   // the rest of the statement), so within a second of a slot's loss producers fail instead of
-  // writing events no one will read.
+  // writing events no one will read. resolve_commit() cannot tell a table-less transaction's
+  // outcome from the outbox (there is no row to find): it answers `unknown` for a missing event
+  // in a schema with a table-less slot registered; tell by the transaction's business change.
   bool table_less = false;
 };
 

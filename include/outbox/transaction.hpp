@@ -61,6 +61,9 @@ TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id)
 // transaction committed (events are immutable), unless retention cleanup has deleted it since:
 // an event missing that is not clearly younger than the cleanup horizon (by its UUIDv7 time, with
 // 10 minutes for clock skew; cleanup keeps at least an hour) is `unknown`, never `aborted`.
+// Table-less producers (ProducerOptions::table_less) write no row: in a schema with a slot
+// registered for table-less events a missing event is `unknown` too (tell by the transaction's
+// own business change instead).
 // Returns committed, aborted or unknown, or in_progress when `timeout` passed first. Throws
 // DatabaseError.
 TransactionStatus resolve_commit(PGconn* conn, const SchemaName& schema,

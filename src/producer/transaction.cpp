@@ -84,6 +84,14 @@ TransactionStatus outcome_by_event(PGconn* conn, const SchemaName& schema,
                    schema.table("outbox_cleanup_horizon") + ")",
                {id.c_str()});
   if (found.int64(0, 0) > 0) return TransactionStatus::committed;
+  // A table-less producer's event has no row whether or not it committed: in a schema with a slot
+  // registered for table-less events a missing event says nothing.
+  const std::string registrations = schema.table("outbox_table_less_slots");
+  if (pg::exec(conn, "SELECT (to_regclass($1) IS NOT NULL)::text", {registrations.c_str()})
+              .text(0, 0) == "true" &&
+      pg::exec(conn, "SELECT count(*) FROM " + registrations).int64(0, 0) > 0) {
+    return TransactionStatus::unknown;
+  }
   if (found.is_null(0, 1)) return TransactionStatus::aborted;  // cleanup never deleted anything
   const std::int64_t created = created_unix_ms(event_id);
   if (created < 0 || created <= found.int64(0, 1) + kClockSkewMarginMs) {

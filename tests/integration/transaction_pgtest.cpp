@@ -105,6 +105,12 @@ TEST_F(TransactionTest, AnEventRetentionCleanupDeletedIsNeverCalledAborted) {
   pg::exec(other.get(), "ROLLBACK");
   EXPECT_EQ(resolve_commit(conn(), schema_, rolled_back.transaction_id, rolled_back.event_id),
             TransactionStatus::aborted);
+  // With a slot registered for table-less events a missing event may be one that committed
+  // without a row: never `aborted` then.
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_table_less_slots") +
+                       " (slot_name, relay_id) VALUES ('some_slot', 'r')");
+  EXPECT_EQ(resolve_commit(conn(), schema_, rolled_back.transaction_id, rolled_back.event_id),
+            TransactionStatus::unknown);
 }
 
 // enqueue_and_commit: the inserts and COMMIT in one round trip, with every outcome of both.
