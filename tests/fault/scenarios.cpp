@@ -491,7 +491,16 @@ bool invalidate_slot(Stage& stage, const std::vector<std::string>& relay_args) {
     // walsender): the fault is an invalidated slot, so make one to invalidate.
     const std::string missing = fmt::format(
         "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}'", kCdcSlot);
-    std::this_thread::sleep_for(200ms);  // the killed relays' walsenders exit
+    // The killed relays' walsenders exit; a slot one of them was still creating goes with it
+    // (seen once in 100 invalidations when 200 ms were assumed enough under load).
+    for (int i = 0; i < 100; ++i) {
+      if (pg::exec(c.get(), "SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                            "'walsender' AND application_name = 'outbox-relay'")
+              .int64(0, 0) == 0) {
+        break;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
     if (pg::exec(c.get(), missing).int64(0, 0) == 0) {
       std::cerr << "invalidate: no slot once the relays were killed; making one to invalidate\n";
       run_until_done(stage.url,
