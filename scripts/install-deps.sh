@@ -7,6 +7,8 @@ packages=(
   build-essential cmake pkg-config g++
   libpq-dev postgresql-15 postgresql-contrib
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
+  prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP
+  prometheus  # promtool checks what is served and the alert rules; the alert drill runs the server
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format clang-tidy
   clang libclang-rt-14-dev  # the fuzz tests (tests/fuzz): clang++ -fsanitize=fuzzer,address,undefined

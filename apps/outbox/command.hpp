@@ -69,6 +69,7 @@ class Commands {
 void register_migrate(Commands& commands);
 void register_relay(Commands& commands);
 void register_status(Commands& commands);
+void register_admin(Commands& commands);
 void register_quarantine(Commands& commands);
 void register_cleanup(Commands& commands);
 void register_kafka_mock(Commands& commands);

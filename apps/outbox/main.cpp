@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   register_migrate(commands);
   register_relay(commands);
   register_status(commands);
+  register_admin(commands);
   register_quarantine(commands);
   register_cleanup(commands);
   register_kafka_mock(commands);

@@ -20,6 +20,8 @@
 #include "outbox/error.hpp"
 #include "outbox/kafka_sink.hpp"
 #include "outbox/relay.hpp"
+#include "observe_flags.hpp"
+#include "outbox/observe.hpp"
 #include "relay_stats_format.hpp"
 
 namespace outbox::cli {
@@ -54,6 +56,7 @@ struct RelayFlags {
   bool table_less = false;
   unsigned shards = 1;
   int shard = -1;  // -1: every shard, each on its own thread
+  ObserveFlags observe;
 };
 
 RelayOptions relay_options(const RelayFlags& flags) {
@@ -233,9 +236,23 @@ int run_relay(const RelayFlags& flags) {
     for (Relay* relay : control.current) relay->request_stop();
     control.wake.notify_all();
   });
+  // Checked before any relay starts: a bad address or token file refuses the whole command.
+  std::unique_ptr<ObserveServer> server;
+  if (!flags.observe.listen.empty()) {
+    server = std::make_unique<ObserveServer>(
+        observe_options(flags.observe, flags.db, flags.schema));
+  }
   const Relays relays = start_relays(options, make_sink, control);
   if (relays.empty()) return 0;
+  if (server) {
+    for (std::size_t i = 0; i < relays.size(); ++i) {
+      server->watch_relay(*relays[i], relays.size() == 1 ? std::string()
+                                                          : std::to_string(options[i].cdc.shard));
+    }
+    server->start();
+  }
   run_reporting(flags, relays, control, every);
+  if (server) server->stop();  // before the relays it watches go
   for (const auto& relay : relays) print_stats(flags, *relay);
   return 0;
 }
@@ -332,6 +349,9 @@ void register_relay(Commands& commands) {
                    "text (one line a person reads) or json (one object per line, every counter)")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
+  add_observe_options(relay, flags->observe, "--metrics-listen",
+                      "serve /metrics, /healthz and /readyz on host:port, e.g. 127.0.0.1:9464 "
+                      "(docs/OPERATIONS.md)");
   commands.add_password_file_option(relay);
 }
 

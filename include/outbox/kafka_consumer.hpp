@@ -51,6 +51,11 @@ struct KafkaConsumerStats {
   std::uint64_t rejected = 0;  // messages without a valid outbox event_id header (skipped, logged)
   std::uint64_t failed_batches = 0;  // batches rolled back and rewound (effect or database failed)
   std::uint64_t reconnects = 0;      // new PostgreSQL connections or Kafka clients after a failure
+  std::uint64_t effect_failures = 0;  // of the failed batches: the effect threw
+  // Messages on the assigned partitions not yet taken: the sum of each partition's high
+  // watermark less the consumer's position (both as the client last heard them, refreshed at
+  // most once a second by poll()); -1 while unknown (no assignment, nothing fetched yet).
+  std::int64_t lag_messages = -1;
   Health health = Health::starting;
   std::string last_error;  // latest failure (kept after recovery)
 };

@@ -8,8 +8,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "outbox/health.hpp"
+#include "outbox/metrics.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/sink.hpp"
 
@@ -123,6 +126,9 @@ struct RelayStats {
   std::uint64_t in_flight = 0;      // right now
   std::uint64_t in_flight_bytes = 0;  // right now: their payload and header bytes
   std::uint64_t reconnects = 0;       // times the relay got PostgreSQL back after losing it
+  // Rows claimed whose previous lease had expired or belonged to a relay session that ended: a
+  // relay died or stalled holding them (each may be a re-publish).
+  std::uint64_t leases_taken_over = 0;
   // Change data capture only (-1: not a CDC relay, or not measured yet). Looked at every second
   // while streaming.
   std::int64_t slot_retained_bytes = -1;  // WAL the slot holds back (current - restart_lsn)
@@ -138,6 +144,17 @@ struct RelayStats {
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)
   std::chrono::milliseconds last_error_age{0};  // how long ago last_error happened
+};
+
+// RelayStats plus what the relay measures per aggregate type and as distributions.
+struct RelayMetrics {
+  RelayStats stats;
+  std::vector<std::pair<std::string, AggregateTypeCounts>> by_aggregate_type;
+  // From the event's transaction (occurred_at: the transaction's start, by PostgreSQL's clock) to
+  // the broker's ack, for acked sends; seconds.
+  HistogramSnapshot commit_to_ack;
+  HistogramSnapshot send_to_ack;  // from the send to the broker's ack; seconds
+  HistogramSnapshot claim_batch;  // rows per claim statement that claimed any
 };
 
 // Thread safety: run() and run_until_idle() from one thread at a time; request_stop(), stats()
@@ -168,6 +185,7 @@ class Relay {
 
   void request_stop() noexcept;
   [[nodiscard]] RelayStats stats() const;
+  [[nodiscard]] RelayMetrics metrics() const;
   [[nodiscard]] const std::string& relay_id() const noexcept;
 
   class Impl;

@@ -812,6 +812,7 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
       } else {
         table_less_.erase(outcome.event_id);
         RelayCounters::add(counters_.published, 1);
+        counters_.by_type.add(outcome.type, TypedCounts::published);
         book_.published(outcome.event_id);
       }
     }
@@ -848,6 +849,7 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
       continue;
     }
     RelayCounters::add(counters_.fenced, 1);
+    counters_.by_type.add(outcome.type, TypedCounts::fenced);
     log().warn("relay {}: event {}: its row is not ours to complete (claimed by another, or "
                "skipped); a duplicate publish is possible",
                options_.relay_id, outcome.event_id.to_string());

@@ -182,6 +182,7 @@ class KafkaInboxConsumer::Impl {
       batch.push_back(std::move(message));
     }
     if (!batch.empty()) handle(batch);
+    measure_lag();
     return batch.size();
   }
 
@@ -189,9 +190,15 @@ class KafkaInboxConsumer::Impl {
   bool stopped() const noexcept { return stop_.load(std::memory_order_relaxed); }
 
   KafkaConsumerStats stats() const {
-    KafkaConsumerStats s{
-        received_.load(),       applied_.load(),    duplicates_.load(), rejected_.load(),
-        failed_batches_.load(), reconnects_.load(), Health::starting,   {}};
+    KafkaConsumerStats s;
+    s.received = received_.load();
+    s.applied = applied_.load();
+    s.duplicates = duplicates_.load();
+    s.rejected = rejected_.load();
+    s.failed_batches = failed_batches_.load();
+    s.reconnects = reconnects_.load();
+    s.effect_failures = effect_failures_.load();
+    s.lag_messages = lag_.load();
     std::tie(s.health, s.last_error) = health_.snapshot();
     return s;
   }
@@ -262,11 +269,42 @@ class KafkaInboxConsumer::Impl {
       }
     } catch (...) {
       ++failed_batches_;
+      if (effect_threw_) ++effect_failures_;
       rewind(batch);
       throw;
     }
     OUTBOX_FAULT(fault::kConsumerAfterCommitBeforeOffset);
     store_offsets(batch);
+  }
+
+  // The lag gauge, at most once a second: positions and the watermarks the client cached from
+  // its fetches (no request to the broker).
+  void measure_lag() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_lag_) return;
+    next_lag_ = now + std::chrono::seconds(1);
+    rd_kafka_topic_partition_list_t* raw = nullptr;
+    if (rd_kafka_assignment(handle_.get(), &raw) != RD_KAFKA_RESP_ERR_NO_ERROR || raw == nullptr) {
+      lag_.store(-1);
+      return;
+    }
+    const kafka::PartitionListHandle assigned(raw);
+    rd_kafka_position(handle_.get(), assigned.get());
+    std::int64_t lag = 0;
+    bool known = false;
+    for (int i = 0; i < assigned->cnt; ++i) {
+      const rd_kafka_topic_partition_t& entry = assigned->elems[i];
+      std::int64_t low = 0, high = 0;
+      if (entry.offset < 0 ||
+          rd_kafka_get_watermark_offsets(handle_.get(), entry.topic, entry.partition, &low,
+                                         &high) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+          high < 0) {
+        continue;
+      }
+      lag += std::max<std::int64_t>(0, high - entry.offset);
+      known = true;
+    }
+    lag_.store(known ? lag : -1);
   }
 
   enum class Edge { first_message, after_last_message };
@@ -336,6 +374,9 @@ class KafkaInboxConsumer::Impl {
   std::atomic<std::uint64_t> rejected_{0};
   std::atomic<std::uint64_t> failed_batches_{0};
   std::atomic<std::uint64_t> reconnects_{0};
+  std::atomic<std::uint64_t> effect_failures_{0};
+  std::atomic<std::int64_t> lag_{-1};
+  std::chrono::steady_clock::time_point next_lag_{};
   bool effect_threw_ = false;  // the last batch failed in the effect, not in the inbox
   detail::HealthBoard health_;
 };

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/fault.hpp"
@@ -144,6 +146,10 @@ Fetched PollingSource::fetch(std::size_t limit, std::uint64_t byte_room, bool ho
   cursor_id_ = fetched.reached_end ? std::string() : std::move(rows.last_id);
   for (Event& event : rows.events) fetched.events.push_back({std::move(event), token});
   RelayCounters::add(counters_.claimed, fetched.events.size());
+  RelayCounters::add(counters_.leases_taken_over, rows.taken_over);
+  if (!fetched.events.empty()) {
+    counters_.claim_batch.observe(static_cast<double>(fetched.events.size()));
+  }
   return fetched;
 }
 
@@ -293,10 +299,11 @@ std::vector<SourcedEvent> PollingSource::write_published(std::vector<Outcome>& p
       [&](const pg::Result& result) {
         relay_sql::MarkRows rows = relay_sql::read_mark_published(result);
         marked += rows.marked.size();
+        RelayCounters::add(counters_.leases_taken_over, rows.taken_over);
         for (Event& event : rows.successors) successors.push_back({std::move(event), token});
         return std::move(rows.marked);
       },
-      unwritten);
+      unwritten, TypedCounts::published);
   published.clear();
   RelayCounters::add(counters_.mark_queries, statements);
   OUTBOX_FAULT(fault::kRelayAfterMark);
@@ -330,8 +337,17 @@ void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outco
         }
         return ids;
       },
-      unwritten);
+      unwritten, std::nullopt);
   RelayCounters::add(counters_.failed, failed.size());
+  if (!quarantined.empty()) {
+    std::unordered_map<std::string, std::uint32_t> types;
+    for (const Outcome& outcome : failed) types.emplace(outcome.event_id.to_string(), outcome.type);
+    for (const std::string& event_id : quarantined) {
+      if (const auto it = types.find(event_id); it != types.end()) {
+        counters_.by_type.add(it->second, TypedCounts::quarantined);
+      }
+    }
+  }
   failed.clear();
   RelayCounters::add(counters_.quarantined, quarantined.size());
   for (const std::string& event_id : quarantined) {
@@ -349,7 +365,8 @@ void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outco
 // their newest version: only rows that are truly no longer ours count as fenced.
 std::size_t PollingSource::complete(const std::string& sql, const std::vector<Outcome>& outcomes,
                                    const ExtraParams& extra, const ReadRows& read_rows,
-                                   std::vector<Outcome>* unwritten) {
+                                   std::vector<Outcome>* unwritten,
+                                   std::optional<TypedCounts::Kind> done) {
   std::vector<const Outcome*> pending;
   for (const Outcome& outcome : outcomes) pending.push_back(&outcome);
   std::size_t statements = 0;
@@ -378,10 +395,20 @@ std::size_t PollingSource::complete(const std::string& sql, const std::vector<Ou
       return matched.contains(outcome->event_id.to_string());
     });
   }
+  if (done) {
+    for (const Outcome& outcome : outcomes) {
+      if (std::find(pending.begin(), pending.end(), &outcome) == pending.end()) {
+        counters_.by_type.add(outcome.type, *done);
+      }
+    }
+  }
   if (!pending.empty() && unwritten != nullptr) {
     for (const Outcome* outcome : pending) unwritten->push_back(*outcome);
   } else if (!pending.empty()) {
     RelayCounters::add(counters_.fenced, pending.size());
+    for (const Outcome* outcome : pending) {
+      counters_.by_type.add(outcome->type, TypedCounts::fenced);
+    }
     log().warn(
         "relay {}: {} completion(s) fenced (first: event {}): the rows were re-claimed by another "
         "relay after our lease expired, or skipped (a newer claim publishes them; a duplicate "

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,13 +73,14 @@ class PollingSource final : public RelaySourceBase {
   // Runs one batched completion ($1 ids, $2 tokens, then `extra`) and hands each statement's
   // result to `read_rows`, which decodes it once, keeps what its caller needs and returns the ids
   // of the rows it completed. Rows not completed get one more try; those still not are fenced
-  // (counted, logged), or handed back in `unwritten` when given. Returns how many statements it
-  // sent.
+  // (counted, logged), or handed back in `unwritten` when given. Those completed count as `done`
+  // for their aggregate type. Returns how many statements it sent.
   using ExtraParams = std::function<std::vector<std::string>(const std::vector<const Outcome*>&)>;
   using ReadRows = std::function<std::vector<std::string>(const pg::Result&)>;
   std::size_t complete(const std::string& sql, const std::vector<Outcome>& outcomes,
                        const ExtraParams& extra, const ReadRows& read_rows,
-                       std::vector<Outcome>* unwritten = nullptr);
+                       std::vector<Outcome>* unwritten,
+                       std::optional<TypedCounts::Kind> done);
   std::vector<SourcedEvent> write_published(std::vector<Outcome>& published, bool take_successors,
                                             std::uint64_t successor_bytes,
                                             std::vector<Outcome>* unwritten);

@@ -95,6 +95,16 @@ class Relay::Impl {
     return s;
   }
 
+  RelayMetrics metrics() const {
+    RelayMetrics m;
+    m.stats = stats();
+    m.by_aggregate_type = counters_.by_type.snapshot();
+    m.commit_to_ack = counters_.commit_to_ack.snapshot();
+    m.send_to_ack = counters_.send_to_ack.snapshot();
+    m.claim_batch = counters_.claim_batch.snapshot();
+    return m;
+  }
+
   const std::string& relay_id() const noexcept { return options_.relay_id; }
 
  private:
@@ -348,6 +358,7 @@ bool Relay::run_until_idle(milliseconds limit) { return impl_->loop(true, Clock:
 
 void Relay::request_stop() noexcept { impl_->request_stop(); }
 RelayStats Relay::stats() const { return impl_->stats(); }
+RelayMetrics Relay::metrics() const { return impl_->metrics(); }
 const std::string& Relay::relay_id() const noexcept { return impl_->relay_id(); }
 
 }  // namespace outbox

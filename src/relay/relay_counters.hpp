@@ -2,10 +2,81 @@
 // The relay's counters: written by the relay's thread, read by stats() from any thread. One
 // struct, so a snapshot is one function and a new counter one line here and one in snapshot().
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
+#include "common/histogram.hpp"
+#include "outbox/metrics.hpp"
 #include "outbox/relay.hpp"
+
+namespace outbox::detail {
+
+// Counts by aggregate type (AggregateTypeCounts). The relay's thread looks a type up (index())
+// and adds; any thread reads (snapshot()). Entries never move (a deque), and a new one is added
+// under the mutex the reader takes, so the writer's lookups need no lock. Past
+// kMaxAggregateTypeLabels types, the rest share one entry (kOtherAggregateTypes).
+class TypedCounts {
+ public:
+  enum Kind : std::size_t { published, failed, retried, quarantined, fenced, kKinds };
+  using Index = std::uint32_t;
+
+  // The relay's thread only.
+  Index index(std::string_view aggregate_type) {
+    if (const auto it = index_.find(aggregate_type); it != index_.end()) return it->second;
+    std::lock_guard lock(mutex_);
+    if (entries_.size() >= kMaxAggregateTypeLabels) {
+      if (other_ == kNone) {
+        other_ = static_cast<Index>(entries_.size());
+        entries_.emplace_back(kOtherAggregateTypes);
+      }
+      return other_;
+    }
+    const auto index = static_cast<Index>(entries_.size());
+    entries_.emplace_back(std::string(aggregate_type));
+    index_.emplace(entries_.back().name, index);
+    return index;
+  }
+  void add(Index index, Kind kind, std::uint64_t n = 1) {
+    entries_[index].counts[kind].fetch_add(n, std::memory_order_relaxed);
+  }
+
+  [[nodiscard]] std::vector<std::pair<std::string, AggregateTypeCounts>> snapshot() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::pair<std::string, AggregateTypeCounts>> out;
+    for (const Entry& entry : entries_) {
+      auto read = [&](Kind kind) { return entry.counts[kind].load(std::memory_order_relaxed); };
+      out.push_back({entry.name, {read(published), read(failed), read(retried),
+                                  read(quarantined), read(fenced)}});
+    }
+    return out;
+  }
+
+ private:
+  static constexpr Index kNone = ~Index{0};
+  struct Entry {
+    explicit Entry(std::string type) : name(std::move(type)) {}
+    std::string name;
+    std::array<std::atomic<std::uint64_t>, kKinds> counts{};
+  };
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  mutable std::mutex mutex_;
+  std::deque<Entry> entries_;
+  std::unordered_map<std::string_view, Index, Hash, std::equal_to<>> index_;  // views of names
+  Index other_ = kNone;
+};
+
+}  // namespace outbox::detail
 
 namespace outbox::detail {
 
@@ -31,6 +102,11 @@ struct RelayCounters {
   std::atomic<bool> slot_standby{false};
   Counter slot_released{0};
   Counter materialized{0};
+  Counter leases_taken_over{0};
+  TypedCounts by_type;
+  Histogram commit_to_ack = latency_histogram();  // seconds
+  Histogram send_to_ack = latency_histogram();    // seconds
+  Histogram claim_batch{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};  // rows
 
   static void add(Counter& counter, std::uint64_t n) {
     counter.fetch_add(n, std::memory_order_relaxed);
@@ -69,6 +145,7 @@ struct RelayCounters {
     stats.slot_standby = slot_standby.load(std::memory_order_relaxed);
     stats.slot_released = read(slot_released);
     stats.materialized = read(materialized);
+    stats.leases_taken_over = read(leases_taken_over);
   }
 };
 

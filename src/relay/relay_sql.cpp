@@ -21,12 +21,13 @@ enum ClaimedColumn : int {
   kHeaders,
   kOccurredAt,
   kAttemptCount,
+  kTakenOver,  // 'true': the row carried a lease that had expired or whose session ended
   kClaimedColumns,  // how many
 };
 constexpr const char* kClaimedSelectList =
     "event_id::text, aggregate_type, aggregate_id, aggregate_sequence::text, event_type,\n"
     "       schema_version::text, payload::text, headers::text, occurred_at::text, "
-    "attempt_count::text";
+    "attempt_count::text, taken_over::text";
 
 // The claim's last row (event_id NULL) reuses the first columns: the last aggregate visited
 // (type, id), how many were visited, and the bytes the head it stopped at needs (NULL: it did
@@ -77,7 +78,7 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
   const std::string of_the_dead =
       dead_param == nullptr ? "" : fmt::format(" OR l.claimed_by ^@ ANY ({})", dead_param);
   return fmt::format(R"SQL(, locked AS (
-  SELECT l.event_id, l.ctid AS row_ctid
+  SELECT l.event_id, l.ctid AS row_ctid, l.claim_until IS NOT NULL AS taken_over
   FROM {candidates}
   CROSS JOIN LATERAL (
     SELECT e.ctid, e.event_id, e.published_at, e.skipped_at, e.available_at, e.claim_until,
@@ -95,7 +96,7 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
   FROM locked k
   WHERE e.ctid = k.row_ctid AND e.event_id = k.event_id
   RETURNING e.event_id, e.aggregate_type, e.aggregate_id, e.aggregate_sequence, e.event_type,
-            e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count
+            e.schema_version, e.payload, e.headers, e.occurred_at, e.attempt_count, k.taken_over
 ))SQL",
                      fmt::arg("candidates", candidates),
                      fmt::arg("events", schema.table("outbox_events")),
@@ -286,7 +287,7 @@ SELECT {claimed_columns}
 FROM claimed
 UNION ALL
 SELECT NULL, last.last_type, last.last_id, (last.n - (last.need IS NOT NULL)::int)::text,
-       last.need::text, NULL, NULL, NULL, NULL, NULL
+       last.need::text, NULL, NULL, NULL, NULL, NULL, NULL
 FROM (SELECT n, need, last_type, last_id FROM visited ORDER BY n DESC LIMIT 1) last)SQL",
       fmt::arg("events", events), fmt::arg("head", visit_head(events, shard)),
       fmt::arg("claimed_columns", kClaimedSelectList),
@@ -335,7 +336,7 @@ std::string mark_published(const SchemaName& schema) {
     WHERE $5::bool AND s.bytes IS NOT NULL) w
   WHERE w.running <= $6::bigint
 ){lock_and_claim}
-SELECT event_id::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'marked'
+SELECT event_id::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'marked'
 FROM marked
 UNION ALL
 SELECT {claimed_columns}, 'claimed'
@@ -535,6 +536,7 @@ ClaimRows read_claim(const pg::Result& result) {
   for (int row = 0; row < result.rows(); ++row) {
     if (!result.is_null(row, kEventId)) {
       rows.events.push_back(read_event(result, row));
+      if (result.text(row, kTakenOver) == "true") ++rows.taken_over;
       continue;
     }
     rows.visited_any = true;
@@ -555,6 +557,7 @@ MarkRows read_mark_published(const pg::Result& result) {
       rows.marked.emplace_back(result.text(row, kEventId));
     } else {
       rows.successors.push_back(read_event(result, row));
+      if (result.text(row, kTakenOver) == "true") ++rows.taken_over;
     }
   }
   return rows;

@@ -91,6 +91,7 @@ struct ClaimRows {
   std::int64_t visited = 0;
   // Set when the visit stopped at a claimable head the byte room could not hold: what it needs.
   std::optional<std::uint64_t> stopped_for_bytes;
+  std::size_t taken_over = 0;  // of the events: claimed from an expired or dead session's lease
 };
 ClaimRows read_claim(const pg::Result& result);
 
@@ -98,6 +99,7 @@ ClaimRows read_claim(const pg::Result& result);
 struct MarkRows {
   std::vector<std::string> marked;
   std::vector<Event> successors;
+  std::size_t taken_over = 0;  // of the successors: as ClaimRows::taken_over
 };
 MarkRows read_mark_published(const pg::Result& result);
 

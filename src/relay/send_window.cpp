@@ -7,8 +7,9 @@
 
 namespace outbox::detail {
 
-std::pair<std::uint64_t, const Event&> SendWindow::add(Event event, std::string token) {
-  InFlight item{std::move(event), std::move(token), 0};
+std::pair<std::uint64_t, const Event&> SendWindow::add(Event event, std::string token,
+                                                       std::uint32_t type) {
+  InFlight item{std::move(event), std::move(token), 0, type, std::chrono::steady_clock::now()};
   item.bytes = item.event.payload.size() + item.event.headers.size();
   bytes_ += item.bytes;
   const std::uint64_t ticket = next_ticket_++;
@@ -27,7 +28,8 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
       continue;
     }
     if (observe) observe(it->second, report);
-    Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}, false};
+    Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}, false,
+                    it->second.type};
     if (report.outcome == DeliveryOutcome::published) {
       published_.push_back(std::move(outcome));
       ++summary.published;

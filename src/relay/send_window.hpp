@@ -8,6 +8,7 @@
 // An event's completion token says which claim sent it (polling: the claim token its mark must
 // match; a change-data-capture source would put its commit position there).
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -27,6 +28,7 @@ struct Outcome {
   std::string token;  // the completion token it was sent under
   std::string error;  // empty: published
   bool permanent = false;
+  std::uint32_t type = 0;  // its aggregate type's index in RelayCounters::by_type
 };
 
 class SendWindow {
@@ -35,6 +37,8 @@ class SendWindow {
     Event event;
     std::string token;
     std::uint64_t bytes = 0;  // payload and headers: what it counts against the byte budget
+    std::uint32_t type = 0;   // as Outcome::type
+    std::chrono::steady_clock::time_point sent_at{};
   };
 
   // What the reports taken by one take() said about the broker.
@@ -54,7 +58,9 @@ class SendWindow {
       : max_events_(max_events), max_bytes_(max_bytes) {}
 
   // Takes `event` into the window; returns the ticket to send it with and the stored event.
-  std::pair<std::uint64_t, const Event&> add(Event event, std::string token);
+  // `type` is carried to its outcome.
+  std::pair<std::uint64_t, const Event&> add(Event event, std::string token,
+                                             std::uint32_t type = 0);
 
   // Moves the reported sends to the outcomes still to be written (published, failed).
   ReportSummary take(const std::vector<DeliveryReport>& reports,

@@ -216,6 +216,7 @@ TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
   EXPECT_TRUE(done) << applied();
   const KafkaConsumerStats stats = consumer.stats();
   EXPECT_EQ(stats.failed_batches, 3U);
+  EXPECT_EQ(stats.effect_failures, 3U);  // every failed batch failed in the effect
   EXPECT_EQ(stats.applied, 5U);
   EXPECT_TRUE(saw_effect_failing);
   EXPECT_NE(stats.last_error.find("effect failed on purpose"), std::string::npos)
@@ -258,6 +259,7 @@ TEST_F(KafkaConsumerTest, RunSurvivesAPostgresCrashMidBatch) {
   EXPECT_TRUE(done) << applied();
   const KafkaConsumerStats stats = consumer.stats();
   EXPECT_GE(stats.failed_batches, 1U);
+  EXPECT_EQ(stats.effect_failures, 0U);  // the database failed, not the effect
   EXPECT_GE(stats.reconnects, 1U);
   EXPECT_EQ(distinct_applied(), 40);
 }

@@ -1,0 +1,35 @@
+#pragma once
+// What the relay, the consumer and the backlog query measured, as Prometheus metric families
+// (names and units by Prometheus's conventions; docs/OPERATIONS.md lists them). No I/O: the
+// server (observe_server.cpp) gathers the snapshots, this names them.
+
+#include <prometheus/metric_family.h>
+
+#include <string>
+#include <vector>
+
+#include "outbox/kafka_consumer.hpp"
+#include "outbox/relay.hpp"
+
+namespace outbox::observe {
+
+// One aggregate type's rows in the table, as the backlog query counts them.
+struct BacklogRow {
+  std::string aggregate_type;
+  double pending = 0;              // pending, not quarantined
+  double oldest_pending_age = 0;   // seconds; of the due (or retried) ones; 0 when none
+  double quarantined = 0;
+};
+
+using Families = std::vector<prometheus::MetricFamily>;
+
+void add_build_info(Families& out);
+// `shard` (empty: none) labels every series, for a process that runs several relays.
+void add_relay(Families& out, const RelayMetrics& metrics, const std::string& shard);
+void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& stats);
+void add_backlog(Families& out, const std::vector<BacklogRow>& rows);
+
+// The families in the text format (families of the same name merged, in order of appearance).
+std::string serialize(const Families& families);
+
+}  // namespace outbox::observe

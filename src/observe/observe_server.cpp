@@ -1,0 +1,332 @@
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <algorithm>
+#include <arpa/inet.h>
+#include <charconv>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/log.hpp"
+#include "observe/metric_families.hpp"
+#include "outbox/error.hpp"
+#include "outbox/observe.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox {
+
+bool ListenAddress::loopback() const {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
+ListenAddress parse_listen_address(const std::string& text, const std::string& what) {
+  const auto refuse = [&](const std::string& why) {
+    return ConfigError(fmt::format("{} '{}': {}; give host:port, e.g. 127.0.0.1:9464 or "
+                                   "[::1]:9464",
+                                   what, text, why));
+  };
+  ListenAddress address;
+  std::string port;
+  if (!text.empty() && text.front() == '[') {
+    const auto close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      throw refuse("an IPv6 host needs [brackets] and a :port after them");
+    }
+    address.host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    const auto colon = text.rfind(':');
+    if (colon == std::string::npos) throw refuse("no port");
+    address.host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+    if (address.host.find(':') != std::string::npos) {
+      throw refuse("an IPv6 host needs [brackets]");
+    }
+  }
+  if (address.host.empty()) throw refuse("no host (0.0.0.0 listens on every interface)");
+  unsigned value = 0;
+  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || error != std::errc() || end != port.data() + port.size() || value > 65535) {
+    throw refuse("the port is not a number from 0 to 65535");
+  }
+  address.port = static_cast<std::uint16_t>(value);
+  return address;
+}
+
+namespace {
+
+constexpr std::size_t kMinTokenLength = 16;
+constexpr std::size_t kMaxBacklogTypes = kMaxAggregateTypeLabels;
+
+// Compares without stopping at the first difference (no timing hint about the token).
+bool same_token(std::string_view given, std::string_view expected) {
+  if (given.size() != expected.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < given.size(); ++i) {
+    diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+class ObserveServer::Impl {
+ public:
+  explicit Impl(ObserveOptions options) : options_(std::move(options)) {
+    address_ = parse_listen_address(options_.listen, "the metrics listen address");
+    if (!options_.token.empty() && options_.token.size() < kMinTokenLength) {
+      throw ConfigError(fmt::format("the admin token is {} characters; use at least {} (e.g. "
+                                    "openssl rand -hex 32)",
+                                    options_.token.size(), kMinTokenLength));
+    }
+    if (!address_.loopback() && options_.token.empty()) {
+      throw ConfigError(fmt::format(
+          "the metrics listen address {} is not loopback: anyone who reaches it could read the "
+          "metrics; give a token (--admin-token-file) or listen on 127.0.0.1",
+          options_.listen));
+    }
+    if (options_.backlog_refresh.count() < 100) {
+      throw ConfigError("backlog_refresh must be at least 100 ms");
+    }
+  }
+
+  ~Impl() { stop(); }
+
+  void watch_relay(const Relay& relay, std::string shard) {
+    relays_.emplace_back(&relay, std::move(shard));
+  }
+  void watch_consumer(std::string consumer, std::function<KafkaConsumerStats()> stats) {
+    consumers_.emplace_back(std::move(consumer), std::move(stats));
+  }
+
+  void start() {
+    if (thread_.joinable()) return;
+    // Two threads: a scrape and a probe at once; more connections wait their turn.
+    server_.new_task_queue = [] { return new httplib::ThreadPool(2); };
+    server_.set_read_timeout(5, 0);
+    server_.set_write_timeout(5, 0);
+    server_.set_payload_max_length(64 * 1024);
+    // Not httplib's default SO_REUSEPORT: a second process on the same port must fail to start,
+    // not share the scrapes with the first.
+    server_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    });
+    server_.set_pre_routing_handler([this](const httplib::Request& request,
+                                           httplib::Response& response) {
+      if (options_.token.empty() || request.path == "/healthz" || request.path == "/readyz") {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      const std::string header = request.get_header_value("Authorization");
+      constexpr std::string_view kBearer = "Bearer ";
+      if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
+          same_token(std::string_view(header).substr(kBearer.size()), options_.token)) {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
+      response.status = 401;
+      response.set_header("WWW-Authenticate", "Bearer");
+      response.set_content("a bearer token is required (Authorization: Bearer <token>)\n",
+                           "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+      response.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+    server_.Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
+      const auto [ok, body] = health(false);
+      response.status = ok ? 200 : 503;
+      response.set_content(body, "text/plain");
+    });
+    server_.Get("/readyz", [this](const httplib::Request&, httplib::Response& response) {
+      const auto [ok, body] = health(true);
+      response.status = ok ? 200 : 503;
+      response.set_content(body, "text/plain");
+    });
+    const bool bound =
+        address_.port == 0
+            ? (bound_port_ = server_.bind_to_any_port(address_.host)) > 0
+            : server_.bind_to_port(address_.host, address_.port);
+    if (!bound) {
+      throw ConfigError(fmt::format(
+          "cannot listen on {}: the port is in use or the address is not this host's; choose "
+          "another",
+          options_.listen));
+    }
+    if (address_.port != 0) bound_port_ = address_.port;
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // httplib's stop() does nothing before the accept loop runs: wait for it, so a stop() right
+    // after start() cannot leave the loop (and our join) running for ever.
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    detail::log().info("serving /metrics, /healthz and /readyz on {}:{}", address_.host,
+                       bound_port_);
+  }
+
+  void stop() noexcept {
+    if (!thread_.joinable()) return;
+    server_.stop();
+    thread_.join();
+  }
+
+  std::uint16_t port() const { return static_cast<std::uint16_t>(bound_port_); }
+
+  std::string metrics_text() {
+    observe::Families families;
+    observe::add_build_info(families);
+    for (const auto& [relay, shard] : relays_) {
+      observe::add_relay(families, relay->metrics(), shard);
+    }
+    for (const auto& [name, stats] : consumers_) observe::add_consumer(families, name, stats());
+    if (options_.backlog) {
+      std::lock_guard lock(backlog_mutex_);
+      refresh_backlog();
+      if (backlog_ok_) observe::add_backlog(families, backlog_);
+    }
+    return observe::serialize(families);
+  }
+
+ private:
+  // (ok, body). Live: nothing stopped. Ready: everything running; with nothing watched, the
+  // backlog query works.
+  std::pair<bool, std::string> health(bool ready) {
+    bool ok = true;
+    std::string body;
+    const auto check = [&](const std::string& part, Health state, const std::string& error) {
+      const bool part_ok = ready ? state == Health::running : state != Health::stopped;
+      ok = ok && part_ok;
+      body += fmt::format("{}: {}", part, to_string(state));
+      // The error may name hosts: only behind the token, or on loopback.
+      if (!part_ok && !error.empty()) body += " (" + error + ")";
+      body += "\n";
+    };
+    for (const auto& [relay, shard] : relays_) {
+      const RelayStats s = relay->stats();
+      check("relay " + relay->relay_id(), s.health, s.last_error);
+    }
+    for (const auto& [name, stats] : consumers_) {
+      const KafkaConsumerStats s = stats();
+      check("consumer " + name, s.health, s.last_error);
+    }
+    if (relays_.empty() && consumers_.empty() && options_.backlog) {
+      std::lock_guard lock(backlog_mutex_);
+      refresh_backlog();
+      if (ready && !backlog_ok_) ok = false;
+      body += backlog_ok_ ? "database: reachable\n" : "database: " + backlog_error_ + "\n";
+    }
+    if (!options_.token.empty() && !address_.loopback()) {
+      // Unauthenticated callers reach these: states only.
+      body = ok ? "ok\n" : "not ok\n";
+    }
+    return {ok, body.empty() ? "ok\n" : body};
+  }
+
+  // The backlog gauges, from one query at most every backlog_refresh. A failed query leaves
+  // them out (absent, not stale) until one works again.
+  void refresh_backlog() {
+    const auto now = std::chrono::steady_clock::now();
+    if (backlog_at_ != std::chrono::steady_clock::time_point{} &&
+        now - backlog_at_ < options_.backlog_refresh) {
+      return;
+    }
+    backlog_at_ = now;
+    try {
+      if (!connection_ || !connection_->healthy()) {
+        connection_.reset();
+        connection_ = std::make_unique<pg::Connection>(pg::Connection::open(
+            options_.database_url, "outbox-metrics", {{"connect_timeout", "2"}}));
+        pg::exec(connection_->get(), "SET statement_timeout = 2000");
+      }
+      const pg::Result result = pg::exec(connection_->get(), backlog_sql());
+      std::map<std::string, observe::BacklogRow> rows;
+      observe::BacklogRow other{kOtherAggregateTypes, 0, 0, 0};
+      for (int i = 0; i < result.rows(); ++i) {
+        const std::string type(result.text(i, 0));
+        observe::BacklogRow row{type, std::stod(std::string(result.text(i, 1))),
+                                std::stod(std::string(result.text(i, 2))),
+                                std::stod(std::string(result.text(i, 3)))};
+        if (rows.size() < kMaxBacklogTypes) {
+          rows[type] = row;
+        } else {
+          other.pending += row.pending;
+          other.quarantined += row.quarantined;
+          other.oldest_pending_age = std::max(other.oldest_pending_age, row.oldest_pending_age);
+          rows[kOtherAggregateTypes] = other;
+        }
+      }
+      // Types seen before and gone now read 0 (not absent), while there is room.
+      for (const observe::BacklogRow& before : backlog_) {
+        if (rows.size() >= kMaxBacklogTypes + 1) break;
+        rows.try_emplace(before.aggregate_type,
+                         observe::BacklogRow{before.aggregate_type, 0, 0, 0});
+      }
+      backlog_.clear();
+      for (auto& [type, row] : rows) backlog_.push_back(std::move(row));
+      if (!backlog_ok_ && !backlog_error_.empty()) {
+        detail::log().info("metrics: the backlog query works again");
+      }
+      backlog_ok_ = true;
+      backlog_error_.clear();
+    } catch (const std::exception& error) {
+      if (backlog_ok_ || backlog_error_.empty()) {
+        detail::log().warn("metrics: the backlog query failed (its gauges are left out until "
+                           "it works): {}",
+                           error.what());
+      }
+      backlog_ok_ = false;
+      backlog_error_ = error.what();
+      connection_.reset();
+    }
+  }
+
+  // Pending rows by aggregate type, most pending first: one pass over the pending index (its
+  // predicate is the WHERE clause), so its cost grows with the backlog, not the history.
+  std::string backlog_sql() const {
+    return fmt::format(R"SQL(
+SELECT aggregate_type,
+       count(*) FILTER (WHERE quarantined_at IS NULL)::text,
+       coalesce(extract(epoch FROM now() - min(occurred_at) FILTER (
+                  WHERE quarantined_at IS NULL AND (available_at <= now() OR attempt_count > 0))),
+                0)::text,
+       count(*) FILTER (WHERE quarantined_at IS NOT NULL)::text
+FROM {}
+WHERE published_at IS NULL AND skipped_at IS NULL
+GROUP BY aggregate_type
+ORDER BY count(*) DESC)SQL",
+                       options_.schema.table("outbox_events"));
+  }
+
+  ObserveOptions options_;
+  ListenAddress address_;
+  std::vector<std::pair<const Relay*, std::string>> relays_;
+  std::vector<std::pair<std::string, std::function<KafkaConsumerStats()>>> consumers_;
+  httplib::Server server_;
+  std::thread thread_;
+  int bound_port_ = 0;
+  std::mutex backlog_mutex_;
+  std::unique_ptr<pg::Connection> connection_;
+  std::chrono::steady_clock::time_point backlog_at_{};
+  std::vector<observe::BacklogRow> backlog_;
+  bool backlog_ok_ = false;
+  std::string backlog_error_;
+};
+
+ObserveServer::ObserveServer(ObserveOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+ObserveServer::~ObserveServer() = default;
+void ObserveServer::watch_relay(const Relay& relay, std::string shard) {
+  impl_->watch_relay(relay, std::move(shard));
+}
+void ObserveServer::watch_consumer(std::string consumer,
+                                   std::function<KafkaConsumerStats()> stats) {
+  impl_->watch_consumer(std::move(consumer), std::move(stats));
+}
+void ObserveServer::start() { impl_->start(); }
+void ObserveServer::stop() noexcept { impl_->stop(); }
+std::uint16_t ObserveServer::port() const { return impl_->port(); }
+std::string ObserveServer::metrics_text() { return impl_->metrics_text(); }
+
+}  // namespace outbox

@@ -1,0 +1,249 @@
+// What a relay and a consumer serve over HTTP (ObserveServer): counters by aggregate type, the
+// backlog gauges from the table, health probes, the token beyond loopback, and that what they
+// serve passes promtool and names every metric the dashboard and the alerts use.
+
+#include <httplib.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "outbox/error.hpp"
+#include "outbox/kafka_consumer.hpp"
+#include "outbox/observe.hpp"
+#include "support/relay_fixture.hpp"
+#include "unit/contains.hpp"
+
+namespace outbox::testing {
+namespace {
+
+class ObserveTest : public RelayFixture {
+ protected:
+  ObserveOptions observe_options() {
+    ObserveOptions o;
+    o.listen = "127.0.0.1:0";
+    o.database_url = database_url();
+    o.schema = schema_;
+    o.backlog_refresh = std::chrono::milliseconds(100);
+    return o;
+  }
+
+  static httplib::Result get(const ObserveServer& server, const std::string& path,
+                             const std::string& token = {}) {
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_read_timeout(10, 0);
+    httplib::Headers headers;
+    if (!token.empty()) headers.emplace("Authorization", "Bearer " + token);
+    return client.Get(path, headers);
+  }
+
+  static std::string scrape(const ObserveServer& server) {
+    const auto response = get(server, "/metrics");
+    EXPECT_TRUE(response) << "no answer from /metrics";
+    if (!response) return {};
+    EXPECT_EQ(response->status, 200);
+    return response->body;
+  }
+
+  // The value of the series `series` (name and labels as served) in `text`; -1 when absent.
+  static double value(const std::string& text, const std::string& series) {
+    const auto at = text.find("\n" + series + " ");
+    if (at == std::string::npos) return -1;
+    return std::stod(text.substr(at + series.size() + 2));
+  }
+
+  // A pending row of `type` with occurred_at `age_sql` ago; quarantined when asked.
+  void insert_pending(const std::string& type, const std::string& age_sql, bool quarantined) {
+    pg::exec(conn(),
+             "INSERT INTO " + schema_.table("outbox_events") +
+                 " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, "
+                 "payload, occurred_at, available_at, quarantined_at) VALUES (gen_random_uuid(), "
+                 "$1, gen_random_uuid()::text, 1, 'Step', '{}', now() - $2::interval, "
+                 "CASE WHEN $3 THEN 'infinity' ELSE now() - $2::interval END, "
+                 "CASE WHEN $3 THEN now() END)",
+             {type.c_str(), age_sql.c_str(), quarantined ? "true" : "false"});
+  }
+};
+
+TEST_F(ObserveTest, ARelayServesItsCountsByAggregateTypeAndTheBacklogFromTheTable) {
+  Relay relay(options("observed"), sink());
+  ObserveServer server(observe_options());
+  server.watch_relay(relay);
+  server.start();
+  ASSERT_GT(server.port(), 0);
+
+  // Not running yet: alive, not ready.
+  EXPECT_EQ(get(server, "/healthz")->status, 200);
+  const auto not_ready = get(server, "/readyz");
+  EXPECT_EQ(not_ready->status, 503);
+  EXPECT_TRUE(contains(not_ready->body, "starting"));
+
+  enqueue(5, 4);  // 20 "order" events
+  insert_pending("payment", "1 hour", false);
+  insert_pending("payment", "1 second", true);
+  std::string text = scrape(server);
+  EXPECT_EQ(value(text, R"(outbox_pending_events{aggregate_type="order"})"), 20);
+  EXPECT_EQ(value(text, R"(outbox_pending_events{aggregate_type="payment"})"), 1);
+  EXPECT_EQ(value(text, R"(outbox_quarantined_events{aggregate_type="payment"})"), 1);
+  EXPECT_GE(value(text, R"(outbox_oldest_pending_age_seconds{aggregate_type="payment"})"), 3600);
+  EXPECT_LT(value(text, R"(outbox_oldest_pending_age_seconds{aggregate_type="order"})"), 600);
+
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  std::this_thread::sleep_for(150ms);  // past backlog_refresh
+  text = scrape(server);
+  EXPECT_EQ(value(text, R"(outbox_relay_events_published_total{aggregate_type="order"})"), 20);
+  EXPECT_EQ(value(text, R"(outbox_relay_events_published_total{aggregate_type="payment"})"), 1);
+  EXPECT_EQ(value(text, "outbox_relay_events_claimed_total"), 21);
+  EXPECT_EQ(value(text, "outbox_relay_commit_to_ack_seconds_count"), 21);
+  EXPECT_EQ(value(text, "outbox_relay_send_to_ack_seconds_count"), 21);
+  // The hour-old payment event is in the last finite bucket's cumulative count only from 300 s.
+  EXPECT_EQ(value(text, R"(outbox_relay_commit_to_ack_seconds_bucket{le="300"})"), 20);
+  EXPECT_GE(value(text, "outbox_relay_claim_batch_events_count"), 1);
+  // Published: pending 0 (a type seen before reads 0, not absent).
+  EXPECT_EQ(value(text, R"(outbox_pending_events{aggregate_type="order"})"), 0);
+  EXPECT_EQ(value(text, R"(outbox_pending_events{aggregate_type="payment"})"), 0);
+  EXPECT_EQ(value(text, R"(outbox_quarantined_events{aggregate_type="payment"})"), 1);
+  EXPECT_EQ(value(text, "outbox_relay_leases_taken_over_total"), 0);
+}
+
+TEST_F(ObserveTest, LeasesOfADeadRelayTakenOverAreCounted) {
+  enqueue(3, 1);
+  // As a relay that claimed them and died leaves them: leased, the lease run out.
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
+                       " SET claimed_by = 'dead-relay:1', claim_until = now() - interval '1 s'");
+  enqueue(2, 1);  // two more, never claimed
+  Relay relay(options("heir"), sink());
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  EXPECT_EQ(relay.stats().leases_taken_over, 3u);
+  EXPECT_EQ(relay.stats().published, 5u);
+}
+
+TEST_F(ObserveTest, BeyondLoopbackATokenIsRequiredAndChecked) {
+  ObserveOptions open = observe_options();
+  open.listen = "0.0.0.0:0";
+  EXPECT_THROW(ObserveServer{open}, ConfigError);
+  open.token = "short";
+  EXPECT_THROW(ObserveServer{open}, ConfigError);
+  open.token = "0123456789abcdef0123456789abcdef";
+  ObserveServer server(open);
+  server.start();
+  EXPECT_EQ(get(server, "/metrics")->status, 401);
+  EXPECT_EQ(get(server, "/metrics", "0123456789abcdef0123456789abcdeX")->status, 401);
+  const auto scraped = get(server, "/metrics", open.token);
+  EXPECT_EQ(scraped->status, 200);
+  EXPECT_TRUE(contains(scraped->body, "outbox_build_info"));
+  // Probes need no token, and then say no more than ok.
+  const auto ready = get(server, "/readyz");
+  EXPECT_EQ(ready->status, 200);
+  EXPECT_EQ(ready->body, "ok\n");
+}
+
+TEST_F(ObserveTest, AnAddressInUseIsRefusedNotShared) {
+  ObserveServer first(observe_options());
+  first.start();
+  ObserveOptions same = observe_options();
+  same.listen = "127.0.0.1:" + std::to_string(first.port());
+  ObserveServer second(same);
+  EXPECT_THROW(second.start(), ConfigError);
+}
+
+TEST_F(ObserveTest, WithoutTheDatabaseTheBacklogIsAbsentAndAdminIsNotReady) {
+  ObserveOptions options = observe_options();
+  options.database_url = "host=127.0.0.1 port=1 dbname=nowhere connect_timeout=1";
+  ObserveServer server(options);
+  server.start();
+  const std::string text = scrape(server);
+  EXPECT_EQ(text.find("outbox_pending_events"), std::string::npos);
+  const auto ready = get(server, "/readyz");
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_EQ(get(server, "/healthz")->status, 200);
+}
+
+// The relay's, the consumer's and outbox admin's /metrics, as Prometheus's own checker reads
+// them; then every metric the dashboard and the alerts name must be among them
+// (tests/cli/ops_files.sh).
+TEST_F(ObserveTest, WhatIsServedPassesPromtoolAndCoversTheDashboardAndTheAlerts) {
+  kafka().create_topic(topic_, 2, 1);
+  enqueue(4, 5);
+  Relay relay(options("served"), sink());
+  ASSERT_TRUE(relay.run_until_idle(30s));
+
+  KafkaConsumerOptions consumer_options;
+  consumer_options.brokers = kafka().bootstrap_servers();
+  consumer_options.group_id = "observe-" + schema_.name();
+  consumer_options.topics = {topic_};
+  consumer_options.database_url = database_url();
+  consumer_options.schema = schema_;
+  consumer_options.consumer_name = "projection";
+  int effects = 0;
+  KafkaInboxConsumer consumer(consumer_options, [&](PGconn*, const ConsumedEvent&) { ++effects; });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (consumer.stats().applied < 20 && std::chrono::steady_clock::now() < deadline) {
+    consumer.poll(100ms);
+  }
+  ASSERT_EQ(consumer.stats().applied, 20u);
+  std::this_thread::sleep_for(1100ms);  // the lag is measured at most once a second
+  consumer.poll(100ms);
+  EXPECT_EQ(consumer.stats().lag_messages, 0);
+
+  ObserveOptions relay_side = observe_options();
+  ObserveServer relay_server(relay_side);
+  relay_server.watch_relay(relay);
+  relay_server.start();
+  ObserveOptions consumer_side = observe_options();
+  consumer_side.backlog = false;
+  ObserveServer consumer_server(consumer_side);
+  consumer_server.watch_consumer("projection", consumer);
+  consumer_server.start();
+  insert_pending("order", "2 minutes", true);  // a quarantined series for the admin's text
+  ObserveServer admin(observe_options());
+  admin.start();
+
+  // A change-data-capture relay serves the slot's gauges once its stream measured them.
+  RelayOptions cdc = options("streaming");
+  cdc.source = RelaySource::cdc;
+  cdc.cdc.slot = "obs_" + schema_.name().substr(0, 50);
+  Relay cdc_relay(cdc, sink());
+  std::thread streaming([&] { cdc_relay.run(); });
+  const auto slot_deadline = std::chrono::steady_clock::now() + 30s;
+  while (cdc_relay.stats().slot_lag_ms < 0 && std::chrono::steady_clock::now() < slot_deadline) {
+    enqueue(1, 1, false, 100);  // a commit for the stream to be caught up with
+    std::this_thread::sleep_for(200ms);
+  }
+  ObserveOptions cdc_side = observe_options();
+  cdc_side.backlog = false;
+  ObserveServer cdc_server(cdc_side);
+  cdc_server.watch_relay(cdc_relay);
+  cdc_server.start();
+  const std::string cdc_text = scrape(cdc_server);
+  cdc_server.stop();
+  cdc_relay.request_stop();
+  streaming.join();
+  pg::exec(conn(), "SELECT pg_drop_replication_slot($1)", {cdc.cdc.slot.c_str()});
+  EXPECT_GE(value(cdc_text, "outbox_relay_slot_lag_bytes"), 0);
+  EXPECT_GE(value(cdc_text, "outbox_relay_slot_lag_seconds"), 0);
+
+  const std::string consumer_text = scrape(consumer_server);
+  EXPECT_EQ(value(consumer_text,
+                  R"(outbox_consumer_events_applied_total{consumer="projection"})"), 20);
+  EXPECT_EQ(value(consumer_text, R"(outbox_consumer_lag_messages{consumer="projection"})"), 0);
+  EXPECT_EQ(consumer_text.find("outbox_pending_events"), std::string::npos);
+
+  const std::string dir = ::testing::TempDir();
+  std::vector<std::string> files;
+  for (const auto& [name, text] : {std::pair{"relay", scrape(relay_server)},
+                                   std::pair{"consumer", consumer_text},
+                                   std::pair{"admin", scrape(admin)},
+                                   std::pair{"cdc-relay", cdc_text}}) {
+    const std::string file = dir + "observe-" + schema_.name() + "-" + name + ".txt";
+    std::ofstream(file) << text;
+    files.push_back(file);
+    const std::string check = "promtool check metrics < " + file;
+    EXPECT_EQ(std::system(check.c_str()), 0) << check;
+  }
+  std::string ops = "bash " OUTBOX_SOURCE_DIR "/tests/cli/ops_files.sh " OUTBOX_SOURCE_DIR;
+  for (const std::string& file : files) ops += " " + file;
+  EXPECT_EQ(std::system(ops.c_str()), 0) << ops;
+}
+
+}  // namespace
+}  // namespace outbox::testing
