@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# The drill of docs/OPERATIONS.md, with Debian's real Prometheus server: a relay and `outbox
+# admin` serve /metrics on loopback, Prometheus scrapes them every second and evaluates
+# docs/ops/alerts.yml. While producers write: a healthy relay fires nothing; the relay stopped
+# (SIGSTOP) fires the backlog alert (and the relay-down alert) within its `for:`; resumed, the
+# backlog drains and the alert clears.
+#
+# The rules are the shipped file with only its durations shortened: every `for:` becomes 5s and
+# the backlog threshold 60 s becomes 4 s, so the drill takes seconds, not minutes. The
+# expressions are the shipped ones.
+#
+# Usage: alert_drill.sh /path/to/outbox REPO_DIR
+# Needs: psql, prometheus (Debian package prometheus), curl, python3.
+set -euo pipefail
+
+readonly outbox_binary="${1:?usage: alert_drill.sh /path/to/outbox REPO_DIR}"
+readonly repo_dir="${2:?usage: alert_drill.sh /path/to/outbox REPO_DIR}"
+readonly schema=drill
+readonly startup_timeout_s=30
+readonly fire_timeout_s=60
+readonly clear_timeout_s=60
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init alert_drill outbox-alert-drill
+
+for tool in prometheus curl python3 psql; do
+  command -v "$tool" >/dev/null || fatal "$tool is not installed (scripts/install-deps.sh installs it)"
+done
+
+# --- 1. PostgreSQL, the Kafka mock, the schema ------------------------------------------------
+: >"$work_dir/postgres.out"
+: >"$work_dir/kafka.out"
+"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
+track_background $! "outbox postgres"
+postgres_pid=$!
+"$outbox_binary" kafka-mock >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
+kafka_pid=$!
+track_background "$kafka_pid" "outbox kafka-mock"
+db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
+  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
+brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
+  fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers"
+"$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
+
+# --- 2. the relay and outbox admin, each on a port the kernel picks ----------------------------
+# The port each listens on, from its log line.
+listening_port() {
+  local log="$1" waited=0 port=""
+  while ((waited < startup_timeout_s * 10)); do
+    port="$(sed -n -E 's/.*serving \/metrics.* on 127\.0\.0\.1:([0-9]+).*/\1/p; s/.*serving on port ([0-9]+).*/\1/p' "$log" | head -1)"
+    if [[ -n "$port" ]]; then
+      echo "$port"
+      return 0
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  return 1
+}
+
+"$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --metrics-listen 127.0.0.1:0 --backlog-refresh 1s >"$work_dir/relay.out" 2>&1 &
+relay_pid=$!
+track_background "$relay_pid" "outbox relay"
+"$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 \
+  --backlog-refresh 1s >"$work_dir/admin.out" 2>&1 &
+admin_pid=$!
+track_background "$admin_pid" "outbox admin"
+relay_port="$(listening_port "$work_dir/relay.out")" ||
+  fatal --log "$work_dir/relay.out" "the relay did not say where it serves /metrics"
+admin_port="$(listening_port "$work_dir/admin.out")" ||
+  fatal --log "$work_dir/admin.out" "outbox admin did not say where it serves"
+if curl -sf "http://127.0.0.1:$relay_port/readyz" >/dev/null; then pass; else
+  fail "the relay's /readyz did not answer 200"
+fi
+
+# --- 3. Prometheus with the shipped rules, durations shortened -----------------------------------
+prometheus_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+sed -E 's/^( *for: ).*/\15s/; /alert: OutboxBacklogAge/,/for:/ s/> 60$/> 4/' \
+  "$repo_dir/docs/ops/alerts.yml" >"$work_dir/alerts.yml"
+grep -q '> 4$' "$work_dir/alerts.yml" || fatal "the backlog threshold was not rewritten: has docs/ops/alerts.yml changed form?"
+cat >"$work_dir/prometheus.yml" <<YAML
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files: ["$work_dir/alerts.yml"]
+scrape_configs:
+  - job_name: outbox-relay
+    static_configs: [{targets: ["127.0.0.1:$relay_port"]}]
+  - job_name: outbox-admin
+    static_configs: [{targets: ["127.0.0.1:$admin_port"]}]
+YAML
+prometheus --config.file="$work_dir/prometheus.yml" --storage.tsdb.path="$work_dir/tsdb" \
+  --web.listen-address="127.0.0.1:$prometheus_port" >"$work_dir/prometheus.log" 2>&1 &
+track_background $! "prometheus"
+api="http://127.0.0.1:$prometheus_port/api/v1"
+
+# Alerts in state `state` (firing|pending|any), one name per line.
+alerts() {
+  curl -sf "$api/alerts" | python3 -c '
+import json, sys
+state = sys.argv[1]
+for a in json.load(sys.stdin)["data"]["alerts"]:
+    if state == "any" or a["state"] == state:
+        print(a["labels"]["alertname"])' "$1"
+}
+# Waits up to $2 s for `up` to read 1 for $1 targets.
+wait_for_targets() {
+  local want="$1" deadline=$((SECONDS + $2)) up
+  while ((SECONDS < deadline)); do
+    up="$(curl -sf "$api/query?query=sum(up)" | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(int(float(r[0]["value"][1])) if r else 0)' 2>/dev/null || echo 0)"
+    if [[ "$up" == "$want" ]]; then return 0; fi
+    sleep 0.5
+  done
+  return 1
+}
+# Waits up to $2 s until alert $1 is firing (or, with $3 = clear, until it is in no state).
+wait_for_alert() {
+  local name="$1" deadline=$((SECONDS + $2)) mode="${3:-firing}"
+  while ((SECONDS < deadline)); do
+    if [[ "$mode" == firing ]] && alerts firing | grep -qx "$name"; then return 0; fi
+    if [[ "$mode" == clear ]] && ! alerts any | grep -qx "$name"; then return 0; fi
+    sleep 0.5
+  done
+  return 1
+}
+
+wait_for_targets 2 "$startup_timeout_s" ||
+  fatal --log "$work_dir/prometheus.log" "Prometheus did not scrape both targets"
+pass
+
+# --- 4. producers write all along: one event a 100 ms, each its own aggregate -------------------
+(
+  i=0
+  while :; do
+    i=$((i + 1))
+    psql "$db" -X -q -v ON_ERROR_STOP=1 -c "INSERT INTO $schema.outbox_events
+      (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, payload)
+      VALUES (gen_random_uuid(), 'order', 'o-$i', 1, 'Placed', '{\"i\": $i}')" >/dev/null 2>&1 || true
+    sleep 0.1
+  done
+) &
+track_background $! "the writer"
+
+# --- 5. healthy: nothing fires ---------------------------------------------------------------------
+sleep 10  # two `for:` periods of every rule
+firing="$(alerts any | sort -u | tr '\n' ' ')"
+if [[ -z "$firing" ]]; then pass; else
+  fail "with a healthy relay these alerts are pending or firing: $firing"
+fi
+
+# --- 6. the relay stopped: the backlog alert fires ---------------------------------------------
+kill -STOP "$relay_pid"
+stopped_at=$SECONDS
+if wait_for_alert OutboxBacklogAge "$fire_timeout_s"; then
+  pass
+  echo "alert_drill: OutboxBacklogAge fired $((SECONDS - stopped_at)) s after SIGSTOP"
+else
+  fail "OutboxBacklogAge did not fire within ${fire_timeout_s} s of SIGSTOP (alerts: $(alerts any | tr '\n' ' '))"
+fi
+if wait_for_alert OutboxRelayDown 30; then pass; else
+  fail "OutboxRelayDown did not fire while the relay was stopped"
+fi
+
+# --- 7. resumed: the backlog drains and the alert clears ---------------------------------------
+kill -CONT "$relay_pid"
+resumed_at=$SECONDS
+if wait_for_alert OutboxBacklogAge "$clear_timeout_s" clear; then
+  pass
+  echo "alert_drill: OutboxBacklogAge cleared $((SECONDS - resumed_at)) s after SIGCONT"
+else
+  fail "OutboxBacklogAge still active ${clear_timeout_s} s after SIGCONT"
+fi
+if wait_for_alert OutboxRelayDown 30 clear; then pass; else
+  fail "OutboxRelayDown did not clear after the relay resumed"
+fi
+published="$(curl -sf "http://127.0.0.1:$relay_port/metrics" |
+  sed -n -E 's/^outbox_relay_events_published_total\{aggregate_type="order"\} ([0-9.e+]+)$/\1/p')"
+if [[ -n "$published" ]] && python3 -c "import sys; sys.exit(0 if float('$published') > 50 else 1)"; then
+  pass
+else
+  fail "the relay's published counter reads '${published}' after the drill, expected over 50"
+fi
+
+summary_and_exit
