@@ -3,7 +3,7 @@
 # admin` serve /metrics on loopback, Prometheus scrapes them every second and evaluates
 # docs/ops/alerts.yml. While producers write: a healthy relay fires nothing; the relay stopped
 # (SIGSTOP) fires the backlog alert (and the relay-down alert) within its `for:`; resumed, the
-# backlog drains and the alert clears.
+# backlog drains and the alert clears. Then `outbox status --json` and `--watch` beside it.
 #
 # The rules are the shipped file with only its durations shortened: every `for:` becomes 5s and
 # the backlog threshold 60 s becomes 4 s, so the drill takes seconds, not minutes. The
@@ -183,5 +183,26 @@ if [[ -n "$published" ]] && python3 -c "import sys; sys.exit(0 if float('$publis
 else
   fail "the relay's published counter reads '${published}' after the drill, expected over 50"
 fi
+
+# --- 8. outbox status --json and --watch, beside the running relay -------------------------------
+status_json="$("$outbox_binary" status --db "$db" --schema "$schema" --json)"
+if python3 -c '
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["published"] > 50 and s["pending"] >= 0, s
+live = [r for r in s["relays"] if not r["ended"] and r["seen_seconds_ago"] < 30]
+assert live, s["relays"]
+' "$status_json"; then pass; else fail "outbox status --json: $status_json"; fi
+rc=0
+timeout -s INT 2 "$outbox_binary" status --db "$db" --schema "$schema" --json --watch 300ms \
+  >"$work_dir/watch.out" 2>&1 || rc=$?
+lines="$(python3 -c '
+import json, sys
+print(sum(1 for line in open(sys.argv[1]) if "published" in json.loads(line)))' "$work_dir/watch.out" 2>/dev/null || echo 0)"
+if ((lines >= 3)); then pass; else
+  fail "status --watch 300ms printed $lines JSON lines in 2 s (rc $rc): $(head -c 400 "$work_dir/watch.out")"
+fi
+expect_failure "status --watch below 100ms" "--watch must be at least 100ms" \
+  "$outbox_binary" status --db "$db" --schema "$schema" --watch 10ms
 
 summary_and_exit
