@@ -2,6 +2,7 @@
 // Events as the producer writes them (NewEvent) and as the relay reads them back (Event).
 
 #include <array>
+#include <chrono>
 #include <compare>
 #include <cstdint>
 #include <optional>
@@ -44,7 +45,16 @@ struct NewEvent {
   std::string headers = "{}";       // a JSON object of string values, passed on as broker headers
   std::int32_t schema_version = 1;  // >= 1
   std::optional<EventId> event_id{};  // supply one to make a retried request idempotent
+  // A W3C trace context (https://www.w3.org/TR/trace-context/): "00-<32 hex trace id>-<16 hex
+  // parent id>-<2 hex flags>". Stored as the header "traceparent", which every sink passes on as
+  // a message header, so a consumer's span can continue the producer's trace. Empty: none.
+  std::string traceparent{};
+  // Publish no earlier than this long after the transaction (available_at = now() + it). Per-
+  // aggregate order holds: the aggregate's later events wait behind it. 0: at once. At most
+  // kMaxDeliverAfter; not with ProducerOptions::table_less (a delayed event needs its row).
+  std::chrono::milliseconds deliver_after{0};
 };
+inline constexpr std::chrono::hours kMaxDeliverAfter{24 * 365};
 
 // A stored event, as the relay claims it and a sink publishes it.
 struct Event {

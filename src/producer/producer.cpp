@@ -1,6 +1,7 @@
 #include "outbox/producer.hpp"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <map>
 #include <utility>
@@ -90,9 +91,9 @@ std::string insert_sql(const SchemaName& schema, const std::string& rows) {
 ), seq AS (
 {seq})
 INSERT INTO {events} (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
-                      schema_version, payload, headers)
+                      schema_version, payload, headers, available_at)
 SELECT e.event_id, $1, $2, seq.last_sequence - $3::bigint + e.ord, e.event_type,
-       e.schema_version, e.payload, e.headers
+       e.schema_version, e.payload, e.headers, now() + e.delay_ms * interval '1 millisecond'
 FROM seq LEFT JOIN durable ON true LEFT JOIN wake ON true, {rows}
 ORDER BY e.ord
 RETURNING event_id, aggregate_sequence, txid_current())SQL",
@@ -142,11 +143,12 @@ ORDER BY n.ord)SQL",
 // Several events of one aggregate come as arrays; a lone event (the usual case) as plain
 // parameters, which spares the array literal's escaping here and its parsing in PostgreSQL.
 constexpr const char* kManyRows =
-    "unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[])\n"
-    "          WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, headers, ord)";
+    "unnest($4::uuid[], $5::text[], $6::int[], $7::jsonb[], $8::jsonb[], $9::bigint[])\n"
+    "          WITH ORDINALITY AS e(event_id, event_type, schema_version, payload, headers, "
+    "delay_ms, ord)";
 constexpr const char* kOneRow =
-    "(VALUES ($4::uuid, $5::text, $6::int, $7::jsonb, $8::jsonb, 1))\n"
-    "          AS e(event_id, event_type, schema_version, payload, headers, ord)";
+    "(VALUES ($4::uuid, $5::text, $6::int, $7::jsonb, $8::jsonb, $9::bigint, 1))\n"
+    "          AS e(event_id, event_type, schema_version, payload, headers, delay_ms, ord)";
 
 std::string insert_many_sql(const ProducerOptions& options) {
   if (options.table_less) return insert_table_less_sql(options.schema, kManyRows);
@@ -189,6 +191,42 @@ void check_transaction(PGconn* conn) {
 
 }  // namespace
 
+namespace {
+
+// W3C Trace Context, version 00 (and later versions' first four fields): lower-case hex,
+// version not ff, trace id and parent id not all zeros. The caller's own "traceparent" header
+// would be a second, conflicting value.
+void check_traceparent(const NewEvent& event) {
+  const std::string& t = event.traceparent;
+  const auto hex = [&](std::size_t from, std::size_t n) {
+    for (std::size_t i = from; i < from + n; ++i) {
+      if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f'))) return false;
+    }
+    return true;
+  };
+  const auto zeros = [&](std::size_t from, std::size_t n) {
+    return t.compare(from, n, std::string(n, '0')) == 0;
+  };
+  const bool well_formed = t.size() == 55 && t[2] == '-' && t[35] == '-' && t[52] == '-' &&
+                           hex(0, 2) && hex(3, 32) && hex(36, 16) && hex(53, 2) &&
+                           t.compare(0, 2, "ff") != 0 && !zeros(3, 32) && !zeros(36, 16);
+  if (!well_formed) {
+    throw InvalidArgument(fmt::format(
+        "traceparent of {} {} is \"{}\"; it must be a W3C trace context such as "
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 (lower-case hex, ids not all "
+        "zeros)",
+        event.event_type, event.aggregate_id, detail::printable(t, 80)));
+  }
+  const nlohmann::json headers = nlohmann::json::parse(event.headers, nullptr, false);
+  if (headers.is_object() && headers.contains("traceparent") && headers["traceparent"] != t) {
+    throw InvalidArgument(fmt::format(
+        "{} {} has a traceparent and a different \"traceparent\" header; give one of them",
+        event.event_type, event.aggregate_id));
+  }
+}
+
+}  // namespace
+
 Producer::Producer(ProducerOptions options)
     : options_(std::move(options)),
       insert_many_sql_(insert_many_sql(options_)),
@@ -212,10 +250,15 @@ void Producer::validate(const NewEvent& event) const {
     throw InvalidArgument(fmt::format("headers of {} {} {}", event.event_type, event.aggregate_id,
                                       detail::printable(headers.problem)));
   }
+  if (!event.traceparent.empty()) check_traceparent(event);
   // What the relay will send: the payload as jsonb prints it (payload::text), not the caller's
   // text, which can be much shorter (1e999 is 5 bytes and prints as 1000 digits).
   const std::uint64_t header_bytes =
       headers.message_bytes +
+      (event.traceparent.empty()
+           ? 0
+           : detail::kafka_header_bytes(std::string_view("traceparent").size(),
+                                        event.traceparent.size())) +
       detail::outbox_header_bytes(event.event_type, event.aggregate_type, event.schema_version);
   const std::uint64_t size =
       detail::kKafkaMessageFraming + event.aggregate_id.size() + payload.text_bytes + header_bytes;
@@ -239,6 +282,16 @@ void Producer::validate(const NewEvent& event) const {
   if (event.event_id && event.event_id->is_nil()) {
     throw InvalidArgument("event_id is the nil UUID; leave it unset to get a fresh UUIDv7");
   }
+  if (event.deliver_after.count() < 0 || event.deliver_after > kMaxDeliverAfter) {
+    throw InvalidArgument(fmt::format(
+        "deliver_after of {} {} is {} ms; it must be from 0 to {} days", event.event_type,
+        event.aggregate_id, event.deliver_after.count(), kMaxDeliverAfter.count() / 24));
+  }
+  if (event.deliver_after.count() > 0 && options_.table_less) {
+    throw InvalidArgument(
+        "deliver_after needs the event's row (available_at): a table-less producer cannot delay "
+        "an event; use a producer without table_less for delayed events");
+  }
 }
 
 EnqueuedEvent Producer::enqueue(PGconn* conn, const NewEvent& event) const {
@@ -253,8 +306,8 @@ struct AggregateInsert {
   std::string aggregate_type, aggregate_id, count;
   // A lone event goes as plain parameters (insert_one_sql), several as arrays (insert_many_sql).
   const NewEvent* lone = nullptr;
-  std::string lone_id, lone_version;
-  pg::ArrayLiteral ids, types, versions, payloads, headers;
+  std::string lone_id, lone_version, lone_headers, lone_delay;
+  pg::ArrayLiteral ids, types, versions, payloads, headers, delays;
 
   [[nodiscard]] const std::string& sql(const std::string& one, const std::string& many) const {
     return lone != nullptr ? one : many;
@@ -264,11 +317,11 @@ struct AggregateInsert {
     if (lone != nullptr) {
       return {aggregate_type.c_str(), aggregate_id.c_str(),     count.c_str(),
               lone_id.c_str(),        lone->event_type.c_str(), lone_version.c_str(),
-              lone->payload.c_str(),  lone->headers.c_str()};
+              lone->payload.c_str(),  lone_headers.c_str(),     lone_delay.c_str()};
     }
     return {aggregate_type.c_str(),  aggregate_id.c_str(),  count.c_str(),
             ids.text().c_str(),      types.text().c_str(),  versions.text().c_str(),
-            payloads.text().c_str(), headers.text().c_str()};
+            payloads.text().c_str(), headers.text().c_str(), delays.text().c_str()};
   }
 };
 
@@ -306,6 +359,15 @@ void check_statement_size(std::span<const NewEvent> events, const std::vector<st
       group.size(), first.aggregate_type, first.aggregate_id, bytes, kMaxEnqueueStatementBytes));
 }
 
+// The headers to store: the caller's, with "traceparent" added when the event carries one
+// (validate() checked both).
+std::string headers_with_trace(const NewEvent& event) {
+  if (event.traceparent.empty()) return event.headers;
+  nlohmann::json headers = nlohmann::json::parse(event.headers);
+  headers["traceparent"] = event.traceparent;
+  return headers.dump();
+}
+
 // Groups by aggregate, keeping the caller's order inside each group, and gives every event its
 // id (the caller's or a fresh UUIDv7) in `enqueued`.
 std::vector<AggregateInsert> plan_inserts(std::span<const NewEvent> events,
@@ -331,6 +393,8 @@ std::vector<AggregateInsert> plan_inserts(std::span<const NewEvent> events,
       insert.lone = &events[indexes.front()];
       insert.lone_id = enqueued[indexes.front()].event_id.to_string();
       insert.lone_version = std::to_string(insert.lone->schema_version);
+      insert.lone_headers = headers_with_trace(*insert.lone);
+      insert.lone_delay = std::to_string(insert.lone->deliver_after.count());
       continue;
     }
     for (const std::size_t index : indexes) {
@@ -339,7 +403,8 @@ std::vector<AggregateInsert> plan_inserts(std::span<const NewEvent> events,
       insert.types.add(event.event_type);
       insert.versions.add_plain(std::to_string(event.schema_version));
       insert.payloads.add(event.payload);
-      insert.headers.add(event.headers);
+      insert.headers.add(headers_with_trace(event));
+      insert.delays.add_plain(std::to_string(event.deliver_after.count()));
     }
   }
   return inserts;

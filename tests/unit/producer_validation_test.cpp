@@ -386,5 +386,48 @@ TEST(ProducerEnqueue, NullConnectionIsCheckedForABatchToo) {
   }
 }
 
+// --- trace context and delayed delivery ---
+
+TEST(ProducerValidate, AcceptsAW3CTraceparent) {
+  NewEvent event = valid_event();
+  event.headers = "{}";
+  event.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  EXPECT_NO_THROW(Producer().validate(event));
+}
+
+TEST(ProducerValidate, RejectsATraceparentThatIsNotAW3CTraceContext) {
+  for (const char* bad : {"garbage", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+                          "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+                          "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+                          "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+                          "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                          "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n",
+                          "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01"}) {
+    NewEvent event = valid_event();
+    event.headers = "{}";
+    event.traceparent = bad;
+    EXPECT_TRUE(contains(rejection_of(event), "traceparent")) << bad;
+  }
+}
+
+TEST(ProducerValidate, RejectsATraceparentBesideADifferentTraceparentHeader) {
+  NewEvent event = valid_event();  // its headers carry another traceparent
+  event.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  EXPECT_TRUE(contains(rejection_of(event), "different \"traceparent\" header"));
+}
+
+TEST(ProducerValidate, RejectsADeliverAfterOutOfRangeOrWithoutARow) {
+  NewEvent event = valid_event();
+  event.deliver_after = std::chrono::milliseconds(-1);
+  EXPECT_TRUE(contains(rejection_of(event), "deliver_after"));
+  event.deliver_after = kMaxDeliverAfter + std::chrono::milliseconds(1);
+  EXPECT_TRUE(contains(rejection_of(event), "deliver_after"));
+  event.deliver_after = std::chrono::minutes(5);
+  EXPECT_NO_THROW(Producer().validate(event));
+  ProducerOptions table_less;
+  table_less.table_less = true;
+  EXPECT_TRUE(contains(rejection_of(event, table_less), "table-less"));
+}
+
 }  // namespace
 }  // namespace outbox
