@@ -13,6 +13,7 @@
 #include "common/fault.hpp"
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
+#include "outbox/log.hpp"
 
 namespace {
 
@@ -65,6 +66,13 @@ int main(int argc, char** argv) {
   CLI::App app{"outbox: transactional outbox for PostgreSQL"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows every default
+  // Before or after the command's name: `outbox relay --log-format json ...` reads naturally.
+  app.fallthrough();
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format,
+                 "text (for a person) or json (one object per line, for a log pipeline; "
+                 "OUTBOX_LOG_FORMAT=json does the same)")
+      ->check(CLI::IsMember({"text", "json"}));
 
   Commands commands(app);
   register_migrate(commands);
@@ -82,6 +90,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return report_parse_error(app, e, argc, argv);
+  }
+  if (app.get_option("--log-format")->count() > 0) {  // else OUTBOX_LOG_FORMAT decides
+    outbox::set_log_format(log_format == "json" ? outbox::LogFormat::json
+                                                : outbox::LogFormat::text);
   }
   set_database_password_file(commands.password_file());
   return run(commands);

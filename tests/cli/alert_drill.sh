@@ -205,4 +205,23 @@ fi
 expect_failure "status --watch below 100ms" "--watch must be at least 100ms" \
   "$outbox_binary" status --db "$db" --schema "$schema" --watch 10ms
 
+# --- 9. --log-format json: every line one JSON object, also with a hostile value in it ----------
+"$outbox_binary" migrate --db "$db" --schema drilljson >/dev/null
+sql -c "INSERT INTO drilljson.outbox_events (event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, payload) VALUES (gen_random_uuid(), E'bad\\ntype\\x1b[2J',
+  'a1', 1, 'Placed', '{}')"
+rc=0
+timeout -s TERM 4 "$outbox_binary" relay --log-format json --db "$db" --schema drilljson \
+  --kafka-brokers "$brokers" --max-attempts 1 >/dev/null 2>"$work_dir/json.log" || rc=$?
+if python3 -c '
+import json, sys
+lines = open(sys.argv[1], encoding="utf-8").read().splitlines()
+assert lines, "no log lines"
+records = [json.loads(line) for line in lines]
+assert all({"ts", "level", "logger", "msg"} <= r.keys() for r in records)
+assert any("not published" in r["msg"] and r["level"] == "warning" for r in records), records
+' "$work_dir/json.log"; then pass; else
+  fail "relay --log-format json wrote lines that are not one JSON object each (rc $rc): $(head -c 600 "$work_dir/json.log")"
+fi
+
 summary_and_exit

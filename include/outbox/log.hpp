@@ -1,0 +1,13 @@
+#pragma once
+// The library logs through spdlog's logger "outbox" (stderr; OUTBOX_LOG_LEVEL sets its level).
+// Its lines are text for a person by default, or one JSON object per line for a log pipeline:
+//   {"ts":"2026-12-01T18:07:01.123Z","level":"info","logger":"outbox","msg":"relay r1 started"}
+// OUTBOX_LOG_FORMAT=json chooses JSON before the first line; set_log_format() at any time.
+
+namespace outbox {
+
+enum class LogFormat { text, json };
+
+void set_log_format(LogFormat format);
+
+}  // namespace outbox
