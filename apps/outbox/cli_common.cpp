@@ -224,4 +224,12 @@ void decimal_integers_only(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) decimal_integers_only(*sub);
 }
 
+std::string actor_or_user(const std::string& actor) {
+  if (!actor.empty()) return actor;
+  for (const char* variable : {"USER", "LOGNAME"}) {
+    if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') return value;
+  }
+  throw InvalidArgument("say who acts with --actor NAME; it goes into the audit record");
+}
+
 }  // namespace outbox::cli

@@ -49,6 +49,10 @@ std::map<std::string, std::string> read_properties_file(const std::string& path)
 // a dedicated thread when one arrives (so it may take locks, unlike a signal handler).
 void on_termination_signal(std::function<void()> on_signal);
 
+// Who performs an operator action, for the audit: --actor, else $USER or $LOGNAME. Throws
+// InvalidArgument when none is known.
+std::string actor_or_user(const std::string& actor);
+
 // Runs until SIGINT, SIGTERM or SIGHUP.
 void wait_for_termination();
 

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
   register_status(commands);
   register_admin(commands);
   register_quarantine(commands);
+  register_replay(commands);
   register_cleanup(commands);
   register_kafka_mock(commands);
   register_postgres(commands);

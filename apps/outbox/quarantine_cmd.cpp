@@ -42,14 +42,6 @@ std::vector<EventId> parse_ids(const std::vector<std::string>& texts) {
   return ids;
 }
 
-std::string actor_or_user(const std::string& actor) {
-  if (!actor.empty()) return actor;
-  for (const char* variable : {"USER", "LOGNAME"}) {
-    if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') return value;
-  }
-  throw InvalidArgument("say who acts with --actor NAME; it goes into the audit record");
-}
-
 int run_quarantine(const QuarantineFlags& flags) {
   const SchemaName schema(flags.schema);
   auto connection = open_cli_connection(flags.db, "outbox-quarantine");

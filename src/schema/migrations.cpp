@@ -244,6 +244,14 @@ BEGIN
 END
 $fn$;
 )SQL"},
+    Migration{11, "replay in the operator audit", R"SQL(
+-- `outbox replay` makes published events pending again (same ids, same sequences), and records
+-- each one like a quarantine action.
+ALTER TABLE {s}.outbox_operator_audit
+  DROP CONSTRAINT outbox_operator_audit_action_check,
+  ADD CONSTRAINT outbox_operator_audit_action_check
+    CHECK (action IN ('retry', 'skip', 'replay'));
+)SQL"},
 };
 
 }  // namespace

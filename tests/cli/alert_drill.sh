@@ -3,7 +3,8 @@
 # admin` serve /metrics on loopback, Prometheus scrapes them every second and evaluates
 # docs/ops/alerts.yml. While producers write: a healthy relay fires nothing; the relay stopped
 # (SIGSTOP) fires the backlog alert (and the relay-down alert) within its `for:`; resumed, the
-# backlog drains and the alert clears. Then `outbox status --json` and `--watch` beside it.
+# backlog drains and the alert clears. Then, beside it, `outbox status --json` and `--watch`,
+# `outbox replay`, and the relay's `--log-format json`.
 #
 # The rules are the shipped file with only its durations shortened: every `for:` becomes 5s and
 # the backlog threshold 60 s becomes 4 s, so the drill takes seconds, not minutes. The
@@ -100,7 +101,8 @@ api="http://127.0.0.1:$prometheus_port/api/v1"
 # Alerts in state `state` (firing|pending|any), one name per line.
 alerts() {
   curl -sf "$api/alerts" | python3 -c '
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 state = sys.argv[1]
 for a in json.load(sys.stdin)["data"]["alerts"]:
     if state == "any" or a["state"] == state:
@@ -164,6 +166,11 @@ if wait_for_alert OutboxRelayDown 30; then pass; else
   fail "OutboxRelayDown did not fire while the relay was stopped"
 fi
 
+# Still firing while the relay stays stopped (it must not clear by itself).
+if alerts firing | grep -qx OutboxBacklogAge; then pass; else
+  fail "OutboxBacklogAge stopped firing while the relay was still stopped (alerts: $(alerts any | tr '\n' ' '); admin: $(tail -3 "$work_dir/admin.out"))"
+fi
+
 # --- 7. resumed: the backlog drains and the alert clears ---------------------------------------
 kill -CONT "$relay_pid"
 resumed_at=$SECONDS
@@ -205,7 +212,28 @@ fi
 expect_failure "status --watch below 100ms" "--watch must be at least 100ms" \
   "$outbox_binary" status --db "$db" --schema "$schema" --watch 10ms
 
-# --- 9. --log-format json: every line one JSON object, also with a hostile value in it ----------
+# --- 9. outbox replay: a dry run, a replay the running relay publishes again, bad input --------
+output="$("$outbox_binary" replay --db "$db" --schema "$schema" --since 1h --aggregate-id o-1 --dry-run 2>&1)"
+if [[ "$output" == *"1 published event(s) of 1 aggregate(s)"* && "$output" == *"dry run"* ]]; then
+  pass
+else
+  fail "replay --dry-run: $output"
+fi
+rc=0
+output="$("$outbox_binary" replay --db "$db" --schema "$schema" --since 1h --aggregate-id o-1 \
+  --reason "drill" --actor drill --wait 30s 2>&1)" || rc=$?
+audits="$(sql -c "SELECT count(*) FROM $schema.outbox_operator_audit WHERE action = 'replay' AND actor = 'drill'")"
+if ((rc == 0)) && [[ "$output" == *"published again"*"1/1"* ]] && [[ "$audits" == 1 ]]; then
+  pass
+else
+  fail "replay (rc $rc, $audits audit rows): $output"
+fi
+expect_failure "replay with an unreadable --since" "timestamps PostgreSQL reads" \
+  "$outbox_binary" replay --db "$db" --schema "$schema" --since "last tuesday-ish" --reason x
+expect_failure "replay without --reason" "--reason" \
+  "$outbox_binary" replay --db "$db" --schema "$schema" --since 1h
+
+# --- 10. --log-format json: every line one JSON object, also with a hostile value in it ----------
 "$outbox_binary" migrate --db "$db" --schema drilljson >/dev/null
 sql -c "INSERT INTO drilljson.outbox_events (event_id, aggregate_type, aggregate_id,
   aggregate_sequence, event_type, payload) VALUES (gen_random_uuid(), E'bad\\ntype\\x1b[2J',

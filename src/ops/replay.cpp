@@ -1,0 +1,157 @@
+#include "outbox/replay.hpp"
+
+#include <fmt/format.h>
+
+#include "outbox/error.hpp"
+#include "pg/array_literal.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox {
+namespace {
+
+// The chosen rows, with the filter as $1..$5 (since, until, type, id, event id).
+constexpr const char* kChosen =
+    "published_at IS NOT NULL AND skipped_at IS NULL"
+    " AND occurred_at >= $1::timestamptz"
+    " AND occurred_at < coalesce(nullif($2::text, '')::timestamptz, now())"
+    " AND ($3::text IS NULL OR aggregate_type = $3::text)"
+    " AND ($4::text IS NULL OR aggregate_id = $4::text)"
+    " AND ($5::uuid IS NULL OR event_id = $5::uuid)";
+
+struct FilterParams {
+  std::string since, until, type, id, event_id;
+  std::vector<const char*> values;
+
+  explicit FilterParams(const ReplayFilter& filter)
+      : since(filter.since),
+        until(filter.until),
+        type(filter.aggregate_type.value_or("")),
+        id(filter.aggregate_id.value_or("")),
+        event_id(filter.event_id ? filter.event_id->to_string() : "") {
+    if (since.empty()) {
+      throw InvalidArgument("replay needs a start (since): the first occurred_at to replay");
+    }
+    values = {since.c_str(), until.c_str(), filter.aggregate_type ? type.c_str() : nullptr,
+              filter.aggregate_id ? id.c_str() : nullptr,
+              filter.event_id ? event_id.c_str() : nullptr};
+  }
+};
+
+// A filter PostgreSQL cannot read is the caller's mistake: say which part.
+pg::Result run_filtered(PGconn* conn, const std::string& sql, const std::vector<const char*>& params,
+                        const ReplayFilter& filter) {
+  try {
+    return pg::exec(conn, sql, params);
+  } catch (const DatabaseError& error) {
+    if (error.sqlstate().rfind("22", 0) == 0) {  // data exceptions: bad timestamp, out of range
+      throw InvalidArgument(fmt::format(
+          "replay: since \"{}\" / until \"{}\" must be timestamps PostgreSQL reads, such as "
+          "2026-12-01T18:00:00Z or \"2026-12-01 18:00+01\" ({})",
+          filter.since, filter.until, error.what()));
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+ReplayPlan plan_replay(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter) {
+  const FilterParams params(filter);
+  const auto result = run_filtered(
+      conn,
+      fmt::format("SELECT count(*), count(DISTINCT (aggregate_type, aggregate_id)), "
+                  "coalesce(min(occurred_at)::text, ''), coalesce(max(occurred_at)::text, '') "
+                  "FROM {} WHERE {}",
+                  schema.table("outbox_events"), kChosen),
+      params.values, filter);
+  ReplayPlan plan;
+  plan.events = result.int64(0, 0);
+  plan.aggregates = result.int64(0, 1);
+  plan.first_occurred_at = result.text(0, 2);
+  plan.last_occurred_at = result.text(0, 3);
+  return plan;
+}
+
+std::vector<EventId> replay_published(PGconn* conn, const SchemaName& schema,
+                                      const ReplayFilter& filter, const std::string& actor,
+                                      const std::string& reason,
+                                      const std::function<void(std::size_t, std::size_t)>& progress,
+                                      std::size_t batch_events) {
+  if (actor.empty()) throw InvalidArgument("replay needs an actor (who did it) for the audit");
+  if (reason.empty()) throw InvalidArgument("replay needs a reason for the audit record");
+  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    throw InvalidArgument("replay needs an idle connection; it runs its own transactions");
+  }
+  const FilterParams params(filter);
+  const std::string events = schema.table("outbox_events");
+  // The aggregates with chosen events, and how many each: whole aggregates go per transaction.
+  const auto aggregates = run_filtered(
+      conn,
+      fmt::format("SELECT aggregate_type, aggregate_id, count(*) FROM {} WHERE {} "
+                  "GROUP BY aggregate_type, aggregate_id ORDER BY aggregate_type, aggregate_id",
+                  events, kChosen),
+      params.values, filter);
+  std::size_t total = 0;
+  for (int row = 0; row < aggregates.rows(); ++row) {
+    total += static_cast<std::size_t>(aggregates.int64(row, 2));
+  }
+  const std::string sql = fmt::format(R"SQL(WITH chosen AS (
+  UPDATE {events} e
+  SET published_at = NULL, claimed_by = NULL, claim_until = NULL, attempt_count = 0,
+      last_error = NULL, available_at = now()
+  FROM unnest($6::text[], $7::text[]) AS a(chosen_type, chosen_id)
+  WHERE e.aggregate_type = a.chosen_type AND e.aggregate_id = a.chosen_id AND {chosen}
+  RETURNING e.event_id
+)
+INSERT INTO {audit} (event_id, action, actor, reason)
+SELECT event_id, 'replay', $8, $9 FROM chosen
+RETURNING event_id::text)SQL",
+                                      fmt::arg("events", events),
+                                      fmt::arg("audit", schema.table("outbox_operator_audit")),
+                                      fmt::arg("chosen", kChosen));
+  std::vector<EventId> replayed;
+  std::size_t done = 0;
+  int row = 0;
+  while (row < aggregates.rows()) {
+    pg::ArrayLiteral types, ids;
+    std::size_t batch = 0;
+    for (; row < aggregates.rows() && (batch == 0 || batch < batch_events); ++row) {
+      types.add(aggregates.text(row, 0));
+      ids.add(aggregates.text(row, 1));
+      batch += static_cast<std::size_t>(aggregates.int64(row, 2));
+    }
+    std::vector<const char*> values = params.values;
+    values.push_back(types.text().c_str());
+    values.push_back(ids.text().c_str());
+    values.push_back(actor.c_str());
+    values.push_back(reason.c_str());
+    pg::exec(conn, "BEGIN");
+    try {
+      const auto result = pg::exec(conn, sql, values);
+      pg::commit(conn);
+      for (int i = 0; i < result.rows(); ++i) {
+        replayed.push_back(EventId::parse(result.text(i, 0)).value_or(EventId{}));
+      }
+    } catch (...) {
+      pg::rollback_quietly(conn);
+      throw;
+    }
+    done += batch;
+    if (progress) progress(done, total);
+  }
+  return replayed;
+}
+
+std::size_t count_published(PGconn* conn, const SchemaName& schema,
+                            const std::vector<EventId>& event_ids) {
+  if (event_ids.empty()) return 0;
+  const std::string ids = pg::uuid_array(event_ids);
+  return static_cast<std::size_t>(
+      pg::exec(conn,
+               "SELECT count(*) FROM " + schema.table("outbox_events") +
+                   " WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL",
+               {ids.c_str()})
+          .int64(0, 0));
+}
+
+}  // namespace outbox
