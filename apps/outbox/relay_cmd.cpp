@@ -244,15 +244,28 @@ int run_relay(const RelayFlags& flags) {
   }
   const Relays relays = start_relays(options, make_sink, control);
   if (relays.empty()) return 0;
+  // Stops the server before the relays it reads are destroyed, also when a relay throws.
+  struct StopFirst {
+    ObserveServer* server;
+    ~StopFirst() {
+      if (server != nullptr) server->stop();
+    }
+  } stop_first{server.get()};
   if (server) {
     for (std::size_t i = 0; i < relays.size(); ++i) {
       server->watch_relay(*relays[i], relays.size() == 1 ? std::string()
                                                           : std::to_string(options[i].cdc.shard));
     }
-    server->start();
+    try {
+      server->start();
+    } catch (...) {
+      // The signal thread must never see the relays this throw destroys.
+      std::lock_guard lock(control.mutex);
+      control.current.clear();
+      throw;
+    }
   }
   run_reporting(flags, relays, control, every);
-  if (server) server->stop();  // before the relays it watches go
   for (const auto& relay : relays) print_stats(flags, *relay);
   return 0;
 }

@@ -110,13 +110,15 @@ Status read_status(PGconn* conn, const SchemaName& schema) {
   // The relay sessions the table knows, newest first (ended ones go once their leases are over).
   const auto relays = pg::exec(
       conn, "SELECT relay_id, listening::text, "
-            "coalesce(extract(epoch FROM now() - seen_at), 0)::float8::text, "
+            // An ended session's seen_at is -infinity: no age (PostgreSQL 15 refuses the sum).
+            "CASE WHEN isfinite(seen_at) THEN extract(epoch FROM now() - seen_at)::float8::text "
+            "ELSE '-1' END, "
             "(ended_at IS NOT NULL)::text FROM " +
                 schema.table("outbox_relays") + " ORDER BY seen_at DESC LIMIT 100");
   for (int row = 0; row < relays.rows(); ++row) {
     const std::string ago(relays.text(row, 2));
     status.relays.push_back({std::string(relays.text(row, 0)), relays.text(row, 1) == "true",
-                             ago == "-Infinity" || ago == "Infinity" ? -1 : std::stod(ago),
+                             std::stod(ago),
                              relays.text(row, 3) == "true"});
   }
   return status;

@@ -181,8 +181,8 @@ class KafkaInboxConsumer::Impl {
       if (health_.health() == Health::broker_unavailable) health_.set(Health::running);
       batch.push_back(std::move(message));
     }
+    measure_lag();  // before handle(): a batch that keeps failing must not freeze the gauge
     if (!batch.empty()) handle(batch);
-    measure_lag();
     return batch.size();
   }
 

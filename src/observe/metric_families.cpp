@@ -49,27 +49,27 @@ void histogram(Families& out, const std::string& name, const std::string& help,
                const HistogramSnapshot& h, Labels labels) {
   ClientMetric m;
   m.label = std::move(labels);
-  m.histogram.sample_count = h.count;
-  m.histogram.sample_sum = h.sum;
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < h.upper_bounds.size(); ++i) {
     cumulative += i < h.counts.size() ? h.counts[i] : 0;
     m.histogram.bucket.push_back({cumulative, h.upper_bounds[i]});
   }
-  // +Inf: every observation (count is read apart from the buckets: never below their sum).
-  m.histogram.bucket.push_back(
-      {std::max(cumulative + (h.counts.size() > h.upper_bounds.size() ? h.counts.back() : 0),
-                h.count),
-       std::numeric_limits<double>::infinity()});
+  // +Inf and _count are one number (read apart from the buckets, relaxed: take the larger).
+  const std::uint64_t all =
+      std::max(cumulative + (h.counts.size() > h.upper_bounds.size() ? h.counts.back() : 0),
+               h.count);
+  m.histogram.sample_count = all;
+  m.histogram.sample_sum = h.sum;
+  m.histogram.bucket.push_back({all, std::numeric_limits<double>::infinity()});
   family(out, name, help, MetricType::Histogram).metric.push_back(std::move(m));
 }
 
-// Label values come from producers' data: kept as they are (the text format escapes backslash,
-// quote and newline), unless they hold a byte that is not UTF-8 or a character a terminal acts
-// on; then escaped as outbox prints such values everywhere (common/printable.hpp).
+// Label values come from producers' data: escaped as outbox prints such values everywhere
+// (common/printable.hpp: controls and bytes that are not UTF-8 escaped, backslashes doubled).
 std::string label_value(std::string_view value) {
-  if (!detail::find_hostile_character(value)) return std::string(value);
-  return detail::printable(value, 255);
+  // Always escaped, never cut: distinct types stay distinct labels ("a<ESC>" and the text
+  // "a\\x1b" would otherwise meet), and a plain type reads as itself.
+  return detail::printable(value, value.size());
 }
 
 constexpr std::array kRelayStates = {Health::starting, Health::running,
@@ -209,6 +209,12 @@ void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {
     gauge(out, "outbox_quarantined_events", "Events waiting for an operator.", row.quarantined,
           labels);
   }
+}
+
+void add_backlog_up(Families& out, bool up) {
+  gauge(out, "outbox_backlog_query_up",
+        "1 while the backlog query works; 0 while it fails (the backlog gauges are left out).",
+        up ? 1 : 0);
 }
 
 std::string serialize(const Families& families) {

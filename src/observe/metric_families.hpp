@@ -28,6 +28,8 @@ void add_build_info(Families& out);
 void add_relay(Families& out, const RelayMetrics& metrics, const std::string& shard);
 void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& stats);
 void add_backlog(Families& out, const std::vector<BacklogRow>& rows);
+// 1 while the backlog query works, 0 while it fails (the backlog gauges are absent then).
+void add_backlog_up(Families& out, bool up);
 
 // The families in the text format (families of the same name merged, in order of appearance).
 std::string serialize(const Families& families);

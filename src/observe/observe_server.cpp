@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <charconv>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -107,7 +108,10 @@ class ObserveServer::Impl {
   void start() {
     if (thread_.joinable()) return;
     // Two threads: a scrape and a probe at once; more connections wait their turn.
-    server_.new_task_queue = [] { return new httplib::ThreadPool(2); };
+    // Four workers; a connection keeps one for at most one request (no keep-alive), so two
+    // Prometheus replicas and a prober never wait on each other's idle connections.
+    server_.new_task_queue = [] { return new httplib::ThreadPool(4); };
+    server_.set_keep_alive_max_count(1);
     server_.set_read_timeout(5, 0);
     server_.set_write_timeout(5, 0);
     server_.set_payload_max_length(64 * 1024);
@@ -158,6 +162,7 @@ class ObserveServer::Impl {
           options_.listen));
     }
     if (address_.port != 0) bound_port_ = address_.port;
+    if (options_.backlog) backlog_thread_ = std::thread([this] { refresh_backlog_until_stopped(); });
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // httplib's stop() does nothing before the accept loop runs: wait for it, so a stop() right
     // after start() cannot leave the loop (and our join) running for ever.
@@ -167,6 +172,14 @@ class ObserveServer::Impl {
   }
 
   void stop() noexcept {
+    if (backlog_thread_.joinable()) {
+      {
+        std::lock_guard lock(backlog_mutex_);
+        stopping_ = true;
+      }
+      backlog_wake_.notify_all();
+      backlog_thread_.join();
+    }
     if (!thread_.joinable()) return;
     server_.stop();
     thread_.join();
@@ -183,7 +196,7 @@ class ObserveServer::Impl {
     for (const auto& [name, stats] : consumers_) observe::add_consumer(families, name, stats());
     if (options_.backlog) {
       std::lock_guard lock(backlog_mutex_);
-      refresh_backlog();
+      observe::add_backlog_up(families, backlog_ok_);
       if (backlog_ok_) observe::add_backlog(families, backlog_);
     }
     return observe::serialize(families);
@@ -213,7 +226,6 @@ class ObserveServer::Impl {
     }
     if (relays_.empty() && consumers_.empty() && options_.backlog) {
       std::lock_guard lock(backlog_mutex_);
-      refresh_backlog();
       if (ready && !backlog_ok_) ok = false;
       body += backlog_ok_ ? "database: reachable\n" : "database: " + backlog_error_ + "\n";
     }
@@ -224,79 +236,114 @@ class ObserveServer::Impl {
     return {ok, body.empty() ? "ok\n" : body};
   }
 
-  // The backlog gauges, from one query at most every backlog_refresh. A failed query leaves
-  // them out (absent, not stale) until one works again.
-  void refresh_backlog() {
-    const auto now = std::chrono::steady_clock::now();
-    if (backlog_at_ != std::chrono::steady_clock::time_point{} &&
-        now - backlog_at_ < options_.backlog_refresh) {
-      return;
-    }
-    backlog_at_ = now;
-    try {
-      if (!connection_ || !connection_->healthy()) {
+  // The backlog gauges, from one query every backlog_refresh on a thread of their own, so a
+  // scrape never waits for it (a large backlog makes it slow). A query that fails or passes its
+  // 30 s timeout leaves the gauges out (absent, never stale) and outbox_backlog_query_up 0
+  // until one works again.
+  void refresh_backlog_until_stopped() {
+    std::unique_lock lock(backlog_mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      std::vector<observe::BacklogRow> fresh;
+      std::string error;
+      try {
+        fresh = query_backlog();
+      } catch (const std::exception& e) {
+        error = e.what();
         connection_.reset();
-        connection_ = std::make_unique<pg::Connection>(pg::Connection::open(
-            options_.database_url, "outbox-metrics", {{"connect_timeout", "2"}}));
-        pg::exec(connection_->get(), "SET statement_timeout = 2000");
       }
-      const pg::Result result = pg::exec(connection_->get(), backlog_sql());
-      std::map<std::string, observe::BacklogRow> rows;
-      observe::BacklogRow other{kOtherAggregateTypes, 0, 0, 0};
-      for (int i = 0; i < result.rows(); ++i) {
-        const std::string type(result.text(i, 0));
-        observe::BacklogRow row{type, std::stod(std::string(result.text(i, 1))),
-                                std::stod(std::string(result.text(i, 2))),
-                                std::stod(std::string(result.text(i, 3)))};
-        if (rows.size() < kMaxBacklogTypes) {
-          rows[type] = row;
-        } else {
-          other.pending += row.pending;
-          other.quarantined += row.quarantined;
-          other.oldest_pending_age = std::max(other.oldest_pending_age, row.oldest_pending_age);
-          rows[kOtherAggregateTypes] = other;
+      lock.lock();
+      if (error.empty()) {
+        if (!backlog_ok_ && !backlog_error_.empty()) {
+          detail::log().info("metrics: the backlog query works again");
         }
+        // Types seen before and gone now read 0 (not absent), while there is room.
+        std::map<std::string, observe::BacklogRow> rows;
+        for (observe::BacklogRow& row : fresh) rows.emplace(row.aggregate_type, std::move(row));
+        for (const observe::BacklogRow& before : backlog_) {
+          if (rows.size() >= kMaxBacklogTypes + 1) break;
+          rows.try_emplace(before.aggregate_type,
+                           observe::BacklogRow{before.aggregate_type, 0, 0, 0});
+        }
+        backlog_.clear();
+        for (auto& [type, row] : rows) backlog_.push_back(std::move(row));
+        backlog_ok_ = true;
+        backlog_error_.clear();
+      } else {
+        if (backlog_ok_ || backlog_error_.empty()) {
+          detail::log().warn("metrics: the backlog query failed (its gauges are left out until "
+                             "it works): {}",
+                             error);
+        }
+        backlog_ok_ = false;
+        backlog_error_ = error;
       }
-      // Types seen before and gone now read 0 (not absent), while there is room.
-      for (const observe::BacklogRow& before : backlog_) {
-        if (rows.size() >= kMaxBacklogTypes + 1) break;
-        rows.try_emplace(before.aggregate_type,
-                         observe::BacklogRow{before.aggregate_type, 0, 0, 0});
-      }
-      backlog_.clear();
-      for (auto& [type, row] : rows) backlog_.push_back(std::move(row));
-      if (!backlog_ok_ && !backlog_error_.empty()) {
-        detail::log().info("metrics: the backlog query works again");
-      }
-      backlog_ok_ = true;
-      backlog_error_.clear();
-    } catch (const std::exception& error) {
-      if (backlog_ok_ || backlog_error_.empty()) {
-        detail::log().warn("metrics: the backlog query failed (its gauges are left out until "
-                           "it works): {}",
-                           error.what());
-      }
-      backlog_ok_ = false;
-      backlog_error_ = error.what();
-      connection_.reset();
+      backlog_wake_.wait_for(lock, options_.backlog_refresh, [this] { return stopping_; });
     }
   }
 
-  // Pending rows by aggregate type, most pending first: one pass over the pending index (its
-  // predicate is the WHERE clause), so its cost grows with the backlog, not the history.
+  // One run of the backlog query (this thread's connection). The first kMaxBacklogTypes types
+  // by pending count, the rest together under kOtherAggregateTypes.
+  std::vector<observe::BacklogRow> query_backlog() {
+    if (!connection_ || !connection_->healthy()) {
+      connection_.reset();
+      connection_ = std::make_unique<pg::Connection>(pg::Connection::open(
+          options_.database_url, "outbox-metrics", {{"connect_timeout", "5"}}));
+      pg::exec(connection_->get(), "SET statement_timeout = 30000");
+    }
+    const pg::Result result = pg::exec(connection_->get(), backlog_sql());
+    std::vector<observe::BacklogRow> rows;
+    std::size_t other = kMaxBacklogTypes;  // index of the shared row, once there is one
+    for (int i = 0; i < result.rows(); ++i) {
+      observe::BacklogRow row{std::string(result.text(i, 0)),
+                              std::stod(std::string(result.text(i, 1))),
+                              std::stod(std::string(result.text(i, 2))),
+                              std::stod(std::string(result.text(i, 3)))};
+      if (rows.size() < kMaxBacklogTypes && row.aggregate_type != kOtherAggregateTypes) {
+        rows.push_back(std::move(row));
+        continue;
+      }
+      if (other == kMaxBacklogTypes) {
+        other = rows.size();
+        rows.push_back({kOtherAggregateTypes, 0, 0, 0});
+      }
+      observe::BacklogRow& shared = rows[other];
+      shared.pending += row.pending;
+      shared.quarantined += row.quarantined;
+      shared.oldest_pending_age = std::max(shared.oldest_pending_age, row.oldest_pending_age);
+    }
+    return rows;
+  }
+
+  // Pending rows by aggregate type, most pending first, with the age of the oldest aggregate
+  // head that should be going: due, or tried before (a retry waiting out its backoff), and not
+  // quarantined; a delayed event counts from its available_at (deliver_after), and an event
+  // waiting behind its aggregate's head is the head's wait, not a second one. One pass over the
+  // pending index (its predicate is the WHERE clause) for each part: the cost grows with the
+  // backlog, not the history.
   std::string backlog_sql() const {
     return fmt::format(R"SQL(
-SELECT aggregate_type,
-       count(*) FILTER (WHERE quarantined_at IS NULL)::text,
-       coalesce(extract(epoch FROM now() - min(occurred_at) FILTER (
-                  WHERE quarantined_at IS NULL AND (available_at <= now() OR attempt_count > 0))),
-                0)::text,
-       count(*) FILTER (WHERE quarantined_at IS NOT NULL)::text
-FROM {}
-WHERE published_at IS NULL AND skipped_at IS NULL
-GROUP BY aggregate_type
-ORDER BY count(*) DESC)SQL",
-                       options_.schema.table("outbox_events"));
+SELECT p.aggregate_type, p.pending::text, coalesce(h.age, 0)::text, p.quarantined::text
+FROM (
+  SELECT aggregate_type, count(*) FILTER (WHERE quarantined_at IS NULL) AS pending,
+         count(*) FILTER (WHERE quarantined_at IS NOT NULL) AS quarantined
+  FROM {events}
+  WHERE published_at IS NULL AND skipped_at IS NULL
+  GROUP BY aggregate_type) p
+LEFT JOIN (
+  SELECT aggregate_type,
+         extract(epoch FROM now() - min(CASE WHEN attempt_count > 0 THEN occurred_at
+                                            ELSE greatest(occurred_at, available_at) END)) AS age
+  FROM (
+    SELECT DISTINCT ON (aggregate_type, aggregate_id)
+           aggregate_type, occurred_at, available_at, attempt_count, quarantined_at
+    FROM {events}
+    WHERE published_at IS NULL AND skipped_at IS NULL
+    ORDER BY aggregate_type, aggregate_id, aggregate_sequence) heads
+  WHERE quarantined_at IS NULL AND (available_at <= now() OR attempt_count > 0)
+  GROUP BY aggregate_type) h USING (aggregate_type)
+ORDER BY p.pending DESC, p.aggregate_type)SQL",
+                       fmt::arg("events", options_.schema.table("outbox_events")));
   }
 
   ObserveOptions options_;
@@ -307,8 +354,10 @@ ORDER BY count(*) DESC)SQL",
   std::thread thread_;
   int bound_port_ = 0;
   std::mutex backlog_mutex_;
-  std::unique_ptr<pg::Connection> connection_;
-  std::chrono::steady_clock::time_point backlog_at_{};
+  std::condition_variable backlog_wake_;
+  bool stopping_ = false;
+  std::thread backlog_thread_;
+  std::unique_ptr<pg::Connection> connection_;  // the backlog thread's
   std::vector<observe::BacklogRow> backlog_;
   bool backlog_ok_ = false;
   std::string backlog_error_;

@@ -32,10 +32,14 @@ class TypedCounts {
   Index index(std::string_view aggregate_type) {
     if (const auto it = index_.find(aggregate_type); it != index_.end()) return it->second;
     std::lock_guard lock(mutex_);
-    if (entries_.size() >= kMaxAggregateTypeLabels) {
+    // A type named like the shared entry is that entry: two series of one name and labels
+    // would make the whole scrape invalid.
+    const bool named_other = aggregate_type == kOtherAggregateTypes;
+    if (entries_.size() >= kMaxAggregateTypeLabels || named_other) {
       if (other_ == kNone) {
         other_ = static_cast<Index>(entries_.size());
         entries_.emplace_back(kOtherAggregateTypes);
+        index_.emplace(entries_.back().name, other_);
       }
       return other_;
     }

@@ -192,6 +192,9 @@ else
 fi
 
 # --- 8. outbox status --json and --watch, beside the running relay -------------------------------
+# An ended session as the sweep leaves it (seen_at = -infinity) beside the live one.
+sql -c "INSERT INTO $schema.outbox_relays (relay_id, listening, seen_at, ended_at)
+  VALUES ('gone-relay', false, '-infinity', now())"
 status_json="$("$outbox_binary" status --db "$db" --schema "$schema" --json)"
 if python3 -c '
 import json, sys
@@ -199,6 +202,7 @@ s = json.loads(sys.argv[1])
 assert s["published"] > 50 and s["pending"] >= 0, s
 live = [r for r in s["relays"] if not r["ended"] and r["seen_seconds_ago"] < 30]
 assert live, s["relays"]
+assert [r for r in s["relays"] if r["relay_id"] == "gone-relay" and r["ended"]], s["relays"]
 ' "$status_json"; then pass; else fail "outbox status --json: $status_json"; fi
 rc=0
 timeout -s INT 2 "$outbox_binary" status --db "$db" --schema "$schema" --json --watch 300ms \

@@ -70,6 +70,32 @@ TEST(TypedCounts, PastTheCapEveryNewTypeSharesOneOtherEntry) {
   EXPECT_EQ(snapshot.back().second.published, 50u);
 }
 
+TEST(TypedCounts, ATypeNamedLikeTheSharedEntryIsThatEntry) {
+  detail::TypedCounts counts;
+  const auto named = counts.index(kOtherAggregateTypes);
+  for (std::size_t i = 0; i < kMaxAggregateTypeLabels + 5; ++i) {
+    counts.index("type-" + std::to_string(i));
+  }
+  EXPECT_EQ(counts.index("type-beyond"), named);
+  std::size_t shared = 0;
+  for (const auto& [name, c] : counts.snapshot()) shared += name == kOtherAggregateTypes;
+  EXPECT_EQ(shared, 1u) << "two series would share one name and labels";
+}
+
+TEST(MetricFamilies, DistinctTypesStayDistinctLabels) {
+  RelayMetrics m;
+  m.by_aggregate_type = {{"a\x1b", {1, 0, 0, 0, 0}}, {"a\\x1b", {2, 0, 0, 0, 0}}};
+  observe::Families families;
+  observe::add_relay(families, m, "");
+  const std::string text = observe::serialize(families);
+  const auto first = text.find("outbox_relay_events_published_total{");
+  const auto line_end = text.find('\n', first);
+  const auto second = text.find("outbox_relay_events_published_total{", line_end);
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_NE(text.substr(first, line_end - first - 2),
+            text.substr(second, text.find('\n', second) - second - 2));
+}
+
 TEST(ListenAddress, ParsesHostAndPortAndTellsLoopback) {
   const ListenAddress v4 = parse_listen_address("127.0.0.1:9464", "--metrics-listen");
   EXPECT_EQ(v4.host, "127.0.0.1");
