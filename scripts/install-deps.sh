@@ -9,6 +9,8 @@ packages=(
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP
   prometheus  # promtool checks what is served and the alert rules; the alert drill runs the server
+  chromium chromium-driver python3-selenium  # tests/cli/admin_page.sh clicks through the admin page
+  curl  # the observability tests ask the HTTP endpoints
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format clang-tidy
   clang libclang-rt-14-dev  # the fuzz tests (tests/fuzz): clang++ -fsanitize=fuzzer,address,undefined

@@ -11,7 +11,11 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/log.hpp"
+#include "observe/admin_page.hpp"
+#include "outbox/quarantine.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/error.hpp"
 #include "outbox/observe.hpp"
@@ -123,7 +127,17 @@ class ObserveServer::Impl {
     });
     server_.set_pre_routing_handler([this](const httplib::Request& request,
                                            httplib::Response& response) {
-      if (options_.token.empty() || request.path == "/healthz" || request.path == "/readyz") {
+      // Without a token the listener is loopback: refuse a Host that names another site, so a
+      // web page cannot reach it by DNS rebinding (its name resolving to 127.0.0.1).
+      if (options_.token.empty() && !loopback_host(request.get_header_value("Host"))) {
+        response.status = 403;
+        response.set_content("this listener answers only to loopback host names\n",
+                             "text/plain");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      // The page holds no data (its script asks for the token): it and the probes need none.
+      if (options_.token.empty() || request.path == "/healthz" || request.path == "/readyz" ||
+          request.path == "/") {
         return httplib::Server::HandlerResponse::Unhandled;
       }
       const std::string header = request.get_header_value("Authorization");
@@ -141,6 +155,7 @@ class ObserveServer::Impl {
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
     });
+    if (options_.backlog) add_admin_routes();
     server_.Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
       const auto [ok, body] = health(false);
       response.status = ok ? 200 : 503;
@@ -186,6 +201,186 @@ class ObserveServer::Impl {
   }
 
   std::uint16_t port() const { return static_cast<std::uint16_t>(bound_port_); }
+
+  // The admin page and its API (docs/OPERATIONS.md, "Admin page"). A POST must carry the
+  // X-Outbox-Admin header and a JSON body: a form or image on another site can send neither
+  // (a cross-site request with a custom header needs a CORS preflight, which nothing here
+  // answers), so no other page can release or skip an event through a browser.
+  void add_admin_routes() {
+    server_.Get("/", [](const httplib::Request&, httplib::Response& response) {
+      response.set_header("Content-Security-Policy",
+                          "default-src 'none'; script-src 'unsafe-inline'; "
+                          "style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'");
+      response.set_header("X-Frame-Options", "DENY");
+      response.set_content(observe::kAdminPage, "text/html; charset=utf-8");
+    });
+    server_.Get("/api/overview", [this](const httplib::Request&, httplib::Response& response) {
+      answer(response, [&] { return overview(); });
+    });
+    server_.Post("/api/quarantine/retry",
+                 [this](const httplib::Request& request, httplib::Response& response) {
+                   answer(response, [&] {
+                     const auto [id, body] = admin_post(request);
+                     std::lock_guard lock(api_mutex_);
+                     const std::vector<EventId> ids{id};
+                     const std::size_t released =
+                         retry_quarantined(api_connection(), options_.schema, ids,
+                                           actor(request));
+                     return nlohmann::json{{"released", released}};
+                   });
+                 });
+    server_.Post("/api/quarantine/skip",
+                 [this](const httplib::Request& request, httplib::Response& response) {
+                   answer(response, [&] {
+                     const auto [id, body] = admin_post(request);
+                     const std::string reason = body.value("reason", std::string());
+                     if (reason.empty() || reason.size() > 2000) {
+                       throw InvalidArgument("skip needs a reason (at most 2000 bytes)");
+                     }
+                     std::lock_guard lock(api_mutex_);
+                     skip_quarantined(api_connection(), options_.schema, id, actor(request),
+                                      reason);
+                     return nlohmann::json{{"skipped", id.to_string()}};
+                   });
+                 });
+  }
+
+  // Runs `make`; its JSON is the answer, an InvalidArgument a 400, anything else a 503.
+  template <typename Make>
+  void answer(httplib::Response& response, Make make) {
+    nlohmann::json body;
+    try {
+      body = make();
+    } catch (const InvalidArgument& error) {
+      response.status = 400;
+      body = {{"error", error.what()}};
+    } catch (const std::exception& error) {
+      response.status = 503;
+      body = {{"error", error.what()}};
+      std::lock_guard lock(api_mutex_);
+      api_connection_.reset();
+    }
+    response.set_header("Cache-Control", "no-store");
+    response.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                         "application/json");
+  }
+
+  // A POST's event id and body, after the checks that keep other sites out.
+  static std::pair<EventId, nlohmann::json> admin_post(const httplib::Request& request) {
+    if (request.get_header_value("X-Outbox-Admin") != "1" ||
+        request.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
+      throw InvalidArgument("an admin action needs the header X-Outbox-Admin: 1 and a JSON body");
+    }
+    nlohmann::json body = nlohmann::json::parse(request.body, nullptr, false);
+    if (!body.is_object() || !body.contains("event_id") || !body["event_id"].is_string()) {
+      throw InvalidArgument("the body must be a JSON object with an event_id");
+    }
+    const auto id = EventId::parse(body["event_id"].get<std::string>());
+    if (!id) throw InvalidArgument("event_id is not a UUID");
+    return {*id, std::move(body)};
+  }
+
+  static std::string actor(const httplib::Request& request) {
+    return "admin page (" + request.remote_addr + ")";
+  }
+
+  bool loopback_host(const std::string& host_header) const {
+    std::string host = host_header;
+    if (!host.empty() && host.front() == '[') {
+      host = host.substr(1, host.find(']') - 1);
+    } else if (const auto colon = host.rfind(':'); colon != std::string::npos) {
+      host = host.substr(0, colon);
+    }
+    if (host.empty()) return true;  // HTTP/1.0 without Host: not a browser
+    return ListenAddress{host, 0}.loopback() || host == address_.host;
+  }
+
+  PGconn* api_connection() {
+    if (!api_connection_ || !api_connection_->healthy()) {
+      api_connection_.reset();
+      api_connection_ = std::make_unique<pg::Connection>(pg::Connection::open(
+          options_.database_url, "outbox-admin-page", {{"connect_timeout", "5"}}));
+      pg::exec(api_connection_->get(), "SET statement_timeout = 10000");
+    }
+    return api_connection_->get();
+  }
+
+  nlohmann::json overview() {
+    nlohmann::json out = {{"schema", options_.schema.name()}};
+    {
+      std::lock_guard lock(backlog_mutex_);
+      out["backlog_ok"] = backlog_ok_;
+      nlohmann::json backlog = nlohmann::json::array();
+      for (const observe::BacklogRow& row : backlog_) {
+        backlog.push_back({{"aggregate_type", row.aggregate_type},
+                           {"pending", row.pending},
+                           {"oldest_pending_age", row.oldest_pending_age},
+                           {"quarantined", row.quarantined}});
+      }
+      out["backlog"] = std::move(backlog);
+    }
+    nlohmann::json parts = nlohmann::json::array();
+    for (const auto& [relay, shard] : relays_) {
+      const RelayStats s = relay->stats();
+      parts.push_back({{"part", "relay " + relay->relay_id() + " (this process)"},
+                       {"state", to_string(s.health)},
+                       {"detail", s.last_error}});
+    }
+    for (const auto& [name, stats] : consumers_) {
+      const KafkaConsumerStats s = stats();
+      parts.push_back({{"part", "consumer " + name + " (this process)"},
+                       {"state", to_string(s.health)},
+                       {"detail", s.last_error}});
+    }
+    std::lock_guard lock(api_mutex_);
+    PGconn* conn = api_connection();
+    // Every relay session the table knows: alive ones beat every 10 s.
+    const auto relays = pg::exec(
+        conn, "SELECT relay_id, listening, CASE WHEN isfinite(seen_at) THEN "
+              "extract(epoch FROM now() - seen_at)::float8 ELSE -1 END, ended_at IS NOT NULL "
+              "FROM " + options_.schema.table("outbox_relays") +
+                  " ORDER BY seen_at DESC LIMIT 50");
+    for (int row = 0; row < relays.rows(); ++row) {
+      const double ago = std::stod(std::string(relays.text(row, 2)));
+      const bool ended = relays.text(row, 3) == "t";
+      const std::string state = ended       ? "ended"
+                                : ago > 30  ? "silent"
+                                : relays.text(row, 1) == "t" ? "waiting for work"
+                                                             : "working";
+      parts.push_back({{"part", "relay " + std::string(relays.text(row, 0))},
+                       {"state", state},
+                       {"detail", ended ? std::string() : fmt::format("seen {:.0f} s ago", ago)}});
+    }
+    out["parts"] = std::move(parts);
+    nlohmann::json quarantine = nlohmann::json::array();
+    for (const QuarantinedEvent& q : list_quarantined(conn, options_.schema, 100)) {
+      quarantine.push_back({{"event_id", q.event_id.to_string()},
+                            {"aggregate_type", q.aggregate_type},
+                            {"aggregate_id", q.aggregate_id},
+                            {"aggregate_sequence", q.aggregate_sequence},
+                            {"event_type", q.event_type},
+                            {"reason", q.reason},
+                            {"last_error", q.last_error},
+                            {"quarantined_at", q.quarantined_at},
+                            {"blocked_events", q.blocked_events}});
+    }
+    out["quarantine"] = std::move(quarantine);
+    const auto slowest = pg::exec(
+        conn, "SELECT aggregate_type, aggregate_id, count(*), "
+              "extract(epoch FROM now() - min(occurred_at))::float8 FROM " +
+                  options_.schema.table("outbox_events") +
+                  " WHERE published_at IS NULL AND skipped_at IS NULL "
+                  "GROUP BY aggregate_type, aggregate_id ORDER BY min(occurred_at) LIMIT 10");
+    nlohmann::json slow = nlohmann::json::array();
+    for (int row = 0; row < slowest.rows(); ++row) {
+      slow.push_back({{"aggregate_type", std::string(slowest.text(row, 0))},
+                      {"aggregate_id", std::string(slowest.text(row, 1))},
+                      {"pending", slowest.int64(row, 2)},
+                      {"oldest_pending_age", std::stod(std::string(slowest.text(row, 3)))}});
+    }
+    out["slowest"] = std::move(slow);
+    return out;
+  }
 
   std::string metrics_text() {
     observe::Families families;
@@ -358,6 +553,8 @@ ORDER BY p.pending DESC, p.aggregate_type)SQL",
   bool stopping_ = false;
   std::thread backlog_thread_;
   std::unique_ptr<pg::Connection> connection_;  // the backlog thread's
+  std::mutex api_mutex_;
+  std::unique_ptr<pg::Connection> api_connection_;  // the admin page's
   std::vector<observe::BacklogRow> backlog_;
   bool backlog_ok_ = false;
   std::string backlog_error_;

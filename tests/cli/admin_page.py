@@ -1,0 +1,49 @@
+"""Drives the admin page in Debian's headless Chromium (chromium-driver, python3-selenium), as an
+operator would: the page lists the quarantined events, a click on "retry" releases one, a click
+on "skip" asks for a reason and skips the other. Saves a screenshot. The database checks are the
+calling script's (admin_page.sh).
+
+Usage: /usr/bin/python3 admin_page.py URL EVENT_TO_RETRY EVENT_TO_SKIP SCREENSHOT
+"""
+import sys
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+url, to_retry, to_skip, screenshot = sys.argv[1:5]
+
+options = webdriver.ChromeOptions()
+options.binary_location = "/usr/bin/chromium"
+for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--window-size=1280,1000"):
+    options.add_argument(flag)
+driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+try:
+    driver.get(url)
+    wait = WebDriverWait(driver, 20)
+    row = f'#quarantine tr[data-event-id="{to_retry}"]'
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
+    wait.until(ec.presence_of_element_located(
+        (By.CSS_SELECTOR, f'#quarantine tr[data-event-id="{to_skip}"]')))
+    # A hostile aggregate type shows as text, never as markup.
+    assert not driver.find_elements(By.CSS_SELECTOR, "#quarantine b.injected"), "markup injected"
+    assert "<b class=\"injected\">" in driver.find_element(By.ID, "quarantine").text
+    driver.save_screenshot(screenshot)
+
+    driver.find_element(By.CSS_SELECTOR, row + " button.retry").click()
+    wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, row)))
+
+    skip_row = f'#quarantine tr[data-event-id="{to_skip}"]'
+    driver.find_element(By.CSS_SELECTOR, skip_row + " button.skip").click()
+    prompt = wait.until(ec.alert_is_present())
+    prompt.send_keys("customer deleted; event obsolete")
+    prompt.accept()
+    wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, skip_row)))
+    errors = driver.find_element(By.ID, "error").text
+    assert errors == "", errors
+    print("admin_page.py: retried", to_retry, "and skipped", to_skip)
+finally:
+    driver.quit()

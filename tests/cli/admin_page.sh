@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The admin page in Debian's headless Chromium: `outbox admin` serves it; the page lists two
+# quarantined events (one with a hostile aggregate type, shown as text); a click on retry
+# releases one in PostgreSQL, a click on skip (with the reason the page asks for) skips the
+# other; both are audited with the page as actor. A screenshot goes to the test's artefacts.
+# Also the page's API refuses what a browser on another site could send.
+#
+# Usage: admin_page.sh /path/to/outbox ARTEFACT_DIR
+# Needs: psql, curl, chromium, chromium-driver, python3-selenium (Debian's /usr/bin/python3).
+set -euo pipefail
+
+readonly outbox_binary="${1:?usage: admin_page.sh /path/to/outbox ARTEFACT_DIR}"
+readonly artefacts="${2:?usage: admin_page.sh /path/to/outbox ARTEFACT_DIR}"
+readonly schema=page
+readonly startup_timeout_s=30
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init admin_page outbox-admin-page
+
+for tool in chromium chromedriver curl psql; do
+  command -v "$tool" >/dev/null || fatal "$tool is not installed (scripts/install-deps.sh installs it)"
+done
+/usr/bin/python3 -c 'import selenium' 2>/dev/null ||
+  fatal "python3-selenium is not installed (scripts/install-deps.sh installs it)"
+mkdir -p "$artefacts"
+
+: >"$work_dir/postgres.out"
+"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
+postgres_pid=$!
+track_background "$postgres_pid" "outbox postgres"
+db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
+  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
+"$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
+
+# Two quarantined heads, each with a successor waiting behind it.
+quarantine() {
+  sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
+    aggregate_sequence, event_type, payload, available_at, quarantined_at, quarantine_reason,
+    attempt_count, last_error) VALUES
+    ('$1', '$2', '$3', 1, 'Placed', '{}', 'infinity', now(), 'permanent failure', 1, 'too large'),
+    (gen_random_uuid(), '$2', '$3', 2, 'Placed', '{}', now(), NULL, NULL, 0, NULL)"
+}
+retry_id=11111111-1111-4111-8111-111111111111
+skip_id=22222222-2222-4222-8222-222222222222
+quarantine "$retry_id" order o-1
+quarantine "$skip_id" '<b class="injected">x</b>' c-1
+
+"$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 --backlog-refresh 500ms \
+  >"$work_dir/admin.out" 2>&1 &
+track_background $! "outbox admin"
+port=""
+for _ in $(seq 1 300); do
+  port="$(sed -n -E 's/.*serving on port ([0-9]+).*/\1/p' "$work_dir/admin.out" | head -1)"
+  [[ -n "$port" ]] && break
+  sleep 0.1
+done
+[[ -n "$port" ]] || fatal --log "$work_dir/admin.out" "outbox admin did not say where it serves"
+
+# --- the API refuses what another site's page could send --------------------------------------
+code="$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+  -d "{\"event_id\":\"$retry_id\"}" "http://127.0.0.1:$port/api/quarantine/retry")"
+if [[ "$code" == 400 ]]; then pass; else fail "a POST without X-Outbox-Admin answered $code"; fi
+code="$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: attacker.example' \
+  "http://127.0.0.1:$port/api/overview")"
+if [[ "$code" == 403 ]]; then pass; else fail "a foreign Host header answered $code, not 403"; fi
+code="$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'X-Outbox-Admin: 1' \
+  -H 'Content-Type: application/json' -d '{"event_id":"x"}' \
+  "http://127.0.0.1:$port/api/quarantine/retry")"
+if [[ "$code" == 400 ]]; then pass; else fail "a bad event id answered $code, not 400"; fi
+if [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE quarantined_at IS NOT NULL")" == 2 ]]; then
+  pass
+else
+  fail "a refused request changed the quarantine"
+fi
+
+# --- the page in Chromium -------------------------------------------------------------------------
+if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/admin_page.py" "http://127.0.0.1:$port/" \
+  "$retry_id" "$skip_id" "$artefacts/admin-page.png" >"$work_dir/browser.log" 2>&1; then
+  pass
+else
+  show_log "the browser session" "$work_dir/browser.log"
+  fail "the page did not retry and skip as clicked"
+fi
+if [[ -s "$artefacts/admin-page.png" ]]; then pass; else fail "no screenshot in $artefacts"; fi
+
+released="$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE event_id = '$retry_id'
+  AND quarantined_at IS NULL AND available_at <= now() AND published_at IS NULL")"
+if [[ "$released" == 1 ]]; then pass; else fail "retry did not release the event in PostgreSQL"; fi
+skipped="$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE event_id = '$skip_id'
+  AND skipped_at IS NOT NULL")"
+if [[ "$skipped" == 1 ]]; then pass; else fail "skip did not skip the event in PostgreSQL"; fi
+audit="$(sql -c "SELECT string_agg(action || ':' || reason, ',' ORDER BY action) FROM
+  $schema.outbox_operator_audit WHERE actor LIKE 'admin page (%'")"
+if [[ "$audit" == "retry:released from quarantine,skip:customer deleted; event obsolete" ]]; then
+  pass
+else
+  fail "the audit reads: $audit"
+fi
+
+summary_and_exit
