@@ -4,6 +4,9 @@
 
 #include "cli_common.hpp"
 
+#include "outbox/duration.hpp"
+
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <libpq-fe.h>
 #include <sys/stat.h>
@@ -230,6 +233,19 @@ std::string actor_or_user(const std::string& actor) {
     if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') return value;
   }
   throw InvalidArgument("say who acts with --actor NAME; it goes into the audit record");
+}
+
+
+std::string timestamp_flag(const std::string& text) {
+  if (text.empty()) return text;
+  try {
+    const auto ago = parse_duration(text);
+    const auto at = std::chrono::system_clock::now() - ago;
+    return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z",
+                       fmt::gmtime(std::chrono::system_clock::to_time_t(at)));
+  } catch (const InvalidArgument&) {
+    return text;
+  }
 }
 
 }  // namespace outbox::cli

@@ -53,6 +53,10 @@ void on_termination_signal(std::function<void()> on_signal);
 // InvalidArgument when none is known.
 std::string actor_or_user(const std::string& actor);
 
+// A time flag: a duration ("2h") means that long ago by this host's clock, as UTC ISO 8601;
+// anything else is passed on for PostgreSQL to read as timestamptz. Empty stays empty.
+std::string timestamp_flag(const std::string& text);
+
 // Runs until SIGINT, SIGTERM or SIGHUP.
 void wait_for_termination();
 

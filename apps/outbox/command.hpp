@@ -72,6 +72,7 @@ void register_status(Commands& commands);
 void register_admin(Commands& commands);
 void register_quarantine(Commands& commands);
 void register_replay(Commands& commands);
+void register_audit(Commands& commands);
 void register_cleanup(Commands& commands);
 void register_kafka_mock(Commands& commands);
 void register_postgres(Commands& commands);

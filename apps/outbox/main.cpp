@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   register_admin(commands);
   register_quarantine(commands);
   register_replay(commands);
+  register_audit(commands);
   register_cleanup(commands);
   register_kafka_mock(commands);
   register_postgres(commands);

@@ -36,19 +36,6 @@ struct ReplayFlags {
   std::string wait = "10m";  // 0: do not wait for the relays
 };
 
-// "2h" means two hours ago (this host's clock); anything else goes to PostgreSQL as timestamptz.
-std::string timestamp_flag(const std::string& text) {
-  if (text.empty()) return text;
-  try {
-    const auto ago = parse_duration(text);
-    const auto at = std::chrono::system_clock::now() - ago;
-    return fmt::format("{:%Y-%m-%dT%H:%M:%S}Z",
-                       fmt::gmtime(std::chrono::system_clock::to_time_t(at)));
-  } catch (const InvalidArgument&) {
-    return text;
-  }
-}
-
 // One line that redraws itself on a terminal; elsewhere a line per tenth.
 class Progress {
  public:

@@ -1,0 +1,272 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kafka/kafka_common.hpp"
+#include "outbox/audit.hpp"
+#include "outbox/kafka_sink.hpp"
+#include "pg/array_literal.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox {
+namespace {
+
+struct IdHash {
+  std::size_t operator()(const EventId& id) const {
+    std::size_t h = 0;
+    for (const std::uint8_t b : id.bytes()) h = h * 131 + b;
+    return h;
+  }
+};
+
+struct Row {
+  EventId id;
+  bool published = false;
+  bool skipped = false;
+};
+
+// The window in epoch milliseconds, as PostgreSQL reads the text.
+std::pair<std::int64_t, std::int64_t> window_ms(PGconn* conn, const AuditOptions& options) {
+  try {
+    const auto result = pg::exec(
+        conn,
+        "SELECT (extract(epoch FROM $1::timestamptz) * 1000)::bigint, "
+        "(extract(epoch FROM coalesce(nullif($2::text, '')::timestamptz, now())) * 1000)::bigint",
+        {options.since.c_str(), options.until.c_str()});
+    return {result.int64(0, 0), result.int64(0, 1)};
+  } catch (const DatabaseError& error) {
+    if (error.sqlstate().rfind("22", 0) == 0) {
+      throw InvalidArgument(fmt::format(
+          "audit: since \"{}\" / until \"{}\" must be timestamps PostgreSQL reads, such as "
+          "2026-12-01T18:00:00Z ({})",
+          options.since, options.until, error.what()));
+    }
+    throw;
+  }
+}
+
+std::string header(rd_kafka_headers_t* headers, const char* name) {
+  const void* value = nullptr;
+  std::size_t size = 0;
+  if (headers == nullptr ||
+      rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      value == nullptr) {
+    return {};
+  }
+  return {static_cast<const char*>(value), size};
+}
+
+// Every message of `topic` from `from_ms` to the end each partition had when this started: the
+// event id of each (nil when it has none) and whether it was produced in [begin_ms, end_ms).
+struct Read {
+  std::vector<std::pair<EventId, bool>> messages;
+};
+
+Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t begin_ms,
+                std::int64_t end_ms) {
+  kafka::ConfHandle conf(rd_kafka_conf_new());
+  kafka::set(conf.get(), "bootstrap.servers", options.brokers);
+  kafka::set(conf.get(), "group.id", "outbox-audit");  // assign() only: nothing is committed
+  kafka::set(conf.get(), "enable.auto.commit", "false");
+  kafka::set(conf.get(), "enable.partition.eof", "false");
+  for (const auto& [key, value] : options.properties) kafka::set(conf.get(), key, value);
+  const kafka::KafkaHandle handle = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
+  const int timeout = static_cast<int>(std::min<std::int64_t>(options.read_timeout.count(), 30000));
+
+  rd_kafka_topic_t* topic = rd_kafka_topic_new(handle.get(), options.topic.c_str(), nullptr);
+  const rd_kafka_metadata_t* metadata = nullptr;
+  const auto err = rd_kafka_metadata(handle.get(), 0, topic, &metadata, timeout);
+  rd_kafka_topic_destroy(topic);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    throw BrokerError(fmt::format("audit: no metadata for topic {}: {}", options.topic,
+                                  rd_kafka_err2str(err)),
+                      static_cast<int>(err), true);
+  }
+  int partitions = 0;
+  if (metadata->topic_cnt == 1 && metadata->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    partitions = metadata->topics[0].partition_cnt;
+  }
+  rd_kafka_metadata_destroy(metadata);
+  if (partitions == 0) {
+    throw InvalidArgument("audit: the topic " + options.topic + " does not exist on " +
+                          options.brokers);
+  }
+  // Where each partition ends now, and where the window (less the slack) begins.
+  std::vector<std::int64_t> end(partitions, 0);
+  kafka::PartitionListHandle start(rd_kafka_topic_partition_list_new(partitions));
+  for (int p = 0; p < partitions; ++p) {
+    std::int64_t low = 0;
+    const auto werr = rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(), p,
+                                                       &low, &end[p], timeout);
+    if (werr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      throw BrokerError(fmt::format("audit: {} [{}]: {}", options.topic, p,
+                                    rd_kafka_err2str(werr)),
+                        static_cast<int>(werr), true);
+    }
+    rd_kafka_topic_partition_list_add(start.get(), options.topic.c_str(), p)->offset = from_ms;
+  }
+  if (options.from_beginning) {
+    for (int i = 0; i < start->cnt; ++i) start->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
+  }
+  const auto terr = options.from_beginning
+                        ? RD_KAFKA_RESP_ERR_NO_ERROR
+                        : rd_kafka_offsets_for_times(handle.get(), start.get(), timeout);
+  if (terr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    throw BrokerError(fmt::format("audit: offsets for the window's start in {}: {}",
+                                  options.topic, rd_kafka_err2str(terr)),
+                      static_cast<int>(terr), true);
+  }
+  std::vector<std::int64_t> next(partitions, 0);
+  for (int i = 0; i < start->cnt; ++i) {
+    rd_kafka_topic_partition_t& entry = start->elems[i];
+    if (options.from_beginning) {
+      std::int64_t low = 0, high = 0;
+      rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(), entry.partition, &low,
+                                       &high, timeout);
+      entry.offset = low;
+    } else if (entry.offset < 0) {
+      // -1: no message at or after that time: nothing to read in this partition.
+      entry.offset = end[entry.partition];
+    }
+    next[entry.partition] = entry.offset;
+  }
+  if (const auto aerr = rd_kafka_assign(handle.get(), start.get())) {
+    throw BrokerError(std::string("audit: assign: ") + rd_kafka_err2str(aerr),
+                      static_cast<int>(aerr), true);
+  }
+  Read read;
+  const auto deadline = std::chrono::steady_clock::now() + options.read_timeout;
+  const auto done = [&] {
+    for (int p = 0; p < partitions; ++p) {
+      if (next[p] < end[p]) return false;
+    }
+    return true;
+  };
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw BrokerError(fmt::format("audit: could not read {} to its end within {} ms",
+                                    options.topic, options.read_timeout.count()),
+                        0, true);
+    }
+    kafka::MessageHandle message(rd_kafka_consumer_poll(handle.get(), 200));
+    if (!message) continue;
+    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+    const int p = message->partition;
+    if (p < 0 || p >= partitions || message->offset >= end[p]) continue;
+    next[p] = std::max(next[p], message->offset + 1);
+    rd_kafka_headers_t* headers = nullptr;
+    rd_kafka_message_headers(message.get(), &headers);
+    const EventId id =
+        EventId::parse(header(headers, kafka::kHeaderEventId)).value_or(EventId{});
+    rd_kafka_timestamp_type_t type;
+    const std::int64_t at = rd_kafka_message_timestamp(message.get(), &type);
+    read.messages.emplace_back(id, at >= begin_ms && at < end_ms);
+  }
+  rd_kafka_assign(handle.get(), nullptr);
+  return read;
+}
+
+}  // namespace
+
+AuditReport audit_topic(const AuditOptions& options) {
+  if (options.since.empty()) throw InvalidArgument("audit needs a start (since)");
+  if (options.topic.empty()) throw InvalidArgument("audit needs the topic to read");
+  auto connection = pg::Connection::open(options.database_url, "outbox-audit");
+  PGconn* conn = connection.get();
+  const auto [begin_ms, end_ms] = window_ms(conn, options);
+  AuditReport report;
+
+  // The rows of the window whose rendered topic is this one.
+  const auto rows = pg::exec(
+      conn,
+      "SELECT event_id::text, aggregate_type, event_type, published_at IS NOT NULL, "
+      "skipped_at IS NOT NULL FROM " + options.schema.table("outbox_events") +
+          " WHERE occurred_at >= $1::timestamptz"
+          " AND occurred_at < coalesce(nullif($2::text, '')::timestamptz, now())",
+      {options.since.c_str(), options.until.c_str()});
+  std::unordered_map<EventId, Row, IdHash> chosen;
+  for (int i = 0; i < rows.rows(); ++i) {
+    Event probe;
+    probe.aggregate_type = rows.text(i, 1);
+    probe.event_type = rows.text(i, 2);
+    if (render_topic(options.topic_template, probe) != options.topic) continue;
+    Row row;
+    row.id = EventId::parse(rows.text(i, 0)).value_or(EventId{});
+    row.published = rows.text(i, 3) == "t";
+    row.skipped = rows.text(i, 4) == "t";
+    ++report.rows;
+    if (row.skipped) {
+      ++report.skipped;
+    } else if (row.published) {
+      ++report.published;
+    } else {
+      ++report.pending;
+    }
+    chosen.emplace(row.id, row);
+  }
+
+  const Read read = read_topic(options, begin_ms - options.broker_slack.count(), begin_ms, end_ms);
+  std::unordered_map<EventId, std::int64_t, IdHash> copies;
+  std::vector<EventId> unknown;  // produced in the window, no row of the window
+  for (const auto& [id, in_window] : read.messages) {
+    ++report.messages;
+    if (id.is_nil()) {
+      ++report.foreign;
+      continue;
+    }
+    if (++copies[id] == 1 && in_window && !chosen.contains(id)) unknown.push_back(id);
+  }
+  for (const auto& [id, n] : copies) {
+    if (n > 1) report.duplicated.emplace_back(id, n);
+  }
+  for (const auto& [id, row] : chosen) {
+    if (row.published && !copies.contains(id)) report.lost.push_back(id);
+  }
+  // A message of the window without a row of the window may be an event that occurred before
+  // it (published late): only one with no row at all is a phantom.
+  if (!unknown.empty()) {
+    const std::string ids = pg::uuid_array(unknown);
+    const auto known = pg::exec(
+        conn, "SELECT event_id::text FROM " + options.schema.table("outbox_events") +
+                  " WHERE event_id = ANY ($1::uuid[])",
+        {ids.c_str()});
+    std::unordered_set<EventId, IdHash> exists;
+    for (int i = 0; i < known.rows(); ++i) {
+      exists.insert(EventId::parse(known.text(i, 0)).value_or(EventId{}));
+    }
+    for (const EventId& id : unknown) {
+      if (!exists.contains(id)) report.phantom.push_back(id);
+    }
+  }
+  if (options.consumer) {
+    std::vector<EventId> published;
+    for (const auto& [id, row] : chosen) {
+      if (row.published) published.push_back(id);
+    }
+    if (!published.empty()) {
+      const std::string ids = pg::uuid_array(published);
+      const auto missing = pg::exec(
+          conn,
+          "SELECT id::text FROM unnest($1::uuid[]) AS id WHERE NOT EXISTS (SELECT 1 FROM " +
+              options.schema.table("processed_events") +
+              " p WHERE p.consumer_name = $2 AND p.event_id = id)",
+          {ids.c_str(), options.consumer->c_str()});
+      for (int i = 0; i < missing.rows(); ++i) {
+        report.not_applied.push_back(EventId::parse(missing.text(i, 0)).value_or(EventId{}));
+      }
+    }
+  }
+  report.table_less_registered =
+      pg::exec(conn, "SELECT count(*) FROM " +
+                         options.schema.table("outbox_table_less_slots"))
+          .int64(0, 0) > 0;
+  for (auto* ids : {&report.lost, &report.phantom, &report.not_applied}) {
+    std::sort(ids->begin(), ids->end());
+  }
+  std::sort(report.duplicated.begin(), report.duplicated.end());
+  return report;
+}
+
+}  // namespace outbox

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# `outbox audit` against what really happened: a relay publishes 30 events, the audit finds them
+# all (exit 0); then each finding is made on purpose and the audit must name it: a row marked
+# published that never reached the topic (lost, exit 1), a message no transaction committed
+# (phantom, put there with kcat), a second copy of an event (duplicated), an event the
+# consumer's inbox lacks (not applied). Also the JSON form and a window PostgreSQL cannot read.
+#
+# Usage: audit.sh /path/to/outbox
+# Needs: psql, kcat, python3.
+set -euo pipefail
+
+readonly outbox_binary="${1:?usage: audit.sh /path/to/outbox}"
+readonly schema=audited
+readonly topic=outbox.order
+readonly startup_timeout_s=30
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init audit outbox-audit
+
+: >"$work_dir/postgres.out"
+: >"$work_dir/kafka.out"
+"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
+postgres_pid=$!
+track_background "$postgres_pid" "outbox postgres"
+"$outbox_binary" kafka-mock >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
+kafka_pid=$!
+track_background "$kafka_pid" "outbox kafka-mock"
+db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
+  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
+brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
+  fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers"
+"$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
+
+sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, payload)
+  SELECT gen_random_uuid(), 'order', 'o-' || g, 1, 'Placed', '{}' FROM generate_series(1, 30) g"
+"$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  >"$work_dir/relay.out" 2>&1 &
+relay_pid=$!
+track_background "$relay_pid" "outbox relay"
+for _ in $(seq 1 300); do
+  [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE published_at IS NULL")" == 0 ]] && break
+  sleep 0.1
+done
+kill -TERM "$relay_pid"
+wait "$relay_pid" || true
+
+audit() {
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+    --topic "$topic" --since 1h --from-beginning "$@"
+}
+
+# --- 1. all well ---------------------------------------------------------------------------------
+rc=0
+output="$(audit 2>&1)" || rc=$?
+if ((rc == 0)) && [[ "$output" == *"30 row(s) occurred"*"30 published"*"30 message(s) read"* &&
+  "$output" == *"lost 0, phantom 0, duplicated 0"* && "$output" == *"audit: ok"* ]]; then
+  pass
+else
+  fail "a clean window: rc $rc: $output"
+fi
+
+# --- 2. each finding, made on purpose ------------------------------------------------------------
+lost_id=aaaaaaaa-0000-4000-8000-000000000001
+phantom_id=bbbbbbbb-0000-4000-8000-000000000002
+sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, payload, published_at)
+  VALUES ('$lost_id', 'order', 'o-lost', 1, 'Placed', '{}', now())"
+echo '{}' | kcat -P -b "$brokers" -t "$topic" -k o-phantom -H "event_id=$phantom_id"
+duplicate_id="$(sql -c "SELECT event_id FROM $schema.outbox_events WHERE aggregate_id = 'o-7'")"
+echo '{}' | kcat -P -b "$brokers" -t "$topic" -k o-7 -H "event_id=$duplicate_id"
+echo 'not ours' | kcat -P -b "$brokers" -t "$topic" -k stray
+# The consumer applied all but o-3's event.
+sql -c "INSERT INTO $schema.processed_events (consumer_name, event_id)
+  SELECT 'projection', event_id FROM $schema.outbox_events
+  WHERE aggregate_id <> 'o-3' AND aggregate_id <> 'o-lost'"
+not_applied_id="$(sql -c "SELECT event_id FROM $schema.outbox_events WHERE aggregate_id = 'o-3'")"
+
+rc=0
+json="$(audit --consumer projection --json 2>&1)" || rc=$?
+if ((rc == 1)) && python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+lost, phantom, dup, na = sys.argv[2:6]
+assert r["lost"] == [lost], r["lost"]
+assert r["phantom"] == [phantom], r["phantom"]
+assert [d["event_id"] for d in r["duplicated"]] == [dup], r["duplicated"]
+assert sorted(r["not_applied"]) == sorted([na, lost]), r["not_applied"]
+assert r["foreign_messages"] == 1 and r["rows"] == 31 and r["messages"] == 33 and not r["ok"], r
+' "$json" "$lost_id" "$phantom_id" "$duplicate_id" "$not_applied_id"; then
+  pass
+else
+  fail "the audit after each finding was made (rc $rc, expected 1): $json"
+fi
+output="$(audit 2>&1)" || true
+if [[ "$output" == *"lost (published, not on the topic): $lost_id"* && "$output" == *"audit: LOSS"* ]]; then
+  pass
+else
+  fail "the text report should name the lost event: $output"
+fi
+
+# --- 3. bad input -----------------------------------------------------------------------------------
+expect_failure "an unreadable --since" "timestamps PostgreSQL reads" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --topic "$topic" --since "the day before" --from-beginning
+expect_failure "a topic with nothing to audit" "nothing to audit" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --topic no.such.topic --since 1h --from-beginning --read-timeout 10s
+
+summary_and_exit
