@@ -8,6 +8,7 @@ packages=(
   libpq-dev postgresql-15 postgresql-contrib
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP
+  libtomlplusplus-dev  # outbox --config outbox.toml
   prometheus  # promtool checks what is served and the alert rules; the alert drill runs the server
   chromium chromium-driver python3-selenium  # tests/cli/admin_page.sh clicks through the admin page
   curl  # the observability tests ask the HTTP endpoints

@@ -51,7 +51,7 @@ nlohmann::json ids_json(const std::vector<EventId>& ids) {
 int run_audit(const AuditFlags& flags) {
   if (flags.brokers.empty()) throw ConfigError("audit: --kafka-brokers host:port is required");
   AuditOptions options;
-  options.database_url = flags.db;
+  options.database_url = database_url(flags.db);
   options.schema = SchemaName(flags.schema);
   options.brokers = flags.brokers;
   if (!flags.properties_file.empty()) options.properties = read_properties_file(flags.properties_file);

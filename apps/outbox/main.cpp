@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli_common.hpp"
+#include "config_file.hpp"
 #include "command.hpp"
 #include "common/fault.hpp"
 #include "common/redact.hpp"
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
   register_demo(commands);
   register_bench(commands);
   decimal_integers_only(app);
+  add_config_option(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -32,7 +32,7 @@ ObserveOptions observe_options(const ObserveFlags& flags, const std::string& db,
     options.token = read_secret_file(flags.token_file, "--admin-token-file");
   }
   options.backlog_refresh = parse_duration(flags.backlog_refresh);
-  options.database_url = db;
+  options.database_url = database_url(db);  // with OUTBOX_DATABASE_URL and the password file
   options.schema = SchemaName(schema);
   return options;
 }

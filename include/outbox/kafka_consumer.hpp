@@ -25,6 +25,7 @@ struct ConsumedEvent {
   std::string event_type;
   std::int32_t schema_version = 0;
   std::string payload;
+  std::string traceparent;  // the producer's W3C trace context (NewEvent::traceparent), or empty
   std::string topic;
   std::int32_t partition = 0;
   std::int64_t offset = 0;

@@ -219,6 +219,7 @@ class KafkaInboxConsumer::Impl {
     event.aggregate_sequence =
         to_int<std::int64_t>(header(headers, kafka::kHeaderAggregateSequence));
     event.event_type = header(headers, kafka::kHeaderEventType);
+    event.traceparent = header(headers, "traceparent");
     event.schema_version = to_int<std::int32_t>(header(headers, kafka::kHeaderSchemaVersion));
     if (message->payload != nullptr) {
       event.payload.assign(static_cast<const char*>(message->payload), message->len);

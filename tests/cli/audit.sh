@@ -4,6 +4,8 @@
 # published that never reached the topic (lost, exit 1), a message no transaction committed
 # (phantom, put there with kcat), a second copy of an event (duplicated), an event the
 # consumer's inbox lacks (not applied). Also the JSON form and a window PostgreSQL cannot read.
+# Then `--config outbox.toml` beside that schema: settings from the file, flags and the
+# environment over them, and every kind of bad file refused by name.
 #
 # Usage: audit.sh /path/to/outbox
 # Needs: psql, kcat, python3.
@@ -107,5 +109,43 @@ expect_failure "an unreadable --since" "timestamps PostgreSQL reads" \
 expect_failure "a topic with nothing to audit" "nothing to audit" \
   "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
   --topic no.such.topic --since 1h --from-beginning --read-timeout 10s
+
+# --- 4. --config outbox.toml (here, beside a schema with rows to show) -------------------------------
+cat >"$work_dir/outbox.toml" <<TOML
+db = "$db"
+log-format = "json"
+[status]
+schema = "$schema"
+json = true
+[relay]
+kafka-brokers = "$brokers"
+TOML
+output="$("$outbox_binary" --config "$work_dir/outbox.toml" status 2>&1)" || true
+if [[ "$output" == "{"*'"published":31'* ]]; then pass; else
+  fail "status from the config file: $output"
+fi
+output="$("$outbox_binary" status --config "$work_dir/outbox.toml" --schema nosuchschema 2>&1)" || true
+if [[ "$output" == *nosuchschema* ]]; then pass; else
+  fail "a flag should override the file's schema: $output"
+fi
+sed "s|^db = .*|db = \"host=127.0.0.1 port=1 dbname=nowhere\"|" "$work_dir/outbox.toml" >"$work_dir/env.toml"
+output="$(OUTBOX_DATABASE_URL="$db" "$outbox_binary" --config "$work_dir/env.toml" status 2>&1)" || true
+if [[ "$output" == "{"*'"published":31'* ]]; then pass; else
+  fail "OUTBOX_DATABASE_URL should override the file's db: $output"
+fi
+printf '[relay]\nkafka-broker = "x"\n' >"$work_dir/typo.toml"
+expect_failure "a misspelt key" "[relay] kafka-broker: \`outbox relay\` has no flag --kafka-broker" \
+  "$outbox_binary" --config "$work_dir/typo.toml" status
+printf '[relays]\nbatch-size = 5\n' >"$work_dir/table.toml"
+expect_failure "a table that is no command" "[relays] is not an outbox command" \
+  "$outbox_binary" --config "$work_dir/table.toml" status
+printf '[relay]\nbatch-size = "lots"\n' >"$work_dir/type.toml"
+expect_failure "a value of the wrong type" "batch-size" \
+  "$outbox_binary" --config "$work_dir/type.toml" relay --db "$db" --kafka-brokers "$brokers"
+printf 'db = "unterminated\n' >"$work_dir/broken.toml"
+expect_failure "a file that is not TOML" "not TOML at line 1" \
+  "$outbox_binary" --config "$work_dir/broken.toml" status
+expect_failure "a file that does not exist" "no-such.toml" \
+  "$outbox_binary" --config "$work_dir/no-such.toml" status
 
 summary_and_exit

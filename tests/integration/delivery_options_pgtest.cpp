@@ -2,6 +2,7 @@
 // as a message header; a delayed event, and its aggregate's later events behind it, are not
 // published before their time, and then in order.
 
+#include "outbox/kafka_consumer.hpp"
 #include "support/relay_fixture.hpp"
 
 namespace outbox::testing {
@@ -41,6 +42,20 @@ TEST_F(DeliveryOptionsTest, TheTraceparentReachesTheBrokerAsAHeader) {
   EXPECT_EQ(messages.front().headers.at("event_id"), id.to_string());
   EXPECT_EQ(messages.front().headers.at("traceparent"), trace);
   EXPECT_EQ(messages.front().headers.at("tenant"), "t1");  // the caller's headers kept
+
+  // The inbox consumer hands it to the effect.
+  KafkaConsumerOptions consumer_options;
+  consumer_options.brokers = kafka().bootstrap_servers();
+  consumer_options.group_id = "trace-" + schema_.name();
+  consumer_options.topics = {topic_};
+  consumer_options.database_url = database_url();
+  consumer_options.schema = schema_;
+  std::string seen;
+  KafkaInboxConsumer consumer(consumer_options,
+                              [&](PGconn*, const ConsumedEvent& e) { seen = e.traceparent; });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (seen.empty() && std::chrono::steady_clock::now() < deadline) consumer.poll(100ms);
+  EXPECT_EQ(seen, trace);
 }
 
 TEST_F(DeliveryOptionsTest, ADelayedEventAndItsSuccessorsWaitForItsTimeThenGoInOrder) {

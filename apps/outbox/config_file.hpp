@@ -1,0 +1,42 @@
+#pragma once
+// `--config outbox.toml`: settings read with toml++ and handed to CLI11 as if given on the
+// command line, below the real flags and the environment. The file has one table per command
+// ([relay], [admin], [status], ...); a key at the top applies to the command that runs, if it
+// has such a flag. Keys are the flags' long names without the dashes. Every key is checked
+// against the flags of its command, and an unknown one is an error naming the file, the table
+// and the key; so is a value of the wrong shape (CLI11's own checks then name the flag).
+//
+//   log-format = "json"
+//   db = "host=db.internal dbname=orders user=outbox"
+//   [relay]
+//   kafka-brokers = "kafka-1:9092,kafka-2:9092"
+//   kafka-property = ["security.protocol=ssl"]
+//   metrics-listen = "127.0.0.1:9464"
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+namespace outbox::cli {
+
+class TomlConfig final : public CLI::Config {
+ public:
+  // `flags`: for each command ("" for the program itself), the long names of its flags.
+  // `chosen`: the command this run executes (its table and the top-level keys apply).
+  TomlConfig(std::map<std::string, std::set<std::string>> flags, std::string chosen)
+      : flags_(std::move(flags)), chosen_(std::move(chosen)) {}
+
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
+
+ private:
+  std::map<std::string, std::set<std::string>> flags_;
+  std::string chosen_;
+};
+
+// Sets up --config on `app` once every command is registered; `argv` tells which one runs.
+void add_config_option(CLI::App& app, int argc, char** argv);
+
+}  // namespace outbox::cli
