@@ -2,7 +2,7 @@
 // `--config outbox.toml`: settings read with toml++ and handed to CLI11 as if given on the
 // command line, below the real flags and the environment. The file has one table per command
 // ([relay], [admin], [status], ...); a key at the top applies to the command that runs, if it
-// has such a flag. Keys are the flags' long names without the dashes. Every key is checked
+// has such a flag (never demo, bench, postgres or kafka-mock, which start servers of their own). Keys are the flags' long names without the dashes. Every key is checked
 // against the flags of its command, and an unknown one is an error naming the file, the table
 // and the key; so is a value of the wrong shape (CLI11's own checks then name the flag).
 //
@@ -23,20 +23,21 @@ namespace outbox::cli {
 
 class TomlConfig final : public CLI::Config {
  public:
-  // `flags`: for each command ("" for the program itself), the long names of its flags.
-  // `chosen`: the command this run executes (its table and the top-level keys apply).
-  TomlConfig(std::map<std::string, std::set<std::string>> flags, std::string chosen)
-      : flags_(std::move(flags)), chosen_(std::move(chosen)) {}
+  // `flags`: for each command ("" for the program itself), the long names of its flags. `app`
+  // tells, when the file is read (after the command line), which command runs: its table and
+  // the top-level keys apply.
+  TomlConfig(std::map<std::string, std::set<std::string>> flags, const CLI::App& app)
+      : flags_(std::move(flags)), app_(&app) {}
 
   std::string to_config(const CLI::App*, bool, bool, std::string) const override { return {}; }
   std::vector<CLI::ConfigItem> from_config(std::istream& input) const override;
 
  private:
   std::map<std::string, std::set<std::string>> flags_;
-  std::string chosen_;
+  const CLI::App* app_;
 };
 
-// Sets up --config on `app` once every command is registered; `argv` tells which one runs.
-void add_config_option(CLI::App& app, int argc, char** argv);
+// Sets up --config on `app` once every command is registered.
+void add_config_option(CLI::App& app);
 
 }  // namespace outbox::cli

@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   register_demo(commands);
   register_bench(commands);
   decimal_integers_only(app);
-  add_config_option(app, argc, argv);
+  add_config_option(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

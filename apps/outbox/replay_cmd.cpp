@@ -92,10 +92,17 @@ int run_replay(const ReplayFlags& flags) {
   }
   const std::string actor = actor_or_user(flags.actor);
   Progress pending("replay: made pending");
-  const std::vector<EventId> replayed = replay_published(
+  const ReplayResult result = replay_published(
       connection.get(), schema, filter, actor, flags.reason,
       [&](std::size_t done, std::size_t total) { pending.show(done, total); });
   pending.finish();
+  const std::vector<EventId>& replayed = result.replayed;
+  if (result.busy_aggregates > 0) {
+    std::cerr << "replay: " << result.busy_aggregates
+              << " aggregate(s) left alone: a relay had one of their events in flight; run the "
+                 "same replay again in a moment"
+              << std::endl;
+  }
   std::cout << "replay: " << replayed.size()
             << " event(s) pending again (audited as 'replay'); relays publish them in order"
             << std::endl;

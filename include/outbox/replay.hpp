@@ -40,13 +40,23 @@ struct ReplayPlan {
 // PostgreSQL cannot read (naming it), DatabaseError otherwise.
 ReplayPlan plan_replay(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter);
 
+struct ReplayResult {
+  std::vector<EventId> replayed;  // made pending again
+  // Aggregates left alone because a relay held one of their events under a lease at that
+  // moment (a replay then would put an earlier event behind one in flight): run it again.
+  std::size_t busy_aggregates = 0;
+};
+
 // Makes the chosen events pending again, in transactions that each hold whole aggregates (an
-// aggregate's chosen events go back together, so its replay stays in sequence order), about
-// `batch_events` events per transaction; calls `progress(done, total)` after each. Events that
-// are pending now (not published, or published again since the plan) are left alone. Returns
-// the ids made pending. `conn` must be idle. Throws InvalidArgument (empty actor or
-// reason, a filter PostgreSQL cannot read), DatabaseError.
-std::vector<EventId> replay_published(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter,
+// aggregate's chosen events go back together, so its replay stays in sequence order, ahead of
+// its newer events), about `batch_events` events per transaction; calls `progress(done, total)`
+// after each. Each transaction locks the aggregates' pending rows first and leaves out an
+// aggregate with one under a live lease. Events that are pending now are left alone. `until`
+// empty is fixed to the time the replay starts. With wal_level = logical, each transaction also
+// tells change-data-capture relays (a logical message "outbox-replay:<schema>") to check their
+// next event of every aggregate against the table. `conn` must be idle. Throws
+// InvalidArgument (empty actor or reason, a filter PostgreSQL cannot read), DatabaseError.
+ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter,
                                       const std::string& actor, const std::string& reason,
                                       const std::function<void(std::size_t, std::size_t)>&
                                           progress = {},

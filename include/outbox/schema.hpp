@@ -30,6 +30,9 @@ class SchemaName {
   // The prefix of the logical decoding messages a table-less producer emits ("outbox:<name>"):
   // a relay streams every message of its database and takes only its schema's.
   [[nodiscard]] std::string message_prefix() const;
+  // The prefix of the logical message `outbox replay` emits ("outbox-replay:<schema>"): CDC
+  // relays then check their next event of every aggregate against the table.
+  [[nodiscard]] std::string replay_message_prefix() const;
 
  private:
   std::string name_;

@@ -54,6 +54,8 @@ std::uint64_t current_transaction_id(PGconn* conn);
 // Caveat: after a server crash, the id of a transaction that never committed can be handed out
 // again (its WAL never reached disk), and then this reports the newer transaction's fate. Use
 // resolve_commit() after a crash.
+// An id the server has not reached yet (it handed it out, then crashed before making it durable)
+// is aborted: that transaction did not commit.
 TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id);
 
 // The robust answer: waits (up to `timeout`) until `transaction_id` is no longer in progress,

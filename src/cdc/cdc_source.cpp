@@ -37,7 +37,8 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
                                                            : options.cdc.publication)),
       table_(options, counters),
       check_sql_(relay_sql::check_streamed(options.schema)),
-      message_prefix_(options.schema.message_prefix()) {
+      message_prefix_(options.schema.message_prefix()),
+      replay_prefix_(options.schema.replay_message_prefix()) {
   cdc::validate_slot_name(slot_);
   cdc::validate_publication_name(publication_);
   ensure_publication();
@@ -431,7 +432,13 @@ void CdcSource::take_change(std::string_view payload) {
                         "08P01", false);
   }
   if (const auto* message = std::get_if<cdc::LogicalMessage>(&change)) {
-    if (message->prefix == message_prefix_) take_table_less(*message);
+    if (message->prefix == message_prefix_) {
+      take_table_less(*message);
+    } else if (message->prefix == replay_prefix_) {
+      // `outbox replay` made published events pending again: what the book remembers as
+      // published no longer tells that nothing lower is pending.
+      book_.forget_published();
+    }
     return;
   }
   if (const auto* begin = std::get_if<cdc::Begin>(&change)) {

@@ -171,6 +171,7 @@ class CdcSource final : public RelaySourceBase {
   };
   std::unordered_map<EventId, TableLess, cdc::StreamBook::IdHash> table_less_;
   const std::string message_prefix_;
+  const std::string replay_prefix_;
   bool registered_before_ = true;  // the slot was registered for table-less events before us
   bool hold_position_ = false;     // a table-less write failed: report no position until restart
   std::uint32_t reading_xid_ = 0;  // Begin's xid of the transaction being read

@@ -86,6 +86,10 @@ void StreamBook::place(Waiting waiting) {
   }
 }
 
+void StreamBook::forget_published() {
+  for (auto& [key, aggregate] : aggregates_) aggregate.published = 0;
+}
+
 StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_room,
                                         bool holding_nothing) {
   if (!checking_.empty()) throw std::logic_error("StreamBook: next() before decide()");

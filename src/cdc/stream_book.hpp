@@ -112,6 +112,9 @@ class StreamBook {
   // behind a blocked or failed event), in the order they were left: an event that exists only in
   // the stream (a table-less one) must be written to the table before the position moves past it.
   [[nodiscard]] std::vector<EventId> take_left() { return std::exchange(left_, {}); }
+  // A replay made published events pending again: from now on each aggregate's next event is
+  // checked against the table (needs_check), whatever the book saw published.
+  void forget_published();
   // Aggregates the book keeps (busy ones, and idle ones up to kIdleKept): its memory.
   [[nodiscard]] std::size_t tracked_aggregates() const { return aggregates_.size(); }
   static constexpr std::size_t kIdleKept = 65536;

@@ -70,7 +70,10 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   kafka::set(conf.get(), "bootstrap.servers", options.brokers);
   kafka::set(conf.get(), "group.id", "outbox-audit");  // assign() only: nothing is committed
   kafka::set(conf.get(), "enable.auto.commit", "false");
-  kafka::set(conf.get(), "enable.partition.eof", "false");
+  // An end-of-partition event ends a partition's read even when its last offsets hold no
+  // message (a transaction's commit marker, aborted records): waiting for offset end-1 would
+  // wait for ever.
+  kafka::set(conf.get(), "enable.partition.eof", "true");
   for (const auto& [key, value] : options.properties) kafka::set(conf.get(), key, value);
   const kafka::KafkaHandle handle = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
   const int timeout = static_cast<int>(std::min<std::int64_t>(options.read_timeout.count(), 30000));
@@ -121,6 +124,11 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   std::vector<std::int64_t> next(partitions, 0);
   for (int i = 0; i < start->cnt; ++i) {
     rd_kafka_topic_partition_t& entry = start->elems[i];
+    if (!options.from_beginning && entry.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      throw BrokerError(fmt::format("audit: {} [{}]: the window's start offset: {}",
+                                    options.topic, entry.partition, rd_kafka_err2str(entry.err)),
+                        static_cast<int>(entry.err), true);
+    }
     if (options.from_beginning) {
       std::int64_t low = 0, high = 0;
       rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(), entry.partition, &low,
@@ -152,8 +160,12 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     }
     kafka::MessageHandle message(rd_kafka_consumer_poll(handle.get(), 200));
     if (!message) continue;
-    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
     const int p = message->partition;
+    if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+      if (p >= 0 && p < partitions && message->offset >= end[p]) next[p] = end[p];
+      continue;
+    }
+    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
     if (p < 0 || p >= partitions || message->offset >= end[p]) continue;
     next[p] = std::max(next[p], message->offset + 1);
     rd_kafka_headers_t* headers = nullptr;
@@ -176,6 +188,18 @@ AuditReport audit_topic(const AuditOptions& options) {
   auto connection = pg::Connection::open(options.database_url, "outbox-audit");
   PGconn* conn = connection.get();
   const auto [begin_ms, end_ms] = window_ms(conn, options);
+  // Rows before the cleanup horizon are deleted: their messages would all read as phantoms.
+  const auto horizon = pg::exec(
+      conn, "SELECT deleted_before::text, $1::timestamptz < deleted_before FROM " +
+                options.schema.table("outbox_cleanup_horizon"),
+      {options.since.c_str()});
+  if (horizon.rows() == 1 && horizon.text(0, 1) == "t") {
+    throw InvalidArgument(fmt::format(
+        "audit: the window starts before the cleanup horizon ({}): rows published before it "
+        "were deleted by outbox cleanup, so their messages would all read as phantoms; audit "
+        "from {} on",
+        horizon.text(0, 0), horizon.text(0, 0)));
+  }
   AuditReport report;
 
   // The rows of the window whose rendered topic is this one.

@@ -1,8 +1,9 @@
 #pragma once
 // The admin page: one self-contained HTML document (style, script and chart inline, no build
 // step, nothing fetched from elsewhere), served at / by ObserveServer. It reads /api/overview
-// every 2 s and posts retry and skip to /api/quarantine/*. With a token, it asks for it once and
-// keeps it for the tab (sessionStorage), sending it as a bearer header.
+// 2 s after each answer and posts retry and skip to /api/quarantine/*, which need the listener's
+// token (without one the page is read-only). It asks for the token once and keeps it for the tab
+// (sessionStorage), sending it as a bearer header.
 
 namespace outbox::observe {
 
@@ -118,8 +119,9 @@ async function refresh() {
     cell(tr, a.pending, "num"); cell(tr, a.oldest_pending_age.toFixed(1), "num"); });
   draw();
 }
-refresh();
-setInterval(refresh, 2000);
+// The next refresh only after this one: a slow database never piles requests up.
+async function loop() { await refresh(); setTimeout(loop, 2000); }
+loop();
 </script></body></html>
 )HTML";
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <condition_variable>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -79,6 +80,15 @@ bool same_token(std::string_view given, std::string_view expected) {
 }
 
 }  // namespace
+
+// An admin action refused for want of a token (403), and a request refused while another holds
+// the admin connection (503).
+struct Forbidden : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct Busy : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class ObserveServer::Impl {
  public:
@@ -251,6 +261,12 @@ class ObserveServer::Impl {
     nlohmann::json body;
     try {
       body = make();
+    } catch (const Forbidden& error) {
+      response.status = 403;
+      body = {{"error", error.what()}};
+    } catch (const Busy& error) {
+      response.status = 503;
+      body = {{"error", error.what()}};
     } catch (const InvalidArgument& error) {
       response.status = 400;
       body = {{"error", error.what()}};
@@ -266,7 +282,13 @@ class ObserveServer::Impl {
   }
 
   // A POST's event id and body, after the checks that keep other sites out.
-  static std::pair<EventId, nlohmann::json> admin_post(const httplib::Request& request) {
+  std::pair<EventId, nlohmann::json> admin_post(const httplib::Request& request) const {
+    if (options_.token.empty()) {
+      // Read-only without a token: on loopback any local user could otherwise skip events
+      // without the database credentials the same action needs from the command line.
+      throw Forbidden("actions (retry, skip) need a token: start with --admin-token-file; "
+                      "without one the page is read-only (outbox quarantine does the same)");
+    }
     if (request.get_header_value("X-Outbox-Admin") != "1" ||
         request.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
       throw InvalidArgument("an admin action needs the header X-Outbox-Admin: 1 and a JSON body");
@@ -332,7 +354,10 @@ class ObserveServer::Impl {
                        {"state", to_string(s.health)},
                        {"detail", s.last_error}});
     }
-    std::lock_guard lock(api_mutex_);
+    // One overview at a time; another asked meanwhile is told to come back rather than queue
+    // (queued requests would hold the HTTP workers the probes and scrapes need).
+    std::unique_lock lock(api_mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) throw Busy("the previous overview is still being read; try again");
     PGconn* conn = api_connection();
     // Every relay session the table knows: alive ones beat every 10 s.
     const auto relays = pg::exec(

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <set>
+#include <utility>
+
 #include "outbox/error.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
@@ -72,16 +75,18 @@ ReplayPlan plan_replay(PGconn* conn, const SchemaName& schema, const ReplayFilte
   return plan;
 }
 
-std::vector<EventId> replay_published(PGconn* conn, const SchemaName& schema,
-                                      const ReplayFilter& filter, const std::string& actor,
-                                      const std::string& reason,
-                                      const std::function<void(std::size_t, std::size_t)>& progress,
-                                      std::size_t batch_events) {
+ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const ReplayFilter& given,
+                              const std::string& actor, const std::string& reason,
+                              const std::function<void(std::size_t, std::size_t)>& progress,
+                              std::size_t batch_events) {
   if (actor.empty()) throw InvalidArgument("replay needs an actor (who did it) for the audit");
   if (reason.empty()) throw InvalidArgument("replay needs a reason for the audit record");
   if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
     throw InvalidArgument("replay needs an idle connection; it runs its own transactions");
   }
+  // One end for every statement: "now" would move between the batches.
+  ReplayFilter filter = given;
+  if (filter.until.empty()) filter.until = std::string(pg::exec(conn, "SELECT now()::text").text(0, 0));
   const FilterParams params(filter);
   const std::string events = schema.table("outbox_events");
   // The aggregates with chosen events, and how many each: whole aggregates go per transaction.
@@ -95,9 +100,21 @@ std::vector<EventId> replay_published(PGconn* conn, const SchemaName& schema,
   for (int row = 0; row < aggregates.rows(); ++row) {
     total += static_cast<std::size_t>(aggregates.int64(row, 2));
   }
+  // Locks the batch's pending rows (a relay's claim skips locked rows, so none is claimed while
+  // this transaction decides) and names the aggregates one of whose rows is under a live lease.
+  const std::string busy_sql = fmt::format(R"SQL(SELECT p.aggregate_type, p.aggregate_id,
+       p.claim_until IS NOT NULL AND p.claim_until > now()
+FROM {events} p
+JOIN unnest($1::text[], $2::text[]) AS a(chosen_type, chosen_id)
+  ON p.aggregate_type = a.chosen_type AND p.aggregate_id = a.chosen_id
+WHERE p.published_at IS NULL AND p.skipped_at IS NULL
+FOR UPDATE OF p)SQL",
+                                           fmt::arg("events", events));
+  // claimed_by 'replay': no relay's mark of an earlier publish (written again after a lost
+  // answer) can match the row and mark the replay done unsent.
   const std::string sql = fmt::format(R"SQL(WITH chosen AS (
   UPDATE {events} e
-  SET published_at = NULL, claimed_by = NULL, claim_until = NULL, attempt_count = 0,
+  SET published_at = NULL, claimed_by = 'replay', claim_until = NULL, attempt_count = 0,
       last_error = NULL, available_at = now()
   FROM unnest($6::text[], $7::text[]) AS a(chosen_type, chosen_id)
   WHERE e.aggregate_type = a.chosen_type AND e.aggregate_id = a.chosen_id AND {chosen}
@@ -109,28 +126,50 @@ RETURNING event_id::text)SQL",
                                       fmt::arg("events", events),
                                       fmt::arg("audit", schema.table("outbox_operator_audit")),
                                       fmt::arg("chosen", kChosen));
-  std::vector<EventId> replayed;
+  const std::string tell_cdc = fmt::format(
+      "SELECT CASE WHEN current_setting('wal_level') = 'logical' "
+      "THEN pg_logical_emit_message(true, '{}', '') END",
+      schema.replay_message_prefix());
+  ReplayResult result;
   std::size_t done = 0;
   int row = 0;
   while (row < aggregates.rows()) {
-    pg::ArrayLiteral types, ids;
+    std::vector<std::pair<std::string, std::string>> batch_aggregates;
     std::size_t batch = 0;
     for (; row < aggregates.rows() && (batch == 0 || batch < batch_events); ++row) {
-      types.add(aggregates.text(row, 0));
-      ids.add(aggregates.text(row, 1));
+      batch_aggregates.emplace_back(aggregates.text(row, 0), aggregates.text(row, 1));
       batch += static_cast<std::size_t>(aggregates.int64(row, 2));
     }
-    std::vector<const char*> values = params.values;
-    values.push_back(types.text().c_str());
-    values.push_back(ids.text().c_str());
-    values.push_back(actor.c_str());
-    values.push_back(reason.c_str());
     pg::exec(conn, "BEGIN");
     try {
-      const auto result = pg::exec(conn, sql, values);
+      pg::ArrayLiteral all_types, all_ids;
+      for (const auto& [type, id] : batch_aggregates) {
+        all_types.add(type);
+        all_ids.add(id);
+      }
+      const auto locked =
+          pg::exec(conn, busy_sql, {all_types.text().c_str(), all_ids.text().c_str()});
+      std::set<std::pair<std::string, std::string>> busy;
+      for (int i = 0; i < locked.rows(); ++i) {
+        if (locked.text(i, 2) == "t") busy.emplace(locked.text(i, 0), locked.text(i, 1));
+      }
+      pg::ArrayLiteral types, ids;
+      for (const auto& aggregate : batch_aggregates) {
+        if (busy.contains(aggregate)) continue;
+        types.add(aggregate.first);
+        ids.add(aggregate.second);
+      }
+      result.busy_aggregates += busy.size();
+      std::vector<const char*> values = params.values;
+      values.push_back(types.text().c_str());
+      values.push_back(ids.text().c_str());
+      values.push_back(actor.c_str());
+      values.push_back(reason.c_str());
+      const auto replayed = pg::exec(conn, sql, values);
+      if (replayed.rows() > 0) pg::exec(conn, tell_cdc);
       pg::commit(conn);
-      for (int i = 0; i < result.rows(); ++i) {
-        replayed.push_back(EventId::parse(result.text(i, 0)).value_or(EventId{}));
+      for (int i = 0; i < replayed.rows(); ++i) {
+        result.replayed.push_back(EventId::parse(replayed.text(i, 0)).value_or(EventId{}));
       }
     } catch (...) {
       pg::rollback_quietly(conn);
@@ -139,7 +178,7 @@ RETURNING event_id::text)SQL",
     done += batch;
     if (progress) progress(done, total);
   }
-  return replayed;
+  return result;
 }
 
 std::size_t count_published(PGconn* conn, const SchemaName& schema,

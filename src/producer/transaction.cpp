@@ -1,5 +1,8 @@
 #include "outbox/transaction.hpp"
 
+#include <optional>
+#include <string_view>
+
 #include <cstdint>
 #include <thread>
 
@@ -44,7 +47,20 @@ std::uint64_t current_transaction_id(PGconn* conn) {
 
 TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id) {
   const std::string id = std::to_string(transaction_id);
-  const auto result = pg::exec(conn, "SELECT pg_xact_status($1::text::xid8)", {id.c_str()});
+  std::optional<pg::Result> asked;
+  try {
+    asked.emplace(pg::exec(conn, "SELECT pg_xact_status($1::text::xid8)", {id.c_str()}));
+  } catch (const DatabaseError& error) {
+    // "transaction ID N is in the future": after a crash the server's next id is below an id it
+    // handed out but never made durable, so that transaction did not commit (a committed one's
+    // commit record is in the WAL, and recovery moves the next id past it).
+    if (error.sqlstate() == "22023" &&
+        std::string_view(error.what()).find("in the future") != std::string_view::npos) {
+      return TransactionStatus::aborted;
+    }
+    throw;
+  }
+  const pg::Result& result = *asked;
   if (result.is_null(0, 0)) return TransactionStatus::unknown;
   const std::string_view status = result.text(0, 0);
   if (status == "committed") return TransactionStatus::committed;

@@ -65,5 +65,6 @@ std::string SchemaName::table(std::string_view table) const {
 std::string SchemaName::notify_channel() const { return name_ + "_outbox_events"; }
 
 std::string SchemaName::message_prefix() const { return "outbox:" + name_; }
+std::string SchemaName::replay_message_prefix() const { return "outbox-replay:" + name_; }
 
 }  // namespace outbox

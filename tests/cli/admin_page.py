@@ -3,7 +3,7 @@ operator would: the page lists the quarantined events, a click on "retry" releas
 on "skip" asks for a reason and skips the other. Saves a screenshot. The database checks are the
 calling script's (admin_page.sh).
 
-Usage: /usr/bin/python3 admin_page.py URL EVENT_TO_RETRY EVENT_TO_SKIP SCREENSHOT
+Usage: /usr/bin/python3 admin_page.py URL TOKEN EVENT_TO_RETRY EVENT_TO_SKIP SCREENSHOT
 """
 import sys
 
@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-url, to_retry, to_skip, screenshot = sys.argv[1:5]
+url, token, to_retry, to_skip, screenshot = sys.argv[1:6]
 
 options = webdriver.ChromeOptions()
 options.binary_location = "/usr/bin/chromium"
@@ -24,6 +24,10 @@ driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opti
 try:
     driver.get(url)
     wait = WebDriverWait(driver, 20)
+    # The listener has a token: the page asks for it once.
+    asked = wait.until(ec.alert_is_present())
+    asked.send_keys(token)
+    asked.accept()
     row = f'#quarantine tr[data-event-id="{to_retry}"]'
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
     wait.until(ec.presence_of_element_located(

@@ -3,7 +3,8 @@
 # quarantined events (one with a hostile aggregate type, shown as text); a click on retry
 # releases one in PostgreSQL, a click on skip (with the reason the page asks for) skips the
 # other; both are audited with the page as actor. A screenshot goes to the test's artefacts.
-# Also the page's API refuses what a browser on another site could send.
+# The actions need the listener's token (the page asks for it); without one the page is
+# read-only, and without one the listener answers only to loopback host names.
 #
 # Usage: admin_page.sh /path/to/outbox ARTEFACT_DIR
 # Needs: psql, curl, chromium, chromium-driver, python3-selenium (Debian's /usr/bin/python3).
@@ -46,27 +47,49 @@ skip_id=22222222-2222-4222-8222-222222222222
 quarantine "$retry_id" order o-1
 quarantine "$skip_id" '<b class="injected">x</b>' c-1
 
-"$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 --backlog-refresh 500ms \
-  >"$work_dir/admin.out" 2>&1 &
-track_background $! "outbox admin"
-port=""
-for _ in $(seq 1 300); do
-  port="$(sed -n -E 's/.*serving on port ([0-9]+).*/\1/p' "$work_dir/admin.out" | head -1)"
-  [[ -n "$port" ]] && break
-  sleep 0.1
-done
-[[ -n "$port" ]] || fatal --log "$work_dir/admin.out" "outbox admin did not say where it serves"
+# Starts `outbox admin` with extra flags; sets started_port to the port it serves on. (Not in a
+# command substitution: the process must be tracked by this shell for the cleanup.)
+start_admin() {
+  local log="$work_dir/admin-$RANDOM.out" port=""
+  "$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 \
+    --backlog-refresh 500ms "$@" >"$log" 2>&1 &
+  track_background $! "outbox admin"
+  for _ in $(seq 1 300); do
+    port="$(sed -n -E 's/.*serving on port ([0-9]+).*/\1/p' "$log" | head -1)"
+    [[ -n "$port" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$port" ]] || fatal --log "$log" "outbox admin did not say where it serves"
+  started_port="$port"
+}
+token="$(openssl rand -hex 24)"
+printf '%s\n' "$token" >"$work_dir/token"
+chmod 600 "$work_dir/token"
+start_admin
+open_port="$started_port"
+start_admin --admin-token-file "$work_dir/token"
+port="$started_port"
+post() {  # post PORT PATH BODY [curl args...]: prints the status code
+  local p="$1" path="$2" body="$3"
+  shift 3
+  curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' "$@" \
+    -d "$body" "http://127.0.0.1:$p$path"
+}
 
-# --- the API refuses what another site's page could send --------------------------------------
-code="$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
-  -d "{\"event_id\":\"$retry_id\"}" "http://127.0.0.1:$port/api/quarantine/retry")"
-if [[ "$code" == 400 ]]; then pass; else fail "a POST without X-Outbox-Admin answered $code"; fi
+# --- what another site's page, or another local user, could send -------------------------------
 code="$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: attacker.example' \
-  "http://127.0.0.1:$port/api/overview")"
+  "http://127.0.0.1:$open_port/api/overview")"
 if [[ "$code" == 403 ]]; then pass; else fail "a foreign Host header answered $code, not 403"; fi
-code="$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'X-Outbox-Admin: 1' \
-  -H 'Content-Type: application/json' -d '{"event_id":"x"}' \
-  "http://127.0.0.1:$port/api/quarantine/retry")"
+code="$(post "$open_port" /api/quarantine/skip "{\"event_id\":\"$skip_id\",\"reason\":\"x\"}" \
+  -H 'X-Outbox-Admin: 1')"
+if [[ "$code" == 403 ]]; then pass; else fail "an action without a configured token answered $code, not 403"; fi
+code="$(post "$port" /api/quarantine/retry "{\"event_id\":\"$retry_id\"}" -H 'X-Outbox-Admin: 1')"
+if [[ "$code" == 401 ]]; then pass; else fail "an action without the bearer token answered $code, not 401"; fi
+code="$(post "$port" /api/quarantine/retry "{\"event_id\":\"$retry_id\"}" \
+  -H "Authorization: Bearer $token")"
+if [[ "$code" == 400 ]]; then pass; else fail "a POST without X-Outbox-Admin answered $code, not 400"; fi
+code="$(post "$port" /api/quarantine/retry '{"event_id":"x"}' -H 'X-Outbox-Admin: 1' \
+  -H "Authorization: Bearer $token")"
 if [[ "$code" == 400 ]]; then pass; else fail "a bad event id answered $code, not 400"; fi
 if [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE quarantined_at IS NOT NULL")" == 2 ]]; then
   pass
@@ -76,7 +99,7 @@ fi
 
 # --- the page in Chromium -------------------------------------------------------------------------
 if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/admin_page.py" "http://127.0.0.1:$port/" \
-  "$retry_id" "$skip_id" "$artefacts/admin-page.png" >"$work_dir/browser.log" 2>&1; then
+  "$token" "$retry_id" "$skip_id" "$artefacts/admin-page.png" >"$work_dir/browser.log" 2>&1; then
   pass
 else
   show_log "the browser session" "$work_dir/browser.log"

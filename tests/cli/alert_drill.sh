@@ -83,8 +83,10 @@ sed -E 's/^( *for: ).*/\15s/; /alert: OutboxBacklogAge/,/for:/ s/> 60$/> 4/' \
 grep -q '> 4$' "$work_dir/alerts.yml" || fatal "the backlog threshold was not rewritten: has docs/ops/alerts.yml changed form?"
 cat >"$work_dir/prometheus.yml" <<YAML
 global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
+  # A failed scrape marks its series stale at once, and an alert with no data resolves: on a
+  # loaded machine (the rest of the suite beside this test) a 1 s timeout failed now and then.
+  scrape_interval: 2s
+  scrape_timeout: 2s
   evaluation_interval: 1s
 rule_files: ["$work_dir/alerts.yml"]
 scrape_configs:
@@ -166,8 +168,9 @@ if wait_for_alert OutboxRelayDown 30; then pass; else
   fail "OutboxRelayDown did not fire while the relay was stopped"
 fi
 
-# Still firing while the relay stays stopped (it must not clear by itself).
-if alerts firing | grep -qx OutboxBacklogAge; then pass; else
+# Still firing while the relay stays stopped (it must not clear by itself; a scrape that failed on
+# a loaded machine can make it pend again for a moment, so within 10 s).
+if wait_for_alert OutboxBacklogAge 10; then pass; else
   fail "OutboxBacklogAge stopped firing while the relay was still stopped (alerts: $(alerts any | tr '\n' ' '); admin: $(tail -3 "$work_dir/admin.out"))"
 fi
 

@@ -109,6 +109,11 @@ expect_failure "an unreadable --since" "timestamps PostgreSQL reads" \
 expect_failure "a topic with nothing to audit" "nothing to audit" \
   "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
   --topic no.such.topic --since 1h --from-beginning --read-timeout 10s
+sql -c "INSERT INTO $schema.outbox_cleanup_horizon (deleted_before) VALUES (now() - interval '30 minutes')"
+expect_failure "a window older than the cleanup horizon" "before the cleanup horizon" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --topic "$topic" --since 1h --from-beginning
+sql -c "DELETE FROM $schema.outbox_cleanup_horizon"
 
 # --- 4. --config outbox.toml (here, beside a schema with rows to show) -------------------------------
 cat >"$work_dir/outbox.toml" <<TOML

@@ -628,16 +628,17 @@ TEST_F(RelayTest, AFirstConnectionNoRetryCanFixIsThrown) {
 // when the relay starts, saying which version it found and what to run, not at its first
 // registration with a missing column.
 TEST_F(RelayTest, RefusesASchemaOlderThanItNeedsAndSaysToMigrate) {
-  pg::exec(conn(), fmt::format("DELETE FROM {} WHERE version = {}",
-                               schema_.table("outbox_schema_migrations"),
-                               latest_schema_version()));
+  // This build's relays need version 10 (polling_source.cpp, check_schema); later migrations
+  // (11: replay in the audit) are the operators' tools'.
+  constexpr int kRelayNeeds = 10;
+  pg::exec(conn(), fmt::format("DELETE FROM {} WHERE version >= {}",
+                               schema_.table("outbox_schema_migrations"), kRelayNeeds));
   try {
     Relay relay(options("too-new"), sink());
-    FAIL() << "a relay started against schema version " << latest_schema_version() - 1;
+    FAIL() << "a relay started against schema version " << kRelayNeeds - 1;
   } catch (const ConfigError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find(fmt::format("at version {}", latest_schema_version() - 1)),
-              std::string::npos)
+    EXPECT_NE(message.find(fmt::format("at version {}", kRelayNeeds - 1)), std::string::npos)
         << message;
     EXPECT_NE(message.find("outbox migrate"), std::string::npos) << message;
   }

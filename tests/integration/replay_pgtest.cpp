@@ -51,7 +51,7 @@ TEST_F(ReplayTest, PublishedEventsGoAgainWithTheirIdsInOrderAndAreAudited) {
   std::vector<std::pair<std::size_t, std::size_t>> progress;
   const auto replayed = replay_published(
       conn(), schema_, one, "tester", "rebuild the projection",
-      [&](std::size_t done, std::size_t total) { progress.emplace_back(done, total); }, 1);
+      [&](std::size_t done, std::size_t total) { progress.emplace_back(done, total); }, 1).replayed;
   EXPECT_EQ(replayed.size(), 4u);
   EXPECT_EQ(unpublished(), 4);
   EXPECT_EQ(audited(), 4);
@@ -74,10 +74,29 @@ TEST_F(ReplayTest, AnAggregatesReplayGoesBeforeItsNewerPendingEvent) {
   enqueue(1, 1, false, 3);  // sequence 4, pending
   // One event per transaction: the aggregate's three still go back together.
   const auto replayed =
-      replay_published(conn(), schema_, since_2000(), "tester", "replay", {}, 1);
+      replay_published(conn(), schema_, since_2000(), "tester", "replay", {}, 1).replayed;
   EXPECT_EQ(replayed.size(), 3u);
   ASSERT_TRUE(relay.run_until_idle(30s));
   EXPECT_EQ(sequences_on_topic("agg-0", 7), (std::vector<long long>{1, 2, 3, 1, 2, 3, 4}));
+}
+
+// A relay holds agg-0's newest event under a lease (in flight): replaying agg-0's published
+// events now would put them behind it. The replay leaves agg-0 alone and says so; agg-1 goes.
+TEST_F(ReplayTest, AnAggregateWithAnEventInFlightIsLeftAloneAndCounted) {
+  enqueue(2, 2);
+  Relay relay(options("replayer"), sink());
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  enqueue(1, 1, false, 2);  // agg-0 #3, pending
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
+                       " SET claimed_by = 'other-relay:1', claim_until = now() + interval '1 min'"
+                       " WHERE aggregate_id = 'agg-0' AND aggregate_sequence = 3");
+  const ReplayResult result =
+      replay_published(conn(), schema_, since_2000(), "tester", "replay");
+  EXPECT_EQ(result.busy_aggregates, 1u);
+  EXPECT_EQ(result.replayed.size(), 2u);  // agg-1's two
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                              " WHERE aggregate_id = 'agg-0' AND published_at IS NULL"),
+            1);
 }
 
 TEST_F(ReplayTest, PendingSkippedAndOutOfWindowEventsAreNotReplayed) {

@@ -48,6 +48,16 @@ TEST_F(TransactionTest, TellsCommittedFromAbortedFromStillRunning) {
   EXPECT_EQ(to_string(TransactionStatus::aborted), std::string("aborted"));
 }
 
+// After a crash the server's next transaction id can be below one it handed out but never made
+// durable: pg_xact_status then raises "in the future" (the crash campaign met it). That
+// transaction did not commit.
+TEST_F(TransactionTest, AnIdTheServerHasNotReachedIsAborted) {
+  pg::exec(conn(), "BEGIN");
+  const std::uint64_t now = current_transaction_id(conn());
+  pg::exec(conn(), "ROLLBACK");
+  EXPECT_EQ(transaction_status(conn(), now + 1000000), TransactionStatus::aborted);
+}
+
 // The connection dies before COMMIT reaches the server: the client only knows the outcome is
 // unknown; the server knows the transaction aborted, and nothing was written.
 TEST_F(TransactionTest, ABrokenCommitIsOutcomeUnknownAndResolvesByTransactionId) {
