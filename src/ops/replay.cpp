@@ -110,6 +110,17 @@ JOIN unnest($1::text[], $2::text[]) AS a(chosen_type, chosen_id)
 WHERE p.published_at IS NULL AND p.skipped_at IS NULL
 FOR UPDATE OF p)SQL",
                                            fmt::arg("events", events));
+  // A new version of each pending row of the aggregates replayed: a claim whose snapshot is older
+  // than this transaction still sees such a row as its aggregate's head, and would lock and claim
+  // it after the commit, ahead of the replayed events; a row changed since its snapshot is left by
+  // the claim's lock step (lock_and_claim in relay_sql.cpp) for the next claim, which sees the
+  // replayed events first.
+  const std::string touch_sql = fmt::format(R"SQL(UPDATE {events} p
+SET available_at = p.available_at
+FROM unnest($1::text[], $2::text[]) AS a(chosen_type, chosen_id)
+WHERE p.aggregate_type = a.chosen_type AND p.aggregate_id = a.chosen_id
+  AND p.published_at IS NULL AND p.skipped_at IS NULL)SQL",
+                                            fmt::arg("events", events));
   // claimed_by 'replay': no relay's mark of an earlier publish (written again after a lost
   // answer) can match the row and mark the replay done unsent.
   const std::string sql = fmt::format(R"SQL(WITH chosen AS (
@@ -160,6 +171,7 @@ RETURNING event_id::text)SQL",
         ids.add(aggregate.second);
       }
       result.busy_aggregates += busy.size();
+      pg::exec(conn, touch_sql, {types.text().c_str(), ids.text().c_str()});
       std::vector<const char*> values = params.values;
       values.push_back(types.text().c_str());
       values.push_back(ids.text().c_str());
