@@ -47,17 +47,6 @@ std::pair<std::int64_t, std::int64_t> window_ms(PGconn* conn, const AuditOptions
   }
 }
 
-std::string header(rd_kafka_headers_t* headers, const char* name) {
-  const void* value = nullptr;
-  std::size_t size = 0;
-  if (headers == nullptr ||
-      rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-      value == nullptr) {
-    return {};
-  }
-  return {static_cast<const char*>(value), size};
-}
-
 // Every message of `topic` from `from_ms` to the end each partition had when this started: the
 // event id of each (nil when it has none) and whether it was produced in [begin_ms, end_ms).
 struct Read {
@@ -83,9 +72,9 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   const auto err = rd_kafka_metadata(handle.get(), 0, topic, &metadata, timeout);
   rd_kafka_topic_destroy(topic);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    throw BrokerError(fmt::format("audit: no metadata for topic {}: {}", options.topic,
-                                  rd_kafka_err2str(err)),
-                      static_cast<int>(err), true);
+    throw BrokerError(
+        fmt::format("audit: no metadata for topic {}: {}", options.topic, rd_kafka_err2str(err)),
+        static_cast<int>(err), true);
   }
   int partitions = 0;
   if (metadata->topic_cnt == 1 && metadata->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -101,11 +90,10 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   kafka::PartitionListHandle start(rd_kafka_topic_partition_list_new(partitions));
   for (int p = 0; p < partitions; ++p) {
     std::int64_t low = 0;
-    const auto werr = rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(), p,
-                                                       &low, &end[p], timeout);
+    const auto werr = rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(), p, &low,
+                                                       &end[p], timeout);
     if (werr != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      throw BrokerError(fmt::format("audit: {} [{}]: {}", options.topic, p,
-                                    rd_kafka_err2str(werr)),
+      throw BrokerError(fmt::format("audit: {} [{}]: {}", options.topic, p, rd_kafka_err2str(werr)),
                         static_cast<int>(werr), true);
     }
     rd_kafka_topic_partition_list_add(start.get(), options.topic.c_str(), p)->offset = from_ms;
@@ -117,16 +105,16 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
                         ? RD_KAFKA_RESP_ERR_NO_ERROR
                         : rd_kafka_offsets_for_times(handle.get(), start.get(), timeout);
   if (terr != RD_KAFKA_RESP_ERR_NO_ERROR) {
-    throw BrokerError(fmt::format("audit: offsets for the window's start in {}: {}",
-                                  options.topic, rd_kafka_err2str(terr)),
+    throw BrokerError(fmt::format("audit: offsets for the window's start in {}: {}", options.topic,
+                                  rd_kafka_err2str(terr)),
                       static_cast<int>(terr), true);
   }
   std::vector<std::int64_t> next(partitions, 0);
   for (int i = 0; i < start->cnt; ++i) {
     rd_kafka_topic_partition_t& entry = start->elems[i];
     if (!options.from_beginning && entry.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-      throw BrokerError(fmt::format("audit: {} [{}]: the window's start offset: {}",
-                                    options.topic, entry.partition, rd_kafka_err2str(entry.err)),
+      throw BrokerError(fmt::format("audit: {} [{}]: the window's start offset: {}", options.topic,
+                                    entry.partition, rd_kafka_err2str(entry.err)),
                         static_cast<int>(entry.err), true);
     }
     if (options.from_beginning) {
@@ -171,7 +159,7 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     rd_kafka_headers_t* headers = nullptr;
     rd_kafka_message_headers(message.get(), &headers);
     const EventId id =
-        EventId::parse(header(headers, kafka::kHeaderEventId)).value_or(EventId{});
+        EventId::parse(kafka::header(headers, kafka::kHeaderEventId)).value_or(EventId{});
     rd_kafka_timestamp_type_t type;
     const std::int64_t at = rd_kafka_message_timestamp(message.get(), &type);
     read.messages.emplace_back(id, at >= begin_ms && at < end_ms);
@@ -189,10 +177,11 @@ AuditReport audit_topic(const AuditOptions& options) {
   PGconn* conn = connection.get();
   const auto [begin_ms, end_ms] = window_ms(conn, options);
   // Rows before the cleanup horizon are deleted: their messages would all read as phantoms.
-  const auto horizon = pg::exec(
-      conn, "SELECT deleted_before::text, $1::timestamptz < deleted_before FROM " +
-                options.schema.table("outbox_cleanup_horizon"),
-      {options.since.c_str()});
+  const auto horizon =
+      pg::exec(conn,
+               "SELECT deleted_before::text, $1::timestamptz < deleted_before FROM " +
+                   options.schema.table("outbox_cleanup_horizon"),
+               {options.since.c_str()});
   if (horizon.rows() == 1 && horizon.text(0, 1) == "t") {
     throw InvalidArgument(fmt::format(
         "audit: the window starts before the cleanup horizon ({}): rows published before it "
@@ -203,13 +192,14 @@ AuditReport audit_topic(const AuditOptions& options) {
   AuditReport report;
 
   // The rows of the window whose rendered topic is this one.
-  const auto rows = pg::exec(
-      conn,
-      "SELECT event_id::text, aggregate_type, event_type, published_at IS NOT NULL, "
-      "skipped_at IS NOT NULL FROM " + options.schema.table("outbox_events") +
-          " WHERE occurred_at >= $1::timestamptz"
-          " AND occurred_at < coalesce(nullif($2::text, '')::timestamptz, now())",
-      {options.since.c_str(), options.until.c_str()});
+  const auto rows =
+      pg::exec(conn,
+               "SELECT event_id::text, aggregate_type, event_type, published_at IS NOT NULL, "
+               "skipped_at IS NOT NULL FROM " +
+                   options.schema.table("outbox_events") +
+                   " WHERE occurred_at >= $1::timestamptz"
+                   " AND occurred_at < coalesce(nullif($2::text, '')::timestamptz, now())",
+               {options.since.c_str(), options.until.c_str()});
   std::unordered_map<EventId, Row, IdHash> chosen;
   for (int i = 0; i < rows.rows(); ++i) {
     Event probe;
@@ -252,10 +242,11 @@ AuditReport audit_topic(const AuditOptions& options) {
   // it (published late): only one with no row at all is a phantom.
   if (!unknown.empty()) {
     const std::string ids = pg::uuid_array(unknown);
-    const auto known = pg::exec(
-        conn, "SELECT event_id::text FROM " + options.schema.table("outbox_events") +
-                  " WHERE event_id = ANY ($1::uuid[])",
-        {ids.c_str()});
+    const auto known =
+        pg::exec(conn,
+                 "SELECT event_id::text FROM " + options.schema.table("outbox_events") +
+                     " WHERE event_id = ANY ($1::uuid[])",
+                 {ids.c_str()});
     std::unordered_set<EventId, IdHash> exists;
     for (int i = 0; i < known.rows(); ++i) {
       exists.insert(EventId::parse(known.text(i, 0)).value_or(EventId{}));
@@ -283,8 +274,7 @@ AuditReport audit_topic(const AuditOptions& options) {
     }
   }
   report.table_less_registered =
-      pg::exec(conn, "SELECT count(*) FROM " +
-                         options.schema.table("outbox_table_less_slots"))
+      pg::exec(conn, "SELECT count(*) FROM " + options.schema.table("outbox_table_less_slots"))
           .int64(0, 0) > 0;
   for (auto* ids : {&report.lost, &report.phantom, &report.not_applied}) {
     std::sort(ids->begin(), ids->end());

@@ -8,6 +8,7 @@
 
 #include "common/event_headers.hpp"
 #include "common/holder.hpp"
+#include "common/log.hpp"
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
 
@@ -35,10 +36,27 @@ inline void set(rd_kafka_conf_t* conf, const std::string& key, const std::string
   }
 }
 
+// librdkafka's own lines (a broker down, a request timed out) through the library's logger, so
+// they share its format (--log-format json) and level instead of going to stderr as plain text.
+// Called on librdkafka's threads; spdlog's logger is thread-safe. Levels are syslog's.
+inline void log_line(const rd_kafka_t* handle, int level, const char* facility, const char* text) {
+  spdlog::level::level_enum mapped = spdlog::level::debug;
+  if (level <= 3) {
+    mapped = spdlog::level::err;
+  } else if (level == 4) {
+    mapped = spdlog::level::warn;
+  } else if (level <= 6) {
+    mapped = spdlog::level::info;
+  }
+  detail::log().log(mapped, "kafka {} {}: {}", handle != nullptr ? rd_kafka_name(handle) : "-",
+                    facility != nullptr ? facility : "-", text != nullptr ? text : "");
+}
+
 // Creates a client; librdkafka takes ownership of `conf` only when it succeeds. It fails only on
 // configuration (for example properties that contradict the idempotent producer), never on
-// connectivity: it connects later, in the background.
+// connectivity: it connects later, in the background. Its log lines go to log_line().
 inline KafkaHandle create(rd_kafka_type_t type, ConfHandle conf) {
+  rd_kafka_conf_set_log_cb(conf.get(), &log_line);
   char error[512] = {};
   rd_kafka_t* handle = rd_kafka_new(type, conf.get(), error, sizeof(error));
   if (handle == nullptr) {
@@ -46,6 +64,18 @@ inline KafkaHandle create(rd_kafka_type_t type, ConfHandle conf) {
   }
   conf.release();  // now owned by `handle`
   return KafkaHandle(handle);
+}
+
+// The last value of header `name`, empty when the message has none.
+inline std::string header(rd_kafka_headers_t* headers, const char* name) {
+  const void* value = nullptr;
+  std::size_t size = 0;
+  if (headers == nullptr ||
+      rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+      value == nullptr) {
+    return {};
+  }
+  return {static_cast<const char*>(value), size};
 }
 
 using detail::kHeaderAggregateSequence;

@@ -1,3 +1,5 @@
+#include "outbox/kafka_consumer.hpp"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -10,25 +12,13 @@
 #include "common/health_board.hpp"
 #include "common/log.hpp"
 #include "common/printable.hpp"
-#include "outbox/kafka_consumer.hpp"
-#include "pg/connection.hpp"
 #include "kafka/kafka_common.hpp"
+#include "pg/connection.hpp"
 
 namespace outbox {
 namespace {
 
 constexpr std::size_t kMaxBatch = 500;
-
-std::string header(rd_kafka_headers_t* headers, const char* name) {
-  const void* value = nullptr;
-  std::size_t size = 0;
-  if (headers == nullptr ||
-      rd_kafka_header_get_last(headers, name, &value, &size) != RD_KAFKA_RESP_ERR_NO_ERROR ||
-      value == nullptr) {
-    return {};
-  }
-  return {static_cast<const char*>(value), size};
-}
 
 template <typename Int>
 Int to_int(const std::string& text) {
@@ -208,19 +198,21 @@ class KafkaInboxConsumer::Impl {
     rd_kafka_headers_t* headers = nullptr;
     rd_kafka_message_headers(message, &headers);
     ConsumedEvent event;
-    event.event_id = EventId::parse(header(headers, kafka::kHeaderEventId)).value_or(EventId{});
+    event.event_id =
+        EventId::parse(kafka::header(headers, kafka::kHeaderEventId)).value_or(EventId{});
     event.topic = rd_kafka_topic_name(message->rkt);
     event.partition = message->partition;
     event.offset = message->offset;
-    event.aggregate_type = header(headers, kafka::kHeaderAggregateType);
+    event.aggregate_type = kafka::header(headers, kafka::kHeaderAggregateType);
     if (message->key != nullptr) {
       event.aggregate_id.assign(static_cast<const char*>(message->key), message->key_len);
     }
     event.aggregate_sequence =
-        to_int<std::int64_t>(header(headers, kafka::kHeaderAggregateSequence));
-    event.event_type = header(headers, kafka::kHeaderEventType);
-    event.traceparent = header(headers, "traceparent");
-    event.schema_version = to_int<std::int32_t>(header(headers, kafka::kHeaderSchemaVersion));
+        to_int<std::int64_t>(kafka::header(headers, kafka::kHeaderAggregateSequence));
+    event.event_type = kafka::header(headers, kafka::kHeaderEventType);
+    event.traceparent = kafka::header(headers, "traceparent");
+    event.schema_version =
+        to_int<std::int32_t>(kafka::header(headers, kafka::kHeaderSchemaVersion));
     if (message->payload != nullptr) {
       event.payload.assign(static_cast<const char*>(message->payload), message->len);
     }

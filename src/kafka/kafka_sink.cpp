@@ -1,10 +1,11 @@
+#include "outbox/kafka_sink.hpp"
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
 #include "common/log.hpp"
-#include "outbox/kafka_sink.hpp"
 #include "kafka/kafka_common.hpp"
 #include "kafka/kafka_topic.hpp"
 

@@ -1,13 +1,23 @@
 // The Kafka sink against the librdkafka mock cluster: where its messages land.
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/log.hpp"
 #include "outbox/kafka.hpp"
+#include "outbox/log.hpp"
 #include "support/test_env.hpp"
 
 namespace outbox::testing {
@@ -89,6 +99,60 @@ TEST(KafkaSinkPartitions, AKeyLandsWhereJavasDefaultPartitionerPutsIt) {
 }
 
 // The reference above is Kafka's: its own test vectors (Utils.murmur2 in Kafka's UtilsTest).
+// A loopback port nothing listens on: bound, then closed.
+int closed_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t size = sizeof(address);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+    ADD_FAILURE() << "cannot bind a loopback socket";
+  }
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// librdkafka's own lines (here: the broker refuses the connection) reach the library's logger,
+// in its format, instead of stderr as plain text: a JSON log pipeline sees them as JSON.
+TEST(KafkaSinkLogs, LibrdkafkasLinesGoThroughTheOutboxLogger) {
+  spdlog::logger& logger = detail::log();
+  const auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(200);
+  logger.sinks().push_back(ring);
+  set_log_format(LogFormat::json);
+  std::vector<std::string> lines;
+  {
+    KafkaSinkOptions options;
+    options.brokers = "127.0.0.1:" + std::to_string(closed_port());
+    options.topic_template = "t";
+    const std::unique_ptr<Sink> sink = make_kafka_sink(options);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    const auto refused = [&] {
+      return std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+        return line.find("\"msg\":\"kafka ") != std::string::npos &&
+               line.find("Connection refused") != std::string::npos;
+      });
+    };
+    while (!refused() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(50ms);
+      lines = ring->last_formatted();
+    }
+  }
+  set_log_format(LogFormat::text);
+  logger.sinks().pop_back();
+  const auto line = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("Connection refused") != std::string::npos;
+  });
+  ASSERT_NE(line, lines.end()) << "no librdkafka line about the refused connection in "
+                               << lines.size() << " lines";
+  const nlohmann::json record = nlohmann::json::parse(*line);  // throws when not JSON
+  EXPECT_EQ(record.at("level"), "error") << *line;
+  EXPECT_EQ(record.at("logger"), "outbox") << *line;
+  EXPECT_EQ(record.at("msg").get<std::string>().rfind("kafka ", 0), 0U) << *line;
+  EXPECT_TRUE(record.contains("ts")) << *line;
+}
+
 TEST(KafkaSinkPartitions, TheReferenceMurmur2MatchesKafkasTestVectors) {
   EXPECT_EQ(java_murmur2("21"), -973932308);
   EXPECT_EQ(java_murmur2("foobar"), -790332482);
