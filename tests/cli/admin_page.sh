@@ -26,12 +26,7 @@ done
   fatal "python3-selenium is not installed (scripts/install-deps.sh installs it)"
 mkdir -p "$artefacts"
 
-: >"$work_dir/postgres.out"
-"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-postgres_pid=$!
-track_background "$postgres_pid" "outbox postgres"
-db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
+start_postgres
 "$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
 
 # Two quarantined heads, each with a successor waiting behind it.
@@ -50,17 +45,13 @@ quarantine "$skip_id" '<b class="injected">x</b>' c-1
 # Starts `outbox admin` with extra flags; sets started_port to the port it serves on. (Not in a
 # command substitution: the process must be tracked by this shell for the cleanup.)
 start_admin() {
-  local log="$work_dir/admin-$RANDOM.out" port=""
+  local log="$work_dir/admin-$RANDOM.out" pid
   "$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 \
     --backlog-refresh 500ms "$@" >"$log" 2>&1 &
-  track_background $! "outbox admin"
-  for _ in $(seq 1 300); do
-    port="$(sed -n -E 's/.*serving on port ([0-9]+).*/\1/p' "$log" | head -1)"
-    [[ -n "$port" ]] && break
-    sleep 0.1
-  done
-  [[ -n "$port" ]] || fatal --log "$log" "outbox admin did not say where it serves"
-  started_port="$port"
+  pid=$!
+  track_background "$pid" "outbox admin"
+  started_port="$(listening_port "$log" "$pid")" ||
+    fatal --log "$log" "outbox admin did not say where it serves"
 }
 token="$(openssl rand -hex 24)"
 printf '%s\n' "$token" >"$work_dir/token"

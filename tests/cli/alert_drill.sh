@@ -30,36 +30,11 @@ for tool in prometheus curl python3 psql; do
 done
 
 # --- 1. PostgreSQL, the Kafka mock, the schema ------------------------------------------------
-: >"$work_dir/postgres.out"
-: >"$work_dir/kafka.out"
-"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-track_background $! "outbox postgres"
-postgres_pid=$!
-"$outbox_binary" kafka-mock >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
-kafka_pid=$!
-track_background "$kafka_pid" "outbox kafka-mock"
-db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
-brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers"
+start_postgres
+start_kafka_mock
 "$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
 
 # --- 2. the relay and outbox admin, each on a port the kernel picks ----------------------------
-# The port each listens on, from its log line.
-listening_port() {
-  local log="$1" waited=0 port=""
-  while ((waited < startup_timeout_s * 10)); do
-    port="$(sed -n -E 's/.*serving \/metrics.* on 127\.0\.0\.1:([0-9]+).*/\1/p; s/.*serving on port ([0-9]+).*/\1/p' "$log" | head -1)"
-    if [[ -n "$port" ]]; then
-      echo "$port"
-      return 0
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  return 1
-}
-
 "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
   --metrics-listen 127.0.0.1:0 --backlog-refresh 1s >"$work_dir/relay.out" 2>&1 &
 relay_pid=$!
@@ -68,9 +43,9 @@ track_background "$relay_pid" "outbox relay"
   --backlog-refresh 1s >"$work_dir/admin.out" 2>&1 &
 admin_pid=$!
 track_background "$admin_pid" "outbox admin"
-relay_port="$(listening_port "$work_dir/relay.out")" ||
+relay_port="$(listening_port "$work_dir/relay.out" "$relay_pid")" ||
   fatal --log "$work_dir/relay.out" "the relay did not say where it serves /metrics"
-admin_port="$(listening_port "$work_dir/admin.out")" ||
+admin_port="$(listening_port "$work_dir/admin.out" "$admin_pid")" ||
   fatal --log "$work_dir/admin.out" "outbox admin did not say where it serves"
 if curl -sf "http://127.0.0.1:$relay_port/readyz" >/dev/null; then pass; else
   fail "the relay's /readyz did not answer 200"

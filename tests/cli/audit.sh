@@ -20,18 +20,8 @@ readonly startup_timeout_s=30
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init audit outbox-audit
 
-: >"$work_dir/postgres.out"
-: >"$work_dir/kafka.out"
-"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-postgres_pid=$!
-track_background "$postgres_pid" "outbox postgres"
-"$outbox_binary" kafka-mock >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
-kafka_pid=$!
-track_background "$kafka_pid" "outbox kafka-mock"
-db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
-brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers"
+start_postgres
+start_kafka_mock
 "$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null
 
 sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,

@@ -53,18 +53,8 @@ expect_refusal() {
 }
 
 # --- servers --------------------------------------------------------------------------------------
-: >"$work_dir/postgres.out"
-: >"$work_dir/kafka.out"
-"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-postgres_pid=$!
-track_background "$postgres_pid" "outbox postgres"
-"$outbox_binary" kafka-mock --brokers 010 >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
-kafka_pid=$!
-track_background "$kafka_pid" "outbox kafka-mock"
-db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
-brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers"
+start_postgres
+start_kafka_mock --brokers 010
 port="$(psql "$db" -X -q -A -t -c "SHOW port")"
 # Least privilege from the command line: the roles exist and a writer cannot read payloads.
 output="$("$outbox_binary" migrate --db "$db" --schema "$schema" --create-roles 2>&1)" || true

@@ -9,6 +9,7 @@ set -euo pipefail
 
 readonly source_dir="${1:?usage: install_consumer.sh SOURCE_DIR BUILD_DIR}"
 readonly build_dir="${2:?usage: install_consumer.sh SOURCE_DIR BUILD_DIR}"
+readonly outbox_binary="$build_dir/outbox"  # for start_postgres
 readonly startup_timeout_s=30
 
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -78,14 +79,7 @@ for target in outbox::kafka outbox::testing; do
 done
 
 # --- 2. run it twice on a private PostgreSQL ---------------------------------------------------
-: >"$work_dir/postgres.out"  # created before the poll below reads it, not by the redirection
-"$build_dir/outbox" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-postgres_pid=$!
-track_background "$postgres_pid" "outbox postgres"
-if ! db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")"; then
-  fatal --log "$work_dir/postgres.err" \
-    "outbox postgres printed no connection string within ${startup_timeout_s} s"
-fi
+start_postgres
 pass
 
 check_order_run "first run (connection string as argv[1])" 1 \

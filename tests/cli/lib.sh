@@ -1,14 +1,17 @@
 # shellcheck shell=bash
 # Scaffolding shared by the command-line tests in this folder: a work folder and background
 # processes cleaned up on exit, pass/fail counters, the closing summary, waiting for a
-# background process's first line of output, and the helpers every script uses (show_log, sql
+# background process's first line of output, starting `outbox postgres` and `outbox kafka-mock`,
+# finding the port a process listens on, and the helpers every script uses (show_log, sql
 # against "$db", expect_failure).
 #
 # Usage, from a script running under `set -euo pipefail`:
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 #   cli_test_init NAME WORK_DIR_STEM
 # NAME prefixes the summary ("NAME: N passed, M failed") and cleanup messages; the work folder
-# is "$work_dir", a new ${TMPDIR:-/tmp}/WORK_DIR_STEM.XXXXXX removed on exit.
+# is "$work_dir", a new ${TMPDIR:-/tmp}/WORK_DIR_STEM.XXXXXX removed on exit. start_postgres and
+# start_kafka_mock run "$outbox_binary" and wait up to "$startup_timeout_s" seconds (30 unless
+# the script sets it).
 
 passed=0
 failed=0
@@ -103,6 +106,62 @@ wait_for_first_line() {
     sleep 0.1
   done
   return 1
+}
+
+# start_postgres [ARG...]: starts `"$outbox_binary" postgres ARG...` in the background, tracked
+# for cleanup, its stdout in "$work_dir/postgres.out" and its log in "$work_dir/postgres.err".
+# Sets postgres_pid and db (the connection string, its first line of stdout). A prerequisite:
+# fatal, with the log, when no connection string comes within "$startup_timeout_s" s. Not in a
+# command substitution: the process must be started and tracked by the test's own shell.
+# shellcheck disable=SC2120,SC2154  # ARG... is optional; outbox_binary is the script's
+start_postgres() {
+  local timeout_s="${startup_timeout_s:-30}"
+  : >"$work_dir/postgres.out"  # created before the poll reads it, not by the redirection
+  "$outbox_binary" postgres "$@" >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
+  postgres_pid=$!
+  track_background "$postgres_pid" "outbox postgres"
+  db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$timeout_s")" ||
+    fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string within ${timeout_s} s"
+}
+
+# start_kafka_mock [ARG...]: starts `"$outbox_binary" kafka-mock ARG...` in the background,
+# tracked for cleanup, its stdout in "$work_dir/kafka.out" and its log in "$work_dir/kafka.err".
+# Sets kafka_pid and brokers (the bootstrap servers, its first line of stdout). A prerequisite:
+# fatal, with the log, when no bootstrap servers come within "$startup_timeout_s" s. Not in a
+# command substitution (as start_postgres).
+# shellcheck disable=SC2120,SC2034  # ARG... is optional; brokers is for the script
+start_kafka_mock() {
+  local timeout_s="${startup_timeout_s:-30}"
+  : >"$work_dir/kafka.out"
+  "$outbox_binary" kafka-mock "$@" >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
+  kafka_pid=$!
+  track_background "$kafka_pid" "outbox kafka-mock"
+  brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$timeout_s")" ||
+    fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers within ${timeout_s} s"
+}
+
+# listening_port LOG [PID [TIMEOUT_S]]: waits until LOG holds the line a process writes once it
+# listens ("serving /metrics ... on 127.0.0.1:PORT" from a relay, "serving on port PORT" from
+# `outbox admin`) and prints PORT. Returns 1 when TIMEOUT_S (default "$startup_timeout_s", else
+# 30) passes first, or when PID, if given, exits without having written it. Call it in a command
+# substitution: port="$(listening_port LOG PID)" || fatal ...
+listening_port() {
+  local log="$1" pid="${2:-}" timeout_s="${3:-${startup_timeout_s:-30}}" port="" deadline exited
+  deadline=$((SECONDS + timeout_s))
+  while :; do
+    # Checked before the log is read: a process that wrote the line and then exited still counts.
+    exited=0
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then exited=1; fi
+    port="$(sed -n -E -e 's/.*serving \/metrics.* on 127\.0\.0\.1:([0-9]+).*/\1/; t found' \
+      -e 's/.*serving on port ([0-9]+).*/\1/; t found' -e 'd' -e ':found' -e 'p; q' \
+      "$log" 2>/dev/null || true)"
+    if [[ -n "$port" ]]; then
+      echo "$port"
+      return 0
+    fi
+    if ((exited || SECONDS >= deadline)); then return 1; fi
+    sleep 0.1
+  done
 }
 
 # Prints the log of a background process, indented, after a failure.

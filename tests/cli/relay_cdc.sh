@@ -81,18 +81,8 @@ stop_relay() {
 }
 
 # --- 1. PostgreSQL, the Kafka mock cluster, the schema ------------------------------------------
-: >"$work_dir/postgres.out"
-: >"$work_dir/kafka.out"
-"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-postgres_pid=$!
-track_background "$postgres_pid" "outbox postgres"
-"$outbox_binary" kafka-mock >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
-kafka_pid=$!
-track_background "$kafka_pid" "outbox kafka-mock"
-db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
-  fatal "outbox postgres printed no connection string within ${startup_timeout_s} s"
-brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")" ||
-  fatal "outbox kafka-mock printed no bootstrap servers within ${startup_timeout_s} s"
+start_postgres
+start_kafka_mock  # sets kafka_pid, stopped and resumed in section 6
 "$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null 2>&1 || fatal "migrate failed"
 
 # --- 2. options that cannot work are refused before anything connects ---------------------------

@@ -22,12 +22,7 @@ budget="${4:-64MiB}"
 startup_timeout_s=60
 [[ -x /usr/bin/time ]] || fatal "needs GNU time at /usr/bin/time (Debian package time)"
 
-: >"$work_dir/postgres.out"
-"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-postgres_pid=$!
-track_background "$postgres_pid" "outbox postgres"
-db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")" ||
-  fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string"
+start_postgres
 "$outbox_binary" migrate --db "$db" >/dev/null
 
 # Each payload is ROW_MIB MiB of text as the relay receives it (md5 hex, compressible on disk).

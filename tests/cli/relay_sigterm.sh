@@ -24,26 +24,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init relay_sigterm outbox-cli-test
 
 # --- 1. PostgreSQL and the Kafka mock cluster -----------------------------------------------------
-# Created here, not by the background redirections, so the first-line polls never race them.
-: >"$work_dir/postgres.out"
-: >"$work_dir/kafka.out"
+# relay.out is created before anything reads it; start_postgres and start_kafka_mock create their
+# own output files before polling them.
 : >"$work_dir/relay.out"
-"$outbox_binary" postgres >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
-postgres_pid=$!
-track_background "$postgres_pid"
-"$outbox_binary" kafka-mock --brokers 3 >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
-kafka_pid=$!
-track_background "$kafka_pid"
-
-if ! db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$startup_timeout_s")"; then
-  show_log "outbox postgres stderr" "$work_dir/postgres.err"
-  fatal "outbox postgres printed no connection string within ${startup_timeout_s} s"
-fi
+start_postgres
 pass
-if ! brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$startup_timeout_s")"; then
-  show_log "outbox kafka-mock stderr" "$work_dir/kafka.err"
-  fatal "outbox kafka-mock printed no bootstrap servers within ${startup_timeout_s} s"
-fi
+start_kafka_mock --brokers 3
 pass
 
 # --- 2. migrate, twice ------------------------------------------------------------------------------
