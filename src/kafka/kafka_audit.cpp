@@ -173,9 +173,28 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
 AuditReport audit_topic(const AuditOptions& options) {
   if (options.since.empty()) throw InvalidArgument("audit needs a start (since)");
   if (options.topic.empty()) throw InvalidArgument("audit needs the topic to read");
+  if (options.read_timeout < std::chrono::seconds(1) ||
+      options.read_timeout > std::chrono::hours(24)) {
+    throw InvalidArgument(fmt::format(
+        "audit: a read timeout of {} ms is out of range; give 1 s to 24 h (--read-timeout)",
+        options.read_timeout.count()));
+  }
+  if (options.broker_slack < std::chrono::milliseconds(0) ||
+      options.broker_slack > std::chrono::days(7)) {
+    throw InvalidArgument(fmt::format(
+        "audit: a broker slack of {} ms is out of range; give 0 to 7 days (--slack): it only "
+        "covers clock skew and produce delay",
+        options.broker_slack.count()));
+  }
   auto connection = pg::Connection::open(options.database_url, "outbox-audit");
   PGconn* conn = connection.get();
   const auto [begin_ms, end_ms] = window_ms(conn, options);
+  if (end_ms <= begin_ms) {
+    throw InvalidArgument(fmt::format(
+        "audit: the window is empty: until \"{}\" is not after since \"{}\"; give an --until "
+        "later than --since (or none: now)",
+        options.until.empty() ? "now" : options.until, options.since));
+  }
   // Rows before the cleanup horizon are deleted: their messages would all read as phantoms.
   const auto horizon =
       pg::exec(conn,
@@ -221,7 +240,9 @@ AuditReport audit_topic(const AuditOptions& options) {
     chosen.emplace(row.id, row);
   }
 
-  const Read read = read_topic(options, begin_ms - options.broker_slack.count(), begin_ms, end_ms);
+  // Not below 0: -1 and -2 are "the end" and "the beginning" to a timestamp lookup.
+  const std::int64_t from_ms = std::max<std::int64_t>(0, begin_ms - options.broker_slack.count());
+  const Read read = read_topic(options, from_ms, begin_ms, end_ms);
   std::unordered_map<EventId, std::int64_t, IdHash> copies;
   std::vector<EventId> unknown;  // produced in the window, no row of the window
   for (const auto& [id, in_window] : read.messages) {

@@ -31,7 +31,7 @@ button{margin-right:.3em} .muted{color:#777}
 <h2>Quarantine</h2>
 <table id="quarantine"><thead><tr><th>event</th><th>aggregate</th><th>#</th><th>type</th><th>reason / last error</th><th>blocked</th><th></th></tr></thead><tbody></tbody></table>
 <h2>Slowest aggregates</h2>
-<table id="slowest"><thead><tr><th>aggregate</th><th>pending</th><th>oldest pending age (s)</th></tr></thead><tbody></tbody></table>
+<table id="slowest"><thead><tr><th>aggregate</th><th>pending</th><th>head waiting (s)</th><th>head</th></tr></thead><tbody></tbody></table>
 <script>
 "use strict";
 const samples = [];
@@ -116,7 +116,8 @@ async function refresh() {
     s.onclick = () => skip(q.event_id);
     actions.append(r, s); });
   fill("slowest", o.slowest, (tr, a) => { cell(tr, a.aggregate_type + " " + a.aggregate_id);
-    cell(tr, a.pending, "num"); cell(tr, a.oldest_pending_age.toFixed(1), "num"); });
+    cell(tr, a.pending, "num"); cell(tr, a.waiting_age.toFixed(1), "num");
+    cell(tr, a.quarantined ? "quarantined" : "due"); });
   draw();
 }
 // The next refresh only after this one: a slow database never piles requests up.

@@ -29,20 +29,23 @@ MetricFamily& family(Families& out, const std::string& name, const std::string& 
   return out.back();
 }
 
-void counter(Families& out, const std::string& name, const std::string& help, double value,
-             Labels labels = {}) {
+// One sample of a counter or a gauge.
+void sample(Families& out, MetricType type, const std::string& name, const std::string& help,
+            double value, Labels labels) {
   ClientMetric m;
   m.label = std::move(labels);
-  m.counter.value = value;
-  family(out, name, help, MetricType::Counter).metric.push_back(std::move(m));
+  (type == MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+  family(out, name, help, type).metric.push_back(std::move(m));
+}
+
+void counter(Families& out, const std::string& name, const std::string& help, double value,
+             Labels labels = {}) {
+  sample(out, MetricType::Counter, name, help, value, std::move(labels));
 }
 
 void gauge(Families& out, const std::string& name, const std::string& help, double value,
            Labels labels = {}) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  m.gauge.value = value;
-  family(out, name, help, MetricType::Gauge).metric.push_back(std::move(m));
+  sample(out, MetricType::Gauge, name, help, value, std::move(labels));
 }
 
 void histogram(Families& out, const std::string& name, const std::string& help,
@@ -55,9 +58,8 @@ void histogram(Families& out, const std::string& name, const std::string& help,
     m.histogram.bucket.push_back({cumulative, h.upper_bounds[i]});
   }
   // +Inf and _count are one number (read apart from the buckets, relaxed: take the larger).
-  const std::uint64_t all =
-      std::max(cumulative + (h.counts.size() > h.upper_bounds.size() ? h.counts.back() : 0),
-               h.count);
+  const std::uint64_t all = std::max(
+      cumulative + (h.counts.size() > h.upper_bounds.size() ? h.counts.back() : 0), h.count);
   m.histogram.sample_count = all;
   m.histogram.sample_sum = h.sum;
   m.histogram.bucket.push_back({all, std::numeric_limits<double>::infinity()});
@@ -75,9 +77,9 @@ std::string label_value(std::string_view value) {
 constexpr std::array kRelayStates = {Health::starting, Health::running,
                                      Health::database_unavailable, Health::broker_unavailable,
                                      Health::stopped};
-constexpr std::array kConsumerStates = {Health::starting,           Health::running,
-                                        Health::database_unavailable, Health::broker_unavailable,
-                                        Health::effect_failing,     Health::stopped};
+constexpr std::array kConsumerStates = {
+    Health::starting,           Health::running,        Health::database_unavailable,
+    Health::broker_unavailable, Health::effect_failing, Health::stopped};
 
 template <std::size_t N>
 void health(Families& out, const std::string& name, const std::string& help, Health current,
@@ -129,22 +131,23 @@ void add_relay(Families& out, const RelayMetrics& metrics, const std::string& sh
           "Table-less events the relay wrote to the table to publish them from there.",
           d(s.materialized), base);
   counter(out, "outbox_relay_slot_releases_total",
-          "Times the relay let its replication slot go over its WAL budget.", d(s.slot_released), base);
+          "Times the relay let its replication slot go over its WAL budget.", d(s.slot_released),
+          base);
   histogram(out, "outbox_relay_commit_to_ack_seconds",
             "From the event's transaction (occurred_at, PostgreSQL's clock) to the broker's ack.",
             metrics.commit_to_ack, base);
   histogram(out, "outbox_relay_send_to_ack_seconds", "From the send to the broker's ack.",
             metrics.send_to_ack, base);
-  histogram(out, "outbox_relay_claim_batch_events",
-            "Rows per claim statement that claimed any.", metrics.claim_batch, base);
+  histogram(out, "outbox_relay_claim_batch_events", "Rows per claim statement that claimed any.",
+            metrics.claim_batch, base);
   gauge(out, "outbox_relay_in_flight_events", "Events sent and not yet reported by the broker.",
         d(s.in_flight), base);
   gauge(out, "outbox_relay_in_flight_bytes", "Payload and header bytes of the events in flight.",
         d(s.in_flight_bytes), base);
-  health(out, "outbox_relay_health", "1 for the relay's current state, 0 for the others.",
-         s.health, kRelayStates, base);
-  if (s.slot_lag_bytes >= 0 || s.slot_retained_bytes >= 0 || s.polling_fallback ||
-      s.slot_standby || s.slot_released > 0) {
+  health(out, "outbox_relay_health", "1 for the relay's current state, 0 for the others.", s.health,
+         kRelayStates, base);
+  if (s.slot_lag_bytes >= 0 || s.slot_retained_bytes >= 0 || s.polling_fallback || s.slot_standby ||
+      s.slot_released > 0) {
     // Change data capture: absent (not -1) while unknown, so no alert reads -1 as a value.
     if (s.slot_retained_bytes >= 0) {
       gauge(out, "outbox_relay_slot_retained_bytes",
@@ -188,8 +191,7 @@ void add_consumer(Families& out, const std::string& consumer, const KafkaConsume
           "Batches rolled back and rewound (effect or database failed).", d(s.failed_batches),
           labels);
   counter(out, "outbox_consumer_reconnects_total",
-          "New PostgreSQL connections or Kafka clients after a failure.", d(s.reconnects),
-          labels);
+          "New PostgreSQL connections or Kafka clients after a failure.", d(s.reconnects), labels);
   gauge(out, "outbox_consumer_lag_messages",
         "Messages on the assigned partitions not yet taken; -1 while unknown.",
         static_cast<double>(s.lag_messages), labels);
@@ -211,10 +213,15 @@ void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {
   }
 }
 
-void add_backlog_up(Families& out, bool up) {
+void add_backlog_up(Families& out, bool up, double last_query_seconds) {
   gauge(out, "outbox_backlog_query_up",
         "1 while the backlog query works; 0 while it fails (the backlog gauges are left out).",
         up ? 1 : 0);
+  if (last_query_seconds >= 0) {
+    gauge(out, "outbox_backlog_query_duration_seconds",
+          "How long the last backlog query took; the next one waits at least ten times as long.",
+          last_query_seconds);
+  }
 }
 
 std::string serialize(const Families& families) {

@@ -5,6 +5,9 @@
 
 #include <prometheus/metric_family.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,10 +19,28 @@ namespace outbox::observe {
 // One aggregate type's rows in the table, as the backlog query counts them.
 struct BacklogRow {
   std::string aggregate_type;
-  double pending = 0;              // pending, not quarantined
-  double oldest_pending_age = 0;   // seconds; of the due (or retried) ones; 0 when none
+  double pending = 0;             // pending, not quarantined
+  double oldest_pending_age = 0;  // seconds; of the due (or retried) ones; 0 when none
   double quarantined = 0;
 };
+
+// One of the aggregates whose head has waited longest (the admin page's "slowest aggregates"),
+// from the same query.
+struct SlowAggregate {
+  std::string aggregate_type;
+  std::string aggregate_id;
+  std::int64_t pending = 0;  // its pending rows, quarantined ones included
+  double waiting_age = 0;    // seconds its head has waited (since due, or since it occurred)
+  bool quarantined = false;  // its head is quarantined
+};
+
+// How long the backlog query waits before its next run: `refresh`, or ten times as long as the
+// last run took when that is longer, so a large backlog costs the database at most about a
+// tenth of one backend however short the refresh.
+inline std::chrono::steady_clock::duration next_backlog_query(
+    std::chrono::milliseconds refresh, std::chrono::steady_clock::duration took) {
+  return std::max<std::chrono::steady_clock::duration>(refresh, took * 10);
+}
 
 using Families = std::vector<prometheus::MetricFamily>;
 
@@ -28,8 +49,9 @@ void add_build_info(Families& out);
 void add_relay(Families& out, const RelayMetrics& metrics, const std::string& shard);
 void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& stats);
 void add_backlog(Families& out, const std::vector<BacklogRow>& rows);
-// 1 while the backlog query works, 0 while it fails (the backlog gauges are absent then).
-void add_backlog_up(Families& out, bool up);
+// 1 while the backlog query works, 0 while it fails (the backlog gauges are absent then), and
+// how long its last run took (absent before the first).
+void add_backlog_up(Families& out, bool up, double last_query_seconds);
 
 // The families in the text format (families of the same name merged, in order of appearance).
 std::string serialize(const Families& families);

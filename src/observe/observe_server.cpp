@@ -1,25 +1,25 @@
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <httplib.h>
 
 #include <algorithm>
-#include <arpa/inet.h>
 #include <charconv>
-#include <map>
+#include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "common/log.hpp"
 #include "observe/admin_page.hpp"
-#include "outbox/quarantine.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/error.hpp"
 #include "outbox/observe.hpp"
+#include "outbox/quarantine.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -32,9 +32,10 @@ bool ListenAddress::loopback() const {
 
 ListenAddress parse_listen_address(const std::string& text, const std::string& what) {
   const auto refuse = [&](const std::string& why) {
-    return ConfigError(fmt::format("{} '{}': {}; give host:port, e.g. 127.0.0.1:9464 or "
-                                   "[::1]:9464",
-                                   what, text, why));
+    return ConfigError(
+        fmt::format("{} '{}': {}; give host:port, e.g. 127.0.0.1:9464 or "
+                    "[::1]:9464",
+                    what, text, why));
   };
   ListenAddress address;
   std::string port;
@@ -95,9 +96,10 @@ class ObserveServer::Impl {
   explicit Impl(ObserveOptions options) : options_(std::move(options)) {
     address_ = parse_listen_address(options_.listen, "the metrics listen address");
     if (!options_.token.empty() && options_.token.size() < kMinTokenLength) {
-      throw ConfigError(fmt::format("the admin token is {} characters; use at least {} (e.g. "
-                                    "openssl rand -hex 32)",
-                                    options_.token.size(), kMinTokenLength));
+      throw ConfigError(
+          fmt::format("the admin token is {} characters; use at least {} (e.g. "
+                      "openssl rand -hex 32)",
+                      options_.token.size(), kMinTokenLength));
     }
     if (!address_.loopback() && options_.token.empty()) {
       throw ConfigError(fmt::format(
@@ -105,8 +107,12 @@ class ObserveServer::Impl {
           "metrics; give a token (--admin-token-file) or listen on 127.0.0.1",
           options_.listen));
     }
-    if (options_.backlog_refresh.count() < 100) {
-      throw ConfigError("backlog_refresh must be at least 100 ms");
+    if (options_.backlog_refresh < std::chrono::milliseconds(100) ||
+        options_.backlog_refresh > std::chrono::hours(1)) {
+      throw ConfigError(fmt::format(
+          "the backlog refresh of {} ms is out of range: give 100 ms to 1 h (it also waits ten "
+          "times as long as the query took)",
+          options_.backlog_refresh.count()));
     }
   }
 
@@ -141,8 +147,7 @@ class ObserveServer::Impl {
       // web page cannot reach it by DNS rebinding (its name resolving to 127.0.0.1).
       if (options_.token.empty() && !loopback_host(request.get_header_value("Host"))) {
         response.status = 403;
-        response.set_content("this listener answers only to loopback host names\n",
-                             "text/plain");
+        response.set_content("this listener answers only to loopback host names\n", "text/plain");
         return httplib::Server::HandlerResponse::Handled;
       }
       // The page holds no data (its script asks for the token): it and the probes need none.
@@ -176,10 +181,9 @@ class ObserveServer::Impl {
       response.status = ok ? 200 : 503;
       response.set_content(body, "text/plain");
     });
-    const bool bound =
-        address_.port == 0
-            ? (bound_port_ = server_.bind_to_any_port(address_.host)) > 0
-            : server_.bind_to_port(address_.host, address_.port);
+    const bool bound = address_.port == 0
+                           ? (bound_port_ = server_.bind_to_any_port(address_.host)) > 0
+                           : server_.bind_to_port(address_.host, address_.port);
     if (!bound) {
       throw ConfigError(fmt::format(
           "cannot listen on {}: the port is in use or the address is not this host's; choose "
@@ -187,7 +191,8 @@ class ObserveServer::Impl {
           options_.listen));
     }
     if (address_.port != 0) bound_port_ = address_.port;
-    if (options_.backlog) backlog_thread_ = std::thread([this] { refresh_backlog_until_stopped(); });
+    if (options_.backlog)
+      backlog_thread_ = std::thread([this] { refresh_backlog_until_stopped(); });
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // httplib's stop() does nothing before the accept loop runs: wait for it, so a stop() right
     // after start() cannot leave the loop (and our join) running for ever.
@@ -234,25 +239,23 @@ class ObserveServer::Impl {
                      std::lock_guard lock(api_mutex_);
                      const std::vector<EventId> ids{id};
                      const std::size_t released =
-                         retry_quarantined(api_connection(), options_.schema, ids,
-                                           actor(request));
+                         retry_quarantined(api_connection(), options_.schema, ids, actor(request));
                      return nlohmann::json{{"released", released}};
                    });
                  });
-    server_.Post("/api/quarantine/skip",
-                 [this](const httplib::Request& request, httplib::Response& response) {
-                   answer(response, [&] {
-                     const auto [id, body] = admin_post(request);
-                     const std::string reason = body.value("reason", std::string());
-                     if (reason.empty() || reason.size() > 2000) {
-                       throw InvalidArgument("skip needs a reason (at most 2000 bytes)");
-                     }
-                     std::lock_guard lock(api_mutex_);
-                     skip_quarantined(api_connection(), options_.schema, id, actor(request),
-                                      reason);
-                     return nlohmann::json{{"skipped", id.to_string()}};
-                   });
-                 });
+    server_.Post("/api/quarantine/skip", [this](const httplib::Request& request,
+                                                httplib::Response& response) {
+      answer(response, [&] {
+        const auto [id, body] = admin_post(request);
+        const std::string reason = body.value("reason", std::string());
+        if (reason.empty() || reason.size() > 2000) {
+          throw InvalidArgument("skip needs a reason (at most 2000 bytes)");
+        }
+        std::lock_guard lock(api_mutex_);
+        skip_quarantined(api_connection(), options_.schema, id, actor(request), reason);
+        return nlohmann::json{{"skipped", id.to_string()}};
+      });
+    });
   }
 
   // Runs `make`; its JSON is the answer, an InvalidArgument a 400, anything else a 503.
@@ -286,8 +289,9 @@ class ObserveServer::Impl {
     if (options_.token.empty()) {
       // Read-only without a token: on loopback any local user could otherwise skip events
       // without the database credentials the same action needs from the command line.
-      throw Forbidden("actions (retry, skip) need a token: start with --admin-token-file; "
-                      "without one the page is read-only (outbox quarantine does the same)");
+      throw Forbidden(
+          "actions (retry, skip) need a token: start with --admin-token-file; "
+          "without one the page is read-only (outbox quarantine does the same)");
     }
     if (request.get_header_value("X-Outbox-Admin") != "1" ||
         request.get_header_value("Content-Type").rfind("application/json", 0) != 0) {
@@ -360,16 +364,17 @@ class ObserveServer::Impl {
     if (!lock.owns_lock()) throw Busy("the previous overview is still being read; try again");
     PGconn* conn = api_connection();
     // Every relay session the table knows: alive ones beat every 10 s.
-    const auto relays = pg::exec(
-        conn, "SELECT relay_id, listening, CASE WHEN isfinite(seen_at) THEN "
-              "extract(epoch FROM now() - seen_at)::float8 ELSE -1 END, ended_at IS NOT NULL "
-              "FROM " + options_.schema.table("outbox_relays") +
-                  " ORDER BY seen_at DESC LIMIT 50");
+    const auto relays =
+        pg::exec(conn,
+                 "SELECT relay_id, listening, CASE WHEN isfinite(seen_at) THEN "
+                 "extract(epoch FROM now() - seen_at)::float8 ELSE -1 END, ended_at IS NOT NULL "
+                 "FROM " +
+                     options_.schema.table("outbox_relays") + " ORDER BY seen_at DESC LIMIT 50");
     for (int row = 0; row < relays.rows(); ++row) {
       const double ago = std::stod(std::string(relays.text(row, 2)));
       const bool ended = relays.text(row, 3) == "t";
-      const std::string state = ended       ? "ended"
-                                : ago > 30  ? "silent"
+      const std::string state = ended                        ? "ended"
+                                : ago > 30                   ? "silent"
                                 : relays.text(row, 1) == "t" ? "waiting for work"
                                                              : "working";
       parts.push_back({{"part", "relay " + std::string(relays.text(row, 0))},
@@ -390,18 +395,17 @@ class ObserveServer::Impl {
                             {"blocked_events", q.blocked_events}});
     }
     out["quarantine"] = std::move(quarantine);
-    const auto slowest = pg::exec(
-        conn, "SELECT aggregate_type, aggregate_id, count(*), "
-              "extract(epoch FROM now() - min(occurred_at))::float8 FROM " +
-                  options_.schema.table("outbox_events") +
-                  " WHERE published_at IS NULL AND skipped_at IS NULL "
-                  "GROUP BY aggregate_type, aggregate_id ORDER BY min(occurred_at) LIMIT 10");
+    // The backlog thread's list (the page costs no second pass over the pending rows).
     nlohmann::json slow = nlohmann::json::array();
-    for (int row = 0; row < slowest.rows(); ++row) {
-      slow.push_back({{"aggregate_type", std::string(slowest.text(row, 0))},
-                      {"aggregate_id", std::string(slowest.text(row, 1))},
-                      {"pending", slowest.int64(row, 2)},
-                      {"oldest_pending_age", std::stod(std::string(slowest.text(row, 3)))}});
+    {
+      std::lock_guard backlog_lock(backlog_mutex_);
+      for (const observe::SlowAggregate& a : slowest_) {
+        slow.push_back({{"aggregate_type", a.aggregate_type},
+                        {"aggregate_id", a.aggregate_id},
+                        {"pending", a.pending},
+                        {"waiting_age", a.waiting_age},
+                        {"quarantined", a.quarantined}});
+      }
     }
     out["slowest"] = std::move(slow);
     return out;
@@ -416,7 +420,7 @@ class ObserveServer::Impl {
     for (const auto& [name, stats] : consumers_) observe::add_consumer(families, name, stats());
     if (options_.backlog) {
       std::lock_guard lock(backlog_mutex_);
-      observe::add_backlog_up(families, backlog_ok_);
+      observe::add_backlog_up(families, backlog_ok_, last_query_seconds_);
       if (backlog_ok_) observe::add_backlog(families, backlog_);
     }
     return observe::serialize(families);
@@ -456,30 +460,37 @@ class ObserveServer::Impl {
     return {ok, body.empty() ? "ok\n" : body};
   }
 
-  // The backlog gauges, from one query every backlog_refresh on a thread of their own, so a
-  // scrape never waits for it (a large backlog makes it slow). A query that fails or passes its
-  // 30 s timeout leaves the gauges out (absent, never stale) and outbox_backlog_query_up 0
+  // The backlog gauges and the slowest aggregates, from one query on a thread of its own, so a
+  // scrape never waits for it. The query reads every pending row (seconds at a million,
+  // docs/OPERATIONS.md), so the next run waits next_backlog_query(). A query that fails or passes
+  // its 30 s timeout leaves the gauges out (absent, never stale) and outbox_backlog_query_up 0
   // until one works again.
   void refresh_backlog_until_stopped() {
     std::unique_lock lock(backlog_mutex_);
+    bool announced = false;  // that the query is slow
     while (!stopping_) {
       lock.unlock();
-      std::vector<observe::BacklogRow> fresh;
+      Backlog fresh;
       std::string error;
+      query_took_ = {};
       try {
         fresh = query_backlog();
       } catch (const std::exception& e) {
         error = e.what();
         connection_.reset();
       }
+      const auto took = query_took_;
       lock.lock();
+      last_query_seconds_ = std::chrono::duration<double>(took).count();
       if (error.empty()) {
         if (!backlog_ok_ && !backlog_error_.empty()) {
           detail::log().info("metrics: the backlog query works again");
         }
         // Types seen before and gone now read 0 (not absent), while there is room.
         std::map<std::string, observe::BacklogRow> rows;
-        for (observe::BacklogRow& row : fresh) rows.emplace(row.aggregate_type, std::move(row));
+        for (observe::BacklogRow& row : fresh.rows) {
+          rows.emplace(row.aggregate_type, std::move(row));
+        }
         for (const observe::BacklogRow& before : backlog_) {
           if (rows.size() >= kMaxBacklogTypes + 1) break;
           rows.try_emplace(before.aggregate_type,
@@ -487,38 +498,88 @@ class ObserveServer::Impl {
         }
         backlog_.clear();
         for (auto& [type, row] : rows) backlog_.push_back(std::move(row));
+        slowest_ = std::move(fresh.slowest);
         backlog_ok_ = true;
         backlog_error_.clear();
       } else {
         if (backlog_ok_ || backlog_error_.empty()) {
-          detail::log().warn("metrics: the backlog query failed (its gauges are left out until "
-                             "it works): {}",
-                             error);
+          detail::log().warn(
+              "metrics: the backlog query failed (its gauges are left out until "
+              "it works): {}",
+              error);
         }
         backlog_ok_ = false;
         backlog_error_ = error;
+        slowest_.clear();
       }
-      backlog_wake_.wait_for(lock, options_.backlog_refresh, [this] { return stopping_; });
+      const auto wait = observe::next_backlog_query(options_.backlog_refresh, took);
+      if (!announced && wait > options_.backlog_refresh && took >= std::chrono::seconds(1)) {
+        announced = true;
+        detail::log().info(
+            "metrics: the backlog query took {:.1f} s; it runs every {:.0f} s while it is that "
+            "slow (ten times its duration)",
+            last_query_seconds_, std::chrono::duration<double>(wait).count());
+      } else if (announced && wait <= options_.backlog_refresh) {
+        announced = false;
+        detail::log().info("metrics: the backlog query is quick again; it runs every {} ms",
+                           options_.backlog_refresh.count());
+      }
+      backlog_wake_.wait_for(lock, wait, [this] { return stopping_; });
     }
   }
 
+  struct Backlog {
+    std::vector<observe::BacklogRow> rows;
+    std::vector<observe::SlowAggregate> slowest;
+  };
+
   // One run of the backlog query (this thread's connection). The first kMaxBacklogTypes types
-  // by pending count, the rest together under kOtherAggregateTypes.
-  std::vector<observe::BacklogRow> query_backlog() {
+  // by pending count, the rest together under kOtherAggregateTypes; then the slowest aggregates.
+  Backlog query_backlog() {
     if (!connection_ || !connection_->healthy()) {
       connection_.reset();
       connection_ = std::make_unique<pg::Connection>(pg::Connection::open(
           options_.database_url, "outbox-metrics", {{"connect_timeout", "5"}}));
+      // No JIT: it compiled this query anew on every run (0.17 s of 2.4 s at a million rows).
       pg::exec(connection_->get(), "SET statement_timeout = 30000");
+      pg::exec(connection_->get(), "SET jit = off");
     }
-    const pg::Result result = pg::exec(connection_->get(), backlog_sql());
-    std::vector<observe::BacklogRow> rows;
-    std::size_t other = kMaxBacklogTypes;  // index of the shared row, once there is one
+    // Timed without the connection: a server that is down must not stretch the wait.
+    const auto began = std::chrono::steady_clock::now();
+    const auto timed = [&] { query_took_ = std::chrono::steady_clock::now() - began; };
+    pg::Result result = [&] {
+      try {
+        pg::Result r = pg::exec(connection_->get(), backlog_sql());
+        timed();
+        return r;
+      } catch (...) {
+        timed();  // a statement timeout counts: it was that slow
+        throw;
+      }
+    }();
+    Backlog backlog;
+    std::vector<observe::BacklogRow> by_type;
     for (int i = 0; i < result.rows(); ++i) {
-      observe::BacklogRow row{std::string(result.text(i, 0)),
-                              std::stod(std::string(result.text(i, 1))),
-                              std::stod(std::string(result.text(i, 2))),
-                              std::stod(std::string(result.text(i, 3)))};
+      if (result.text(i, 0) == "slow") {
+        backlog.slowest.push_back({std::string(result.text(i, 1)), std::string(result.text(i, 2)),
+                                   result.int64(i, 3),
+                                   std::stod(std::string(result.text(i, 4))),
+                                   result.text(i, 5) == "true"});
+      } else {
+        by_type.push_back(
+            {std::string(result.text(i, 1)), std::stod(std::string(result.text(i, 3))),
+             std::stod(std::string(result.text(i, 4))), std::stod(std::string(result.text(i, 5)))});
+      }
+    }
+    // Most pending first (the first kMaxBacklogTypes keep their own label), then by name.
+    std::sort(by_type.begin(), by_type.end(), [](const auto& a, const auto& b) {
+      return a.pending != b.pending ? a.pending > b.pending : a.aggregate_type < b.aggregate_type;
+    });
+    std::sort(backlog.slowest.begin(), backlog.slowest.end(),
+              [](const auto& a, const auto& b) { return a.waiting_age > b.waiting_age; });
+    std::vector<observe::BacklogRow>& rows = backlog.rows;
+    std::size_t other = kMaxBacklogTypes;  // index of the shared row, once there is one
+    for (observe::BacklogRow& row : by_type) {
       if (rows.size() < kMaxBacklogTypes && row.aggregate_type != kOtherAggregateTypes) {
         rows.push_back(std::move(row));
         continue;
@@ -532,37 +593,49 @@ class ObserveServer::Impl {
       shared.quarantined += row.quarantined;
       shared.oldest_pending_age = std::max(shared.oldest_pending_age, row.oldest_pending_age);
     }
-    return rows;
+    return backlog;
   }
 
-  // Pending rows by aggregate type, most pending first, with the age of the oldest aggregate
-  // head that should be going: due, or tried before (a retry waiting out its backoff), and not
-  // quarantined; a delayed event counts from its available_at (deliver_after), and an event
-  // waiting behind its aggregate's head is the head's wait, not a second one. One pass over the
-  // pending index (its predicate is the WHERE clause) for each part: the cost grows with the
-  // backlog, not the history.
+  // Two kinds of rows. 'type': pending rows by aggregate type, most pending first, with the age
+  // of the oldest aggregate head that should be going: due, or tried before (a retry waiting
+  // out its backoff), and not quarantined; a delayed event counts from its available_at
+  // (deliver_after), and an event waiting behind its aggregate's head is the head's wait, not a
+  // second one. 'slow': the ten aggregates whose head has waited longest (a quarantined head
+  // since it occurred; a delayed one not yet due is not waiting), with their pending rows
+  // counted from the index. The heads are one pass over the pending index, the counts one over
+  // the pending rows: the cost grows with the backlog, not the history.
   std::string backlog_sql() const {
     return fmt::format(R"SQL(
-SELECT p.aggregate_type, p.pending::text, coalesce(h.age, 0)::text, p.quarantined::text
-FROM (
+WITH heads AS MATERIALIZED (
+  SELECT DISTINCT ON (aggregate_type, aggregate_id)
+         aggregate_type, aggregate_id, quarantined_at IS NOT NULL AS quarantined,
+         CASE WHEN quarantined_at IS NOT NULL OR attempt_count > 0 THEN occurred_at
+              WHEN available_at <= now() THEN greatest(occurred_at, available_at) END AS since
+  FROM {events}
+  WHERE published_at IS NULL AND skipped_at IS NULL
+  ORDER BY aggregate_type, aggregate_id, aggregate_sequence),
+counts AS (
   SELECT aggregate_type, count(*) FILTER (WHERE quarantined_at IS NULL) AS pending,
          count(*) FILTER (WHERE quarantined_at IS NOT NULL) AS quarantined
   FROM {events}
   WHERE published_at IS NULL AND skipped_at IS NULL
-  GROUP BY aggregate_type) p
-LEFT JOIN (
-  SELECT aggregate_type,
-         extract(epoch FROM now() - min(CASE WHEN attempt_count > 0 THEN occurred_at
-                                            ELSE greatest(occurred_at, available_at) END)) AS age
-  FROM (
-    SELECT DISTINCT ON (aggregate_type, aggregate_id)
-           aggregate_type, occurred_at, available_at, attempt_count, quarantined_at
-    FROM {events}
-    WHERE published_at IS NULL AND skipped_at IS NULL
-    ORDER BY aggregate_type, aggregate_id, aggregate_sequence) heads
-  WHERE quarantined_at IS NULL AND (available_at <= now() OR attempt_count > 0)
-  GROUP BY aggregate_type) h USING (aggregate_type)
-ORDER BY p.pending DESC, p.aggregate_type)SQL",
+  GROUP BY aggregate_type),
+ages AS (
+  SELECT aggregate_type, extract(epoch FROM now() - min(since)) AS age
+  FROM heads WHERE NOT quarantined GROUP BY aggregate_type),
+slowest AS (
+  SELECT aggregate_type, aggregate_id, since, quarantined FROM heads
+  WHERE since IS NOT NULL ORDER BY since, aggregate_type, aggregate_id LIMIT 10)
+SELECT 'type', c.aggregate_type, NULL, c.pending::text, coalesce(a.age, 0)::text,
+       c.quarantined::text
+FROM counts c LEFT JOIN ages a USING (aggregate_type)
+UNION ALL
+SELECT 'slow', s.aggregate_type, s.aggregate_id,
+       (SELECT count(*) FROM {events} e
+        WHERE e.published_at IS NULL AND e.skipped_at IS NULL
+          AND e.aggregate_type = s.aggregate_type AND e.aggregate_id = s.aggregate_id)::text,
+       extract(epoch FROM now() - s.since)::text, s.quarantined::text
+FROM slowest s)SQL",
                        fmt::arg("events", options_.schema.table("outbox_events")));
   }
 
@@ -581,6 +654,9 @@ ORDER BY p.pending DESC, p.aggregate_type)SQL",
   std::mutex api_mutex_;
   std::unique_ptr<pg::Connection> api_connection_;  // the admin page's
   std::vector<observe::BacklogRow> backlog_;
+  std::vector<observe::SlowAggregate> slowest_;
+  double last_query_seconds_ = -1;                    // before the first run: none
+  std::chrono::steady_clock::duration query_took_{};  // the backlog thread's own
   bool backlog_ok_ = false;
   std::string backlog_error_;
 };

@@ -99,6 +99,15 @@ expect_failure "an unreadable --since" "timestamps PostgreSQL reads" \
 expect_failure "a topic with nothing to audit" "nothing to audit" \
   "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
   --topic no.such.topic --since 1h --from-beginning --read-timeout 10s
+expect_failure "--until before --since" "the window is empty" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --topic "$topic" --since 1h --until 2h --from-beginning
+expect_failure "--read-timeout 0" "give 1 s to 24 h" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --topic "$topic" --since 1h --read-timeout 0s --from-beginning
+expect_failure "--slack 3650d" "give 0 to 7 days" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --topic "$topic" --since 1h --slack 3650d
 sql -c "INSERT INTO $schema.outbox_cleanup_horizon (deleted_before) VALUES (now() - interval '30 minutes')"
 expect_failure "a window older than the cleanup horizon" "before the cleanup horizon" \
   "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "outbox/error.hpp"
 #include "outbox/kafka_consumer.hpp"
@@ -146,6 +147,50 @@ TEST_F(ObserveTest, TheOldestPendingAgeCountsDelayedEventsFromTheirTime) {
   EXPECT_LT(due, 600);
 }
 
+// The admin page's slowest aggregates come from the backlog thread's query: the heads that have
+// waited longest (a quarantined one since it occurred), never one delayed and not yet due; each
+// with its pending rows. The query's duration is served.
+TEST_F(ObserveTest, TheSlowestAggregatesAreTheHeadsThatWaitedLongest) {
+  const std::string events = schema_.table("outbox_events");
+  pg::exec(conn(), "INSERT INTO " + events +
+                       " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
+                       " payload, occurred_at, available_at, quarantined_at) VALUES"
+                       // Delayed, not due: not waiting, however old.
+                       " (gen_random_uuid(), 'later', 'a', 1, 'Step', '{}', now() - interval '3 h',"
+                       "  now() + interval '1 h', NULL),"
+                       // Quarantined two hours ago, with two events behind it.
+                       " (gen_random_uuid(), 'pay', 'q', 1, 'Step', '{}', now() - interval '2 h',"
+                       "  'infinity', now()),"
+                       " (gen_random_uuid(), 'pay', 'q', 2, 'Step', '{}', now() - interval '2 h',"
+                       "  now(), NULL),"
+                       " (gen_random_uuid(), 'pay', 'q', 3, 'Step', '{}', now() - interval '1 h',"
+                       "  now(), NULL),"
+                       // Due for an hour.
+                       " (gen_random_uuid(), 'order', 'o', 1, 'Step', '{}', now() - interval '1 h',"
+                       "  now() - interval '1 h', NULL)");
+  enqueue(3, 1);  // three fresh "order" aggregates
+  ObserveServer server(observe_options());
+  server.start();
+  let_the_backlog_refresh();
+  const auto response = get(server, "/api/overview");
+  ASSERT_TRUE(response);
+  ASSERT_EQ(response->status, 200) << response->body;
+  const nlohmann::json slowest = nlohmann::json::parse(response->body).at("slowest");
+  ASSERT_EQ(slowest.size(), 5U) << slowest.dump();
+  EXPECT_EQ(slowest[0].at("aggregate_id"), "q");
+  EXPECT_EQ(slowest[0].at("pending"), 3);
+  EXPECT_EQ(slowest[0].at("quarantined"), true);
+  EXPECT_GE(slowest[0].at("waiting_age").get<double>(), 7200);
+  EXPECT_EQ(slowest[1].at("aggregate_id"), "o");
+  EXPECT_EQ(slowest[1].at("quarantined"), false);
+  EXPECT_GE(slowest[1].at("waiting_age").get<double>(), 3600);
+  EXPECT_LT(slowest[1].at("waiting_age").get<double>(), 7200);
+  for (const auto& a : slowest) EXPECT_NE(a.at("aggregate_id"), "a") << slowest.dump();
+  const double took = value(scrape(server), "outbox_backlog_query_duration_seconds");
+  EXPECT_GT(took, 0);
+  EXPECT_LT(took, 30);
+}
+
 TEST_F(ObserveTest, LeasesOfADeadRelayTakenOverAreCounted) {
   enqueue(3, 1);
   // As a relay that claimed them and died leaves them: leased, the lease run out.
@@ -268,17 +313,16 @@ TEST_F(ObserveTest, WhatIsServedPassesPromtoolAndCoversTheDashboardAndTheAlerts)
   EXPECT_GE(value(cdc_text, "outbox_relay_slot_lag_seconds"), 0);
 
   const std::string consumer_text = scrape(consumer_server);
-  EXPECT_EQ(value(consumer_text,
-                  R"(outbox_consumer_events_applied_total{consumer="projection"})"), 20);
+  EXPECT_EQ(value(consumer_text, R"(outbox_consumer_events_applied_total{consumer="projection"})"),
+            20);
   EXPECT_EQ(value(consumer_text, R"(outbox_consumer_lag_messages{consumer="projection"})"), 0);
   EXPECT_EQ(consumer_text.find("outbox_pending_events"), std::string::npos);
 
   const std::string dir = ::testing::TempDir();
   std::vector<std::string> files;
-  for (const auto& [name, text] : {std::pair{"relay", scrape(relay_server)},
-                                   std::pair{"consumer", consumer_text},
-                                   std::pair{"admin", scrape(admin)},
-                                   std::pair{"cdc-relay", cdc_text}}) {
+  for (const auto& [name, text] :
+       {std::pair{"relay", scrape(relay_server)}, std::pair{"consumer", consumer_text},
+        std::pair{"admin", scrape(admin)}, std::pair{"cdc-relay", cdc_text}}) {
     const std::string file = dir + "observe-" + schema_.name() + "-" + name + ".txt";
     std::ofstream(file) << text;
     files.push_back(file);

@@ -1,13 +1,14 @@
 // The pure parts of what the relay measures and serves: timestamps read for commit-to-ack, the
 // histogram, counts by aggregate type and their cap, listen addresses, and the text format.
 
+#include "outbox/observe.hpp"
+
 #include <gtest/gtest.h>
 
 #include "common/histogram.hpp"
 #include "common/timestamp.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/error.hpp"
-#include "outbox/observe.hpp"
 #include "relay/relay_counters.hpp"
 #include "unit/contains.hpp"
 
@@ -33,12 +34,22 @@ TEST(ParseTimestamptz, ReadsPostgresIsoOutputWithEveryOffsetForm) {
 }
 
 TEST(ParseTimestamptz, AnythingElseIsNoValueNotAGuess) {
-  for (const char* text : {"", "2026-12-01", "2026-12-01 18:07:01", "12/01/2026 18:07:01 UTC",
-                           "Tue Dec 01 18:07:01 2026 UTC", "2026-13-01 18:07:01+00",
-                           "2026-02-30 18:07:01+00", "2026-12-01 18:07:01.+00",
-                           "2026-12-01 18:07:01+00 trailing", "infinity"}) {
+  for (const char* text :
+       {"", "2026-12-01", "2026-12-01 18:07:01", "12/01/2026 18:07:01 UTC",
+        "Tue Dec 01 18:07:01 2026 UTC", "2026-13-01 18:07:01+00", "2026-02-30 18:07:01+00",
+        "2026-12-01 18:07:01.+00", "2026-12-01 18:07:01+00 trailing", "infinity"}) {
     EXPECT_FALSE(detail::parse_timestamptz(text).has_value()) << text;
   }
+}
+
+// A quick query runs every refresh; a slow one waits ten times its duration, so a large backlog
+// cannot keep a backend busy.
+TEST(BacklogRefresh, WaitsTenTimesAsLongAsASlowQueryTook) {
+  using namespace std::chrono_literals;
+  EXPECT_EQ(observe::next_backlog_query(5000ms, 20ms), 5000ms);
+  EXPECT_EQ(observe::next_backlog_query(5000ms, 500ms), 5000ms);
+  EXPECT_EQ(observe::next_backlog_query(5000ms, 2400ms), 24000ms);
+  EXPECT_EQ(observe::next_backlog_query(100ms, 30s), 300s);
 }
 
 TEST(Histogram, CountsEachObservationInItsBucketAndSums) {
