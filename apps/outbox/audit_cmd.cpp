@@ -18,9 +18,7 @@ namespace {
 struct AuditFlags {
   std::string db;
   std::string schema = SchemaName().name();
-  std::string brokers;
-  std::vector<std::string> properties;
-  std::string properties_file;
+  KafkaFlags kafka;
   std::string topic;
   std::string topic_template = AuditOptions{}.topic_template;
   std::string since;
@@ -49,13 +47,13 @@ nlohmann::json ids_json(const std::vector<EventId>& ids) {
 }
 
 int run_audit(const AuditFlags& flags) {
-  if (flags.brokers.empty()) throw ConfigError("audit: --kafka-brokers host:port is required");
+  if (flags.kafka.brokers.empty())
+    throw ConfigError("audit: --kafka-brokers host:port is required");
   AuditOptions options;
   options.database_url = database_url(flags.db);
   options.schema = SchemaName(flags.schema);
-  options.brokers = flags.brokers;
-  if (!flags.properties_file.empty()) options.properties = read_properties_file(flags.properties_file);
-  for (auto& [key, value] : kafka_properties(flags.properties)) options.properties[key] = value;
+  options.brokers = flags.kafka.brokers;
+  options.properties = flags.kafka.merged_properties();
   options.topic = flags.topic;
   options.topic_template = flags.topic_template;
   options.since = timestamp_flag(flags.since);
@@ -67,7 +65,8 @@ int run_audit(const AuditFlags& flags) {
   const AuditReport r = audit_topic(options);
   if (flags.json) {
     nlohmann::json duplicated = nlohmann::json::array();
-    for (const auto& [id, n] : r.duplicated) duplicated.push_back({{"event_id", id.to_string()}, {"copies", n}});
+    for (const auto& [id, n] : r.duplicated)
+      duplicated.push_back({{"event_id", id.to_string()}, {"copies", n}});
     const nlohmann::json out = {{"topic", flags.topic},
                                 {"since", options.since},
                                 {"until", options.until},
@@ -89,9 +88,10 @@ int run_audit(const AuditFlags& flags) {
         "audit of {}: {} row(s) occurred in the window ({} published, {} pending, {} skipped); "
         "{} message(s) read ({} without an outbox event id)\n",
         flags.topic, r.rows, r.published, r.pending, r.skipped, r.messages, r.foreign);
-    std::cout << fmt::format("lost {}, phantom {}, duplicated {}", r.lost.size(),
-                             r.phantom.size(), r.duplicated.size());
-    if (options.consumer) std::cout << fmt::format(", not applied by {} {}", flags.consumer, r.not_applied.size());
+    std::cout << fmt::format("lost {}, phantom {}, duplicated {}", r.lost.size(), r.phantom.size(),
+                             r.duplicated.size());
+    if (options.consumer)
+      std::cout << fmt::format(", not applied by {} {}", flags.consumer, r.not_applied.size());
     std::cout << "\n";
     print_ids("lost (published, not on the topic)", r.lost);
     print_ids("phantom (on the topic, never committed)", r.phantom);
@@ -124,10 +124,7 @@ void register_audit(Commands& commands) {
       "duplicated, not applied); exit 1 on loss",
       &run_audit);
   Commands::add_database_options(audit, flags->db, flags->schema);
-  audit->add_option("--kafka-brokers", flags->brokers, "bootstrap servers host:port,...");
-  audit->add_option("--kafka-property", flags->properties, "librdkafka property key=value");
-  audit->add_option("--kafka-properties-file", flags->properties_file,
-                    "librdkafka properties, key=value per line (for secrets)");
+  Commands::add_kafka_options(audit, flags->kafka);
   audit->add_option("--topic", flags->topic, "the topic to audit")->required();
   audit->add_option("--topic-template", flags->topic_template,
                     "the relays' --topic-template: which rows belong to the topic");

@@ -88,7 +88,7 @@ int run_cleanup(const CleanupFlags& flags) {
   std::mutex mutex;
   std::condition_variable wake;
   bool stopping = false;
-  on_termination_signal([&] {
+  const SignalWatch watch = on_termination_signal([&] {
     std::lock_guard lock(mutex);
     stopping = true;
     wake.notify_all();

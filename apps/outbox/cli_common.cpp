@@ -4,8 +4,6 @@
 
 #include "cli_common.hpp"
 
-#include "outbox/duration.hpp"
-
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <libpq-fe.h>
@@ -22,6 +20,7 @@
 #include <thread>
 
 #include "common/redact.hpp"
+#include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
 
@@ -133,25 +132,29 @@ std::map<std::string, std::string> read_properties_file(const std::string& path)
   return properties;
 }
 
-void on_termination_signal(std::function<void()> on_signal) {
+SignalWatch on_termination_signal(std::function<void()> on_signal) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);  // a closed terminal or a supervisor's hangup: stop in order too
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([set, on_signal = std::move(on_signal)] {
+  auto state = std::make_shared<SignalWatch::State>();
+  state->on_signal = std::move(on_signal);
+  std::thread([set, state] {
     int signal_number = 0;
     sigwait(&set, &signal_number);
-    on_signal();
+    const std::lock_guard lock(state->mutex);
+    if (state->on_signal) state->on_signal();
   }).detach();
+  return SignalWatch(std::move(state));
 }
 
 void wait_for_termination() {
   static std::mutex mutex;
   static std::condition_variable cv;
   static bool stop = false;
-  on_termination_signal([] {
+  const SignalWatch watch = on_termination_signal([] {
     std::lock_guard lock(mutex);
     stop = true;
     cv.notify_all();
@@ -172,10 +175,17 @@ std::map<std::string, std::string> kafka_properties(const std::vector<std::strin
   return properties;
 }
 
+std::map<std::string, std::string> KafkaFlags::merged_properties() const {
+  std::map<std::string, std::string> merged;
+  if (!properties_file.empty()) merged = read_properties_file(properties_file);
+  for (auto& [key, value] : kafka_properties(properties)) merged[key] = value;
+  return merged;
+}
+
 std::string byte_size_text(std::uint64_t bytes) {
-  for (const auto& [unit, size] : {std::pair{"GiB", std::uint64_t{1} << 30},
-                                   std::pair{"MiB", std::uint64_t{1} << 20},
-                                   std::pair{"KiB", std::uint64_t{1} << 10}}) {
+  for (const auto& [unit, size] :
+       {std::pair{"GiB", std::uint64_t{1} << 30}, std::pair{"MiB", std::uint64_t{1} << 20},
+        std::pair{"KiB", std::uint64_t{1} << 10}}) {
     if (bytes != 0 && bytes % size == 0) return std::to_string(bytes / size) + unit;
   }
   return std::to_string(bytes);
@@ -234,7 +244,6 @@ std::string actor_or_user(const std::string& actor) {
   }
   throw InvalidArgument("say who acts with --actor NAME; it goes into the audit record");
 }
-
 
 std::string timestamp_flag(const std::string& text) {
   if (text.empty()) return text;

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,9 +47,37 @@ std::string read_secret_file(const std::string& path, const std::string& what);
 // secrets that must not stand on a command line. Throws ConfigError naming the file and line.
 std::map<std::string, std::string> read_properties_file(const std::string& path);
 
+// The Kafka flags of a command that talks to the user's brokers (Commands::add_kafka_options).
+struct KafkaFlags {
+  std::string brokers;                  // --kafka-brokers
+  std::vector<std::string> properties;  // --kafka-property key=value
+  std::string properties_file;          // --kafka-properties-file: key=value lines (for secrets)
+  // The file's properties, then the flags' (a flag wins).
+  [[nodiscard]] std::map<std::string, std::string> merged_properties() const;
+};
+
 // Blocks SIGINT, SIGTERM and SIGHUP in every thread started after this call and runs `on_signal` on
-// a dedicated thread when one arrives (so it may take locks, unlike a signal handler).
-void on_termination_signal(std::function<void()> on_signal);
+// a dedicated thread when one arrives (so it may take locks, unlike a signal handler), as long as
+// the returned watch lives: its destructor waits for a call in progress and disarms the rest, so
+// `on_signal` may capture the caller's locals by reference (also when the caller throws).
+class SignalWatch {
+ public:
+  struct State {
+    std::mutex mutex;
+    std::function<void()> on_signal;  // empty once disarmed
+  };
+  explicit SignalWatch(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  SignalWatch(const SignalWatch&) = delete;
+  SignalWatch& operator=(const SignalWatch&) = delete;
+  ~SignalWatch() {
+    const std::lock_guard lock(state_->mutex);
+    state_->on_signal = nullptr;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+[[nodiscard]] SignalWatch on_termination_signal(std::function<void()> on_signal);
 
 // Who performs an operator action, for the audit: --actor, else $USER or $LOGNAME. Throws
 // InvalidArgument when none is known.

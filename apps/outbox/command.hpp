@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "cli_common.hpp"
+
 namespace outbox::cli {
 
 class Commands {
@@ -20,8 +22,7 @@ class Commands {
 
   // Adds subcommand `name`; `run` returns the process exit code when it was chosen. `run` must
   // own (or share) the flags its options write into: they are read after parsing.
-  CLI::App* add(const std::string& name, const std::string& description,
-                std::function<int()> run) {
+  CLI::App* add(const std::string& name, const std::string& description, std::function<int()> run) {
     CLI::App* command = app_.add_subcommand(name, description);
     commands_.emplace_back(command, std::move(run));
     return command;
@@ -41,6 +42,14 @@ class Commands {
   static void add_database_options(CLI::App* command, std::string& db, std::string& schema) {
     command->add_option("--db", db, "libpq connection string or URI");
     command->add_option("--schema", schema, "schema holding outbox_events");
+  }
+
+  // --kafka-brokers, --kafka-property and --kafka-properties-file.
+  static void add_kafka_options(CLI::App* command, KafkaFlags& kafka) {
+    command->add_option("--kafka-brokers", kafka.brokers, "bootstrap servers host:port,...");
+    command->add_option("--kafka-property", kafka.properties, "librdkafka property key=value");
+    command->add_option("--kafka-properties-file", kafka.properties_file,
+                        "librdkafka properties, key=value per line (for secrets: ps shows flags)");
   }
 
   // --db-password-file on a command that connects to the user's database (one value for all).

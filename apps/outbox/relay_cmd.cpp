@@ -14,14 +14,14 @@
 
 #include "cli_common.hpp"
 #include "command.hpp"
+#include "observe_flags.hpp"
 #include "outbox/byte_size.hpp"
 #include "outbox/discard_sink.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/kafka_sink.hpp"
-#include "outbox/relay.hpp"
-#include "observe_flags.hpp"
 #include "outbox/observe.hpp"
+#include "outbox/relay.hpp"
 #include "relay_stats_format.hpp"
 
 namespace outbox::cli {
@@ -32,9 +32,7 @@ const RelayOptions kRelayDefaults{};
 struct RelayFlags {
   std::string db;
   std::string schema = kRelayDefaults.schema.name();
-  std::string brokers;
-  std::vector<std::string> properties;
-  std::string properties_file;  // key=value lines; --kafka-property overrides
+  KafkaFlags kafka;
   std::string topic_template = KafkaSinkOptions{}.topic_template;
   std::string relay_id;
   std::size_t batch_size = kRelayDefaults.batch_size;
@@ -113,10 +111,9 @@ std::vector<RelayOptions> relays_to_run(const RelayFlags& flags) {
 
 KafkaSinkOptions sink_options(const RelayFlags& flags, std::chrono::milliseconds lease) {
   KafkaSinkOptions sink;
-  sink.brokers = flags.brokers;
+  sink.brokers = flags.kafka.brokers;
   sink.topic_template = flags.topic_template;
-  if (!flags.properties_file.empty()) sink.properties = read_properties_file(flags.properties_file);
-  for (auto& [key, value] : kafka_properties(flags.properties)) sink.properties[key] = value;
+  sink.properties = flags.kafka.merged_properties();
   sink.max_message_timeout = lease;
   return sink;
 }
@@ -150,7 +147,7 @@ void print_stats(const RelayFlags& flags, const Relay& relay) {
 struct RelayControl {
   std::mutex mutex;
   std::condition_variable wake;
-  bool stopping = false;     // a signal came
+  bool stopping = false;        // a signal came
   bool finished = false;        // the relays returned: the reporter stops
   std::vector<Relay*> current;  // the running relays, for the signal thread
 };
@@ -221,7 +218,7 @@ int run_relay(const RelayFlags& flags) {
   if (!discard && flags.sink != "kafka") {
     throw ConfigError("relay: --sink must be kafka or discard, not \"" + flags.sink + "\"");
   }
-  if (!discard && flags.brokers.empty()) {
+  if (!discard && flags.kafka.brokers.empty()) {
     throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
   }
   const auto every = stats_interval(flags);
@@ -230,7 +227,7 @@ int run_relay(const RelayFlags& flags) {
   auto make_sink = [&] { return discard ? make_discard_sink() : make_kafka_sink(sink); };
 
   RelayControl control;
-  on_termination_signal([&] {
+  const SignalWatch watch = on_termination_signal([&] {
     std::lock_guard lock(control.mutex);
     control.stopping = true;
     for (Relay* relay : control.current) relay->request_stop();
@@ -239,8 +236,8 @@ int run_relay(const RelayFlags& flags) {
   // Checked before any relay starts: a bad address or token file refuses the whole command.
   std::unique_ptr<ObserveServer> server;
   if (!flags.observe.listen.empty()) {
-    server = std::make_unique<ObserveServer>(
-        observe_options(flags.observe, flags.db, flags.schema));
+    server =
+        std::make_unique<ObserveServer>(observe_options(flags.observe, flags.db, flags.schema));
   }
   const Relays relays = start_relays(options, make_sink, control);
   if (relays.empty()) return 0;
@@ -253,8 +250,8 @@ int run_relay(const RelayFlags& flags) {
   } stop_first{server.get()};
   if (server) {
     for (std::size_t i = 0; i < relays.size(); ++i) {
-      server->watch_relay(*relays[i], relays.size() == 1 ? std::string()
-                                                          : std::to_string(options[i].cdc.shard));
+      server->watch_relay(
+          *relays[i], relays.size() == 1 ? std::string() : std::to_string(options[i].cdc.shard));
     }
     try {
       server->start();
@@ -280,8 +277,7 @@ void add_relay_tuning(CLI::App* relay, RelayFlags& flags) {
                    "payload and header bytes the relay holds at most (claimed and awaiting an "
                    "ack; a larger row goes alone), e.g. 64MiB")
       ->capture_default_str();
-  relay->add_option("--lease-ms", flags.lease_ms, "claim lease")
-      ->check(CLI::Range(100L, 3600000L));
+  relay->add_option("--lease-ms", flags.lease_ms, "claim lease")->check(CLI::Range(100L, 3600000L));
   relay
       ->add_option("--backoff-base-ms", flags.backoff_base_ms,
                    "first retry delay after a failed send")
@@ -297,13 +293,10 @@ void add_relay_tuning(CLI::App* relay, RelayFlags& flags) {
 }  // namespace
 
 void register_relay(Commands& commands) {
-  const auto [relay, flags] =
-      commands.add("relay", "publish committed events to Kafka (polling or change data capture)", run_relay);
+  const auto [relay, flags] = commands.add(
+      "relay", "publish committed events to Kafka (polling or change data capture)", run_relay);
   Commands::add_database_options(relay, flags->db, flags->schema);
-  relay->add_option("--kafka-brokers", flags->brokers, "bootstrap servers host:port,...");
-  relay->add_option("--kafka-property", flags->properties, "librdkafka property key=value");
-  relay->add_option("--kafka-properties-file", flags->properties_file,
-                    "librdkafka properties, key=value per line (for secrets: ps shows flags)");
+  Commands::add_kafka_options(relay, flags->kafka);
   relay->add_option("--topic-template", flags->topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
   relay->add_option("--relay-id", flags->relay_id, "name in claimed_by (default host-pid-rand)");
@@ -319,7 +312,9 @@ void register_relay(Commands& commands) {
                    "role needs REPLICATION, the server wal_level = logical)")
       ->check(CLI::IsMember({"polling", "cdc"}))
       ->capture_default_str();
-  relay->add_option("--slot", flags->slot, "with --source cdc: the replication slot (created if missing)")
+  relay
+      ->add_option("--slot", flags->slot,
+                   "with --source cdc: the replication slot (created if missing)")
       ->capture_default_str();
   relay->add_option("--publication", flags->publication,
                     "with --source cdc: the publication (default <schema>_outbox; created if "
@@ -329,13 +324,12 @@ void register_relay(Commands& commands) {
                    "with --source cdc: how long a stalled relay keeps the slot before a waiting "
                    "relay takes it (its walsender's wal_sender_timeout)")
       ->capture_default_str();
-  relay
-      ->add_option("--wal-budget", flags->wal_budget,
-                   "with --source cdc: the most WAL the slot may hold back; past it the relay "
-                   "drops the slot, publishes by polling until caught up, then streams from a "
-                   "new slot (0: no budget; default " +
-                       byte_size_text(kRelayDefaults.cdc.wal_budget) +
-                       ", and 0 with --table-less, which refuses any other)");
+  relay->add_option("--wal-budget", flags->wal_budget,
+                    "with --source cdc: the most WAL the slot may hold back; past it the relay "
+                    "drops the slot, publishes by polling until caught up, then streams from a "
+                    "new slot (0: no budget; default " +
+                        byte_size_text(kRelayDefaults.cdc.wal_budget) +
+                        ", and 0 with --table-less, which refuses any other)");
   relay->add_flag("--table-less", flags->table_less,
                   "with --source cdc: also publish the events of table-less producers "
                   "(ProducerOptions::table_less), which exist only in the slot's WAL: registers "

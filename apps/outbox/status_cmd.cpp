@@ -212,7 +212,7 @@ int run_status(const StatusFlags& flags) {
   std::mutex mutex;
   std::condition_variable wake;
   bool stop = false;
-  on_termination_signal([&] {
+  const SignalWatch watch = on_termination_signal([&] {
     std::lock_guard lock(mutex);
     stop = true;
     wake.notify_all();

@@ -50,8 +50,11 @@ void apply(spdlog::logger& logger, LogFormat format) {
 
 }  // namespace
 
+// Never destroyed: librdkafka's threads log through it (kafka::log_line), and a client an
+// application keeps in a static, or one still running when exit() is called, can log after
+// function-local statics are gone.
 spdlog::logger& log() {
-  static const std::shared_ptr<spdlog::logger> logger = [] {
+  static const auto* const logger = new std::shared_ptr<spdlog::logger>([] {
     if (auto existing = spdlog::get("outbox")) return existing;
     auto created = spdlog::stderr_color_mt("outbox");
     const char* format = std::getenv("OUTBOX_LOG_FORMAT");
@@ -64,8 +67,8 @@ spdlog::logger& log() {
         created->set_level(parsed);
     }
     return created;
-  }();
-  return *logger;
+  }());
+  return **logger;
 }
 
 }  // namespace outbox::detail

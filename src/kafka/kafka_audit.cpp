@@ -64,6 +64,9 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   // wait for ever.
   kafka::set(conf.get(), "enable.partition.eof", "true");
   for (const auto& [key, value] : options.properties) kafka::set(conf.get(), key, value);
+  // Not the consumer's default (jump to the end): an offset retention deleted while this reads
+  // would skip the rest of the partition, and every published row in it would read as lost.
+  kafka::set(conf.get(), "auto.offset.reset", "error");
   const kafka::KafkaHandle handle = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
   const int timeout = static_cast<int>(std::min<std::int64_t>(options.read_timeout.count(), 30000));
 
@@ -119,8 +122,13 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     }
     if (options.from_beginning) {
       std::int64_t low = 0, high = 0;
-      rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(), entry.partition, &low,
-                                       &high, timeout);
+      const auto werr = rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(),
+                                                         entry.partition, &low, &high, timeout);
+      if (werr != RD_KAFKA_RESP_ERR_NO_ERROR) {
+        throw BrokerError(fmt::format("audit: {} [{}]: its first offset: {}", options.topic,
+                                      entry.partition, rd_kafka_err2str(werr)),
+                          static_cast<int>(werr), true);
+      }
       entry.offset = low;
     } else if (entry.offset < 0) {
       // -1: no message at or after that time: nothing to read in this partition.
@@ -140,10 +148,12 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     }
     return true;
   };
+  std::string last_error;  // a transient one, for the timeout's message
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) {
-      throw BrokerError(fmt::format("audit: could not read {} to its end within {} ms",
-                                    options.topic, options.read_timeout.count()),
+      throw BrokerError(fmt::format("audit: could not read {} to its end within {} ms{}",
+                                    options.topic, options.read_timeout.count(),
+                                    last_error.empty() ? "" : " (last error: " + last_error + ")"),
                         0, true);
     }
     kafka::MessageHandle message(rd_kafka_consumer_poll(handle.get(), 200));
@@ -153,7 +163,18 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
       if (p >= 0 && p < partitions && message->offset >= end[p]) next[p] = end[p];
       continue;
     }
-    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+    if (message->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+        message->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+      throw BrokerError(
+          fmt::format("audit: {} [{}]: messages of the window are no longer on the broker "
+                      "(retention deleted them while this read: {}); audit a later window",
+                      options.topic, p, rd_kafka_message_errstr(message.get())),
+          static_cast<int>(message->err), false);
+    }
+    if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      last_error = rd_kafka_message_errstr(message.get());  // librdkafka retries these
+      continue;
+    }
     if (p < 0 || p >= partitions || message->offset >= end[p]) continue;
     next[p] = std::max(next[p], message->offset + 1);
     rd_kafka_headers_t* headers = nullptr;
@@ -245,13 +266,18 @@ AuditReport audit_topic(const AuditOptions& options) {
   const Read read = read_topic(options, from_ms, begin_ms, end_ms);
   std::unordered_map<EventId, std::int64_t, IdHash> copies;
   std::vector<EventId> unknown;  // produced in the window, no row of the window
+  std::unordered_set<EventId, IdHash> seen_unknown;
   for (const auto& [id, in_window] : read.messages) {
     ++report.messages;
     if (id.is_nil()) {
       ++report.foreign;
       continue;
     }
-    if (++copies[id] == 1 && in_window && !chosen.contains(id)) unknown.push_back(id);
+    // Any copy produced in the window, not only the first (which may be in the slack before it).
+    ++copies[id];
+    if (in_window && !chosen.contains(id) && seen_unknown.insert(id).second) {
+      unknown.push_back(id);
+    }
   }
   for (const auto& [id, n] : copies) {
     if (n > 1) report.duplicated.emplace_back(id, n);

@@ -31,7 +31,7 @@ button{margin-right:.3em} .muted{color:#777}
 <h2>Quarantine</h2>
 <table id="quarantine"><thead><tr><th>event</th><th>aggregate</th><th>#</th><th>type</th><th>reason / last error</th><th>blocked</th><th></th></tr></thead><tbody></tbody></table>
 <h2>Slowest aggregates</h2>
-<table id="slowest"><thead><tr><th>aggregate</th><th>pending</th><th>head waiting (s)</th><th>head</th></tr></thead><tbody></tbody></table>
+<table id="slowest"><thead><tr><th>aggregate</th><th>pending</th><th>head waiting (s)</th></tr></thead><tbody></tbody></table>
 <script>
 "use strict";
 const samples = [];
@@ -54,7 +54,12 @@ async function call(path, body) {
 function cell(row, text, cls) {
   const td = row.insertCell(); td.textContent = text; if (cls) td.className = cls; return td;
 }
+// A table is rebuilt only when its rows changed, so a button under the pointer stays put.
+const shown = {};
 function fill(id, rows, render) {
+  const text = JSON.stringify(rows);
+  if (shown[id] === text) return;
+  shown[id] = text;
   const body = document.querySelector("#" + id + " tbody");
   body.replaceChildren();
   for (const r of rows) render(body.insertRow(), r);
@@ -116,8 +121,7 @@ async function refresh() {
     s.onclick = () => skip(q.event_id);
     actions.append(r, s); });
   fill("slowest", o.slowest, (tr, a) => { cell(tr, a.aggregate_type + " " + a.aggregate_id);
-    cell(tr, a.pending, "num"); cell(tr, a.waiting_age.toFixed(1), "num");
-    cell(tr, a.quarantined ? "quarantined" : "due"); });
+    cell(tr, a.pending, "num"); cell(tr, a.waiting_age.toFixed(1), "num"); });
   draw();
 }
 // The next refresh only after this one: a slow database never piles requests up.

@@ -31,15 +31,19 @@ struct SlowAggregate {
   std::string aggregate_id;
   std::int64_t pending = 0;  // its pending rows, quarantined ones included
   double waiting_age = 0;    // seconds its head has waited (since due, or since it occurred)
-  bool quarantined = false;  // its head is quarantined
 };
 
 // How long the backlog query waits before its next run: `refresh`, or ten times as long as the
-// last run took when that is longer, so a large backlog costs the database at most about a
-// tenth of one backend however short the refresh.
+// last run took when that is longer, so a large backlog costs the database about a tenth of one
+// backend however short the refresh; but never more than a minute for that reason (the gauges
+// must stay fresher than the alerts' `for:`, and one slow or timed-out run must not blank them
+// for long).
+inline constexpr std::chrono::seconds kMaxBacklogStretch{60};
 inline std::chrono::steady_clock::duration next_backlog_query(
     std::chrono::milliseconds refresh, std::chrono::steady_clock::duration took) {
-  return std::max<std::chrono::steady_clock::duration>(refresh, took * 10);
+  const std::chrono::steady_clock::duration stretched =
+      std::min<std::chrono::steady_clock::duration>(took * 10, kMaxBacklogStretch);
+  return std::max<std::chrono::steady_clock::duration>(refresh, stretched);
 }
 
 using Families = std::vector<prometheus::MetricFamily>;

@@ -116,7 +116,10 @@ class ObserveServer::Impl {
     }
   }
 
-  ~Impl() { stop(); }
+  ~Impl() {
+    stop();
+    if (cancel_ != nullptr) PQfreeCancel(cancel_);
+  }
 
   void watch_relay(const Relay& relay, std::string shard) {
     relays_.emplace_back(&relay, std::move(shard));
@@ -206,6 +209,12 @@ class ObserveServer::Impl {
       {
         std::lock_guard lock(backlog_mutex_);
         stopping_ = true;
+        // A run in progress (up to its 30 s timeout, longer while the network is cut) would
+        // hold the join, and a systemd stop, that long.
+        if (cancel_ != nullptr) {
+          char error[256];
+          PQcancel(cancel_, error, sizeof(error));
+        }
       }
       backlog_wake_.notify_all();
       backlog_thread_.join();
@@ -403,8 +412,7 @@ class ObserveServer::Impl {
         slow.push_back({{"aggregate_type", a.aggregate_type},
                         {"aggregate_id", a.aggregate_id},
                         {"pending", a.pending},
-                        {"waiting_age", a.waiting_age},
-                        {"quarantined", a.quarantined}});
+                        {"waiting_age", a.waiting_age}});
       }
     }
     out["slowest"] = std::move(slow);
@@ -477,10 +485,12 @@ class ObserveServer::Impl {
         fresh = query_backlog();
       } catch (const std::exception& e) {
         error = e.what();
+        set_cancel(nullptr);
         connection_.reset();
       }
       const auto took = query_took_;
       lock.lock();
+      if (stopping_) break;  // a run stop() cancelled is no failure to report
       last_query_seconds_ = std::chrono::duration<double>(took).count();
       if (error.empty()) {
         if (!backlog_ok_ && !backlog_error_.empty()) {
@@ -528,6 +538,13 @@ class ObserveServer::Impl {
     }
   }
 
+  // What stop() cancels with: the backlog connection's, replaced under the lock stop() takes.
+  void set_cancel(PGconn* conn) {
+    std::lock_guard lock(backlog_mutex_);
+    if (cancel_ != nullptr) PQfreeCancel(cancel_);
+    cancel_ = conn != nullptr ? PQgetCancel(conn) : nullptr;
+  }
+
   struct Backlog {
     std::vector<observe::BacklogRow> rows;
     std::vector<observe::SlowAggregate> slowest;
@@ -537,9 +554,11 @@ class ObserveServer::Impl {
   // by pending count, the rest together under kOtherAggregateTypes; then the slowest aggregates.
   Backlog query_backlog() {
     if (!connection_ || !connection_->healthy()) {
+      set_cancel(nullptr);
       connection_.reset();
       connection_ = std::make_unique<pg::Connection>(pg::Connection::open(
           options_.database_url, "outbox-metrics", {{"connect_timeout", "5"}}));
+      set_cancel(connection_->get());
       // No JIT: it compiled this query anew on every run (0.17 s of 2.4 s at a million rows).
       pg::exec(connection_->get(), "SET statement_timeout = 30000");
       pg::exec(connection_->get(), "SET jit = off");
@@ -562,9 +581,7 @@ class ObserveServer::Impl {
     for (int i = 0; i < result.rows(); ++i) {
       if (result.text(i, 0) == "slow") {
         backlog.slowest.push_back({std::string(result.text(i, 1)), std::string(result.text(i, 2)),
-                                   result.int64(i, 3),
-                                   std::stod(std::string(result.text(i, 4))),
-                                   result.text(i, 5) == "true"});
+                                   result.int64(i, 3), std::stod(std::string(result.text(i, 4)))});
       } else {
         by_type.push_back(
             {std::string(result.text(i, 1)), std::stod(std::string(result.text(i, 3))),
@@ -600,16 +617,17 @@ class ObserveServer::Impl {
   // of the oldest aggregate head that should be going: due, or tried before (a retry waiting
   // out its backoff), and not quarantined; a delayed event counts from its available_at
   // (deliver_after), and an event waiting behind its aggregate's head is the head's wait, not a
-  // second one. 'slow': the ten aggregates whose head has waited longest (a quarantined head
-  // since it occurred; a delayed one not yet due is not waiting), with their pending rows
-  // counted from the index. The heads are one pass over the pending index, the counts one over
-  // the pending rows: the cost grows with the backlog, not the history.
+  // second one. 'slow': the ten aggregates whose head has waited longest, by the same measure
+  // (a quarantined head is the quarantine table's, a delayed one not yet due is not waiting),
+  // with their pending rows counted from the index. The heads are one pass over the pending index,
+  // the counts one over the pending rows: the cost grows with the backlog, not the history.
   std::string backlog_sql() const {
     return fmt::format(R"SQL(
 WITH heads AS MATERIALIZED (
   SELECT DISTINCT ON (aggregate_type, aggregate_id)
-         aggregate_type, aggregate_id, quarantined_at IS NOT NULL AS quarantined,
-         CASE WHEN quarantined_at IS NOT NULL OR attempt_count > 0 THEN occurred_at
+         aggregate_type, aggregate_id,
+         CASE WHEN quarantined_at IS NOT NULL THEN NULL
+              WHEN attempt_count > 0 THEN occurred_at
               WHEN available_at <= now() THEN greatest(occurred_at, available_at) END AS since
   FROM {events}
   WHERE published_at IS NULL AND skipped_at IS NULL
@@ -622,9 +640,9 @@ counts AS (
   GROUP BY aggregate_type),
 ages AS (
   SELECT aggregate_type, extract(epoch FROM now() - min(since)) AS age
-  FROM heads WHERE NOT quarantined GROUP BY aggregate_type),
+  FROM heads GROUP BY aggregate_type),
 slowest AS (
-  SELECT aggregate_type, aggregate_id, since, quarantined FROM heads
+  SELECT aggregate_type, aggregate_id, since FROM heads
   WHERE since IS NOT NULL ORDER BY since, aggregate_type, aggregate_id LIMIT 10)
 SELECT 'type', c.aggregate_type, NULL, c.pending::text, coalesce(a.age, 0)::text,
        c.quarantined::text
@@ -634,7 +652,7 @@ SELECT 'slow', s.aggregate_type, s.aggregate_id,
        (SELECT count(*) FROM {events} e
         WHERE e.published_at IS NULL AND e.skipped_at IS NULL
           AND e.aggregate_type = s.aggregate_type AND e.aggregate_id = s.aggregate_id)::text,
-       extract(epoch FROM now() - s.since)::text, s.quarantined::text
+       extract(epoch FROM now() - s.since)::text, NULL
 FROM slowest s)SQL",
                        fmt::arg("events", options_.schema.table("outbox_events")));
   }
@@ -657,6 +675,7 @@ FROM slowest s)SQL",
   std::vector<observe::SlowAggregate> slowest_;
   double last_query_seconds_ = -1;                    // before the first run: none
   std::chrono::steady_clock::duration query_took_{};  // the backlog thread's own
+  PGcancel* cancel_ = nullptr;                        // under backlog_mutex_
   bool backlog_ok_ = false;
   std::string backlog_error_;
 };

@@ -56,6 +56,13 @@ TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id)
     // commit record is in the WAL, and recovery moves the next id past it).
     if (error.sqlstate() == "22023" &&
         std::string_view(error.what()).find("in the future") != std::string_view::npos) {
+      // Not on a standby: there the id may be a commit not replayed yet.
+      if (pg::exec(conn, "SELECT pg_is_in_recovery()").text(0, 0) == "t") {
+        throw InvalidArgument(
+            "transaction_status: transaction " + id +
+            " is not known to this server, a standby that may not have replayed it yet; ask the "
+            "primary (a connection string with target_session_attrs=read-write)");
+      }
       return TransactionStatus::aborted;
     }
     throw;

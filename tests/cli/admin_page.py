@@ -8,12 +8,26 @@ Usage: /usr/bin/python3 admin_page.py URL TOKEN EVENT_TO_RETRY EVENT_TO_SKIP SCR
 import sys
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 url, token, to_retry, to_skip, screenshot = sys.argv[1:6]
+
+
+def click(selector):
+    """Clicks the element, found again if the page rebuilt its table between finding and
+    clicking (it refreshes every 2 s and after each action)."""
+    for _ in range(10):
+        try:
+            driver.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{selector} kept going stale")
+
 
 options = webdriver.ChromeOptions()
 options.binary_location = "/usr/bin/chromium"
@@ -37,11 +51,11 @@ try:
     assert "<b class=\"injected\">" in driver.find_element(By.ID, "quarantine").text
     driver.save_screenshot(screenshot)
 
-    driver.find_element(By.CSS_SELECTOR, row + " button.retry").click()
+    click(row + " button.retry")
     wait.until(ec.invisibility_of_element_located((By.CSS_SELECTOR, row)))
 
     skip_row = f'#quarantine tr[data-event-id="{to_skip}"]'
-    driver.find_element(By.CSS_SELECTOR, skip_row + " button.skip").click()
+    click(skip_row + " button.skip")
     prompt = wait.until(ec.alert_is_present())
     prompt.send_keys("customer deleted; event obsolete")
     prompt.accept()

@@ -49,7 +49,9 @@ TEST(BacklogRefresh, WaitsTenTimesAsLongAsASlowQueryTook) {
   EXPECT_EQ(observe::next_backlog_query(5000ms, 20ms), 5000ms);
   EXPECT_EQ(observe::next_backlog_query(5000ms, 500ms), 5000ms);
   EXPECT_EQ(observe::next_backlog_query(5000ms, 2400ms), 24000ms);
-  EXPECT_EQ(observe::next_backlog_query(100ms, 30s), 300s);
+  EXPECT_EQ(observe::next_backlog_query(5000ms, 10s), 60s);  // never longer for its duration
+  EXPECT_EQ(observe::next_backlog_query(100ms, 30s), 60s);   // a statement timeout
+  EXPECT_EQ(observe::next_backlog_query(std::chrono::minutes(5), 30s), std::chrono::minutes(5));
 }
 
 TEST(Histogram, CountsEachObservationInItsBucketAndSums) {
