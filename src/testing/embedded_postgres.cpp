@@ -1,6 +1,6 @@
-// A throwaway PostgreSQL cluster (see outbox/testing/embedded_postgres.hpp). initdb, pg_ctl and pg_config
-// are started with fork + execv, never through a shell, and as an unprivileged user when this
-// process is root, because initdb, pg_ctl and postgres refuse to run as root.
+// A throwaway PostgreSQL cluster (see outbox/testing/embedded_postgres.hpp). initdb, pg_ctl and
+// pg_config are started with fork + execv, never through a shell, and as an unprivileged user when
+// this process is root, because initdb, pg_ctl and postgres refuse to run as root.
 //
 // Watchdog: a process that dies without running destructors (SIGKILL, abort, a ctest timeout)
 // would leave the server running and its folder behind. So a small watcher (/bin/sh running a
@@ -400,8 +400,11 @@ class EmbeddedPostgres::Impl {
 
  private:
   void make_folders();
-  void write_password_files(const fs::path& initdb_pwfile);
+  void write_password_files(const fs::path& initdb_pwfile, std::string password = {});
   void run_initdb();
+  [[nodiscard]] fs::path cached_cluster() const;
+  bool copy_cached_cluster(const fs::path& cached);
+  void save_cached_cluster(const fs::path& cached) const;
   void configure_tls();
   void start_server(bool may_change_port);
   void stop_server(const char* mode);
@@ -566,9 +569,15 @@ void EmbeddedPostgres::Impl::dismiss_watcher() noexcept {
 // initdb reads it from a file the server's user can read, removed right after; clients find it in
 // a libpq password file (passfile=, in the connection string) that only this process's user can
 // read, so it never stands in a connection string, a log or a process list.
-void EmbeddedPostgres::Impl::write_password_files(const fs::path& initdb_pwfile) {
-  std::random_device random;
-  for (int i = 0; i < 4; ++i) password_ += fmt::format("{:08x}", random());
+// The superuser's password (random unless given): for initdb in `initdb_pwfile` (none when
+// empty), and for our clients in passfile_.
+void EmbeddedPostgres::Impl::write_password_files(const fs::path& initdb_pwfile,
+                                                  std::string password) {
+  if (password.empty()) {
+    std::random_device random;
+    for (int i = 0; i < 4; ++i) password += fmt::format("{:08x}", random());
+  }
+  password_ = std::move(password);
   auto write_private = [this](const fs::path& path, const std::string& content, bool for_server) {
     ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (fd.get() < 0 ||
@@ -578,12 +587,14 @@ void EmbeddedPostgres::Impl::write_password_files(const fs::path& initdb_pwfile)
                               std::strerror(errno)));
     }
   };
-  write_private(initdb_pwfile, password_ + "\n", /*for_server=*/true);
+  if (!initdb_pwfile.empty()) write_private(initdb_pwfile, password_ + "\n", /*for_server=*/true);
   write_private(passfile_, fmt::format("*:*:*:{}:{}\n", kSuperuser, password_),
                 /*for_server=*/false);
 }
 
 void EmbeddedPostgres::Impl::run_initdb() {
+  const fs::path cached = cached_cluster();
+  if (!cached.empty() && copy_cached_cluster(cached)) return;
   const fs::path pwfile = root_dir_ / "initdb-password";
   write_password_files(pwfile);
   std::vector<std::string> args{"-D",
@@ -609,6 +620,77 @@ void EmbeddedPostgres::Impl::run_initdb() {
   if (result.status != 0) {
     throw Error(fmt::format("embedded PostgreSQL: initdb in {} failed (exit {}):\n{}",
                             data_dir_.string(), result.status, tail_lines(result.output)));
+  }
+  if (!cached.empty()) save_cached_cluster(cached);
+}
+
+// $OUTBOX_EMBEDDED_PG_CACHE/cluster-<key>: one per server binaries and OS user (and version of
+// the initdb arguments above: bump kCacheFormat when they change). Empty: no cache.
+fs::path EmbeddedPostgres::Impl::cached_cluster() const {
+  constexpr std::string_view kCacheFormat = "1";
+  const char* cache = std::getenv("OUTBOX_EMBEDDED_PG_CACHE");
+  if (cache == nullptr || *cache == '\0') return {};
+  const std::size_t key =
+      std::hash<std::string>{}(fmt::format("{}|{}|{}", bin_dir_.string(), user_.uid, kCacheFormat));
+  return fs::absolute(cache) / fmt::format("cluster-{:016x}", key);
+}
+
+// A copy of the cached cluster in data_dir_, owned by the server's user, with its password.
+// False (and nothing left behind) when there is none or it cannot be copied: initdb then.
+bool EmbeddedPostgres::Impl::copy_cached_cluster(const fs::path& cached) {
+  std::error_code error;
+  const std::string password = read_file_from(cached / "password");
+  if (password.empty() || !fs::exists(cached / "data" / "PG_VERSION", error)) return false;
+  fs::copy(cached / "data", data_dir_, fs::copy_options::recursive, error);
+  if (!error && user_.switch_user) {
+    for (auto it = fs::recursive_directory_iterator(data_dir_, error);
+         !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
+      if (::lchown(it->path().c_str(), user_.uid, user_.gid) != 0) {
+        error = std::error_code(errno, std::generic_category());
+      }
+    }
+    if (!error && ::chown(data_dir_.c_str(), user_.uid, user_.gid) != 0) {
+      error = std::error_code(errno, std::generic_category());
+    }
+  }
+  if (error) {
+    detail::log().warn(
+        "embedded PostgreSQL: cannot copy the cached cluster {} ({}); running initdb",
+        cached.string(), error.message());
+    std::error_code ignored;
+    fs::remove_all(data_dir_, ignored);
+    return false;
+  }
+  write_password_files({}, password);
+  return true;
+}
+
+// Keeps what initdb wrote (before the server ever ran) for the next cluster: copied aside, then
+// renamed into place, so a concurrent reader sees all of it or none. Best effort: a failure
+// costs the next cluster its initdb, nothing else.
+void EmbeddedPostgres::Impl::save_cached_cluster(const fs::path& cached) const {
+  std::error_code error;
+  if (fs::exists(cached, error)) return;
+  fs::create_directories(cached.parent_path(), error);
+  fs::permissions(cached.parent_path(), fs::perms::owner_all, error);
+  const fs::path staging =
+      cached.parent_path() / fmt::format("{}.{}.tmp", cached.filename().string(), ::getpid());
+  fs::remove_all(staging, error);
+  fs::create_directory(staging, error);
+  fs::permissions(staging, fs::perms::owner_all, error);
+  if (!error) fs::copy(data_dir_, staging / "data", fs::copy_options::recursive, error);
+  if (!error) {
+    ScopedFd fd(
+        ::open((staging / "password").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (fd.get() < 0 || ::write(fd.get(), password_.data(), password_.size()) !=
+                            static_cast<ssize_t>(password_.size())) {
+      error = std::error_code(errno, std::generic_category());
+    }
+  }
+  if (!error) fs::rename(staging, cached, error);  // fails when another saved it first
+  if (error) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
   }
 }
 

@@ -2,4 +2,4 @@
 # tests/fuzz/CMakeLists.txt and the g++ build's fuzz tests (tests/CMakeLists.txt).
 set(OUTBOX_FUZZ_TARGETS jsonb_scan printable schema_name topic duration pgoutput)
 # Seconds each target runs as a test: 6 x 20 s keeps `make test`'s fuzzing at about two minutes.
-set(OUTBOX_FUZZ_SECONDS 20 CACHE STRING "seconds each fuzz target runs as a test")
+set(OUTBOX_FUZZ_SECONDS 10 CACHE STRING "seconds each fuzz target runs as a test")

@@ -33,6 +33,11 @@ struct EmbeddedPostgresOptions {
   std::filesystem::path tls_private_key;
 };
 
+// $OUTBOX_EMBEDDED_PG_CACHE (a folder; `make test` sets it in each build tree): the first cluster
+// made with a given server and OS user keeps a copy of what initdb wrote there (and its
+// superuser password, mode 0600); later ones start from a copy of it instead of running initdb,
+// which saves about a second each (most of a test process's start). Unset: initdb every time.
+//
 // Thread safety: construct and destroy from one thread; the accessors are const and shareable.
 class EmbeddedPostgres {
  public:
