@@ -210,8 +210,9 @@ class ObserveServer::Impl {
         std::lock_guard lock(backlog_mutex_);
         stopping_ = true;
         // A run in progress (up to its 30 s timeout, longer while the network is cut) would
-        // hold the join, and a systemd stop, that long.
-        if (cancel_ != nullptr) {
+        // hold the join, and a systemd stop, that long. Only then: a cancel opens a connection
+        // of its own, which an idle thread's stop must not wait for.
+        if (querying_ && cancel_ != nullptr) {
           char error[256];
           PQcancel(cancel_, error, sizeof(error));
         }
@@ -545,6 +546,21 @@ class ObserveServer::Impl {
     cancel_ = conn != nullptr ? PQgetCancel(conn) : nullptr;
   }
 
+  // Brackets the query, so that stop() cancels only a query that runs, and none starts once it
+  // was asked to stop.
+  struct Stopping : std::runtime_error {
+    Stopping() : std::runtime_error("stopping") {}
+  };
+  void begin_query() {
+    std::lock_guard lock(backlog_mutex_);
+    if (stopping_) throw Stopping();
+    querying_ = true;
+  }
+  void end_query() {
+    std::lock_guard lock(backlog_mutex_);
+    querying_ = false;
+  }
+
   struct Backlog {
     std::vector<observe::BacklogRow> rows;
     std::vector<observe::SlowAggregate> slowest;
@@ -566,13 +582,16 @@ class ObserveServer::Impl {
     // Timed without the connection: a server that is down must not stretch the wait.
     const auto began = std::chrono::steady_clock::now();
     const auto timed = [&] { query_took_ = std::chrono::steady_clock::now() - began; };
+    begin_query();
     pg::Result result = [&] {
       try {
         pg::Result r = pg::exec(connection_->get(), backlog_sql());
         timed();
+        end_query();
         return r;
       } catch (...) {
         timed();  // a statement timeout counts: it was that slow
+        end_query();
         throw;
       }
     }();
@@ -676,6 +695,7 @@ FROM slowest s)SQL",
   double last_query_seconds_ = -1;                    // before the first run: none
   std::chrono::steady_clock::duration query_took_{};  // the backlog thread's own
   PGcancel* cancel_ = nullptr;                        // under backlog_mutex_
+  bool querying_ = false;                             // under backlog_mutex_
   bool backlog_ok_ = false;
   std::string backlog_error_;
 };

@@ -27,6 +27,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -624,20 +625,31 @@ void EmbeddedPostgres::Impl::run_initdb() {
   if (!cached.empty()) save_cached_cluster(cached);
 }
 
-// $OUTBOX_EMBEDDED_PG_CACHE/cluster-<key>: one per server binaries and OS user (and version of
-// the initdb arguments above: bump kCacheFormat when they change). Empty: no cache.
+// $OUTBOX_EMBEDDED_PG_CACHE/cluster-<key>: one per server binary (its folder, size and time, so
+// an upgrade in place makes a new one) and OS user, and version of the initdb arguments above
+// (bump kCacheFormat when they change). Empty: no cache.
 fs::path EmbeddedPostgres::Impl::cached_cluster() const {
   constexpr std::string_view kCacheFormat = "1";
   const char* cache = std::getenv("OUTBOX_EMBEDDED_PG_CACHE");
   if (cache == nullptr || *cache == '\0') return {};
+  struct stat server {};
+  if (::stat((bin_dir_ / "postgres").c_str(), &server) != 0) return {};
   const std::size_t key =
-      std::hash<std::string>{}(fmt::format("{}|{}|{}", bin_dir_.string(), user_.uid, kCacheFormat));
+      std::hash<std::string>{}(fmt::format("{}|{}|{}|{}|{}", bin_dir_.string(), server.st_size,
+                                           server.st_mtime, user_.uid, kCacheFormat));
   return fs::absolute(cache) / fmt::format("cluster-{:016x}", key);
 }
 
 // A copy of the cached cluster in data_dir_, owned by the server's user, with its password.
 // False (and nothing left behind) when there is none or it cannot be copied: initdb then.
 bool EmbeddedPostgres::Impl::copy_cached_cluster(const fs::path& cached) {
+  // Only a cluster this user made and nobody else can change: another local user's could carry
+  // settings (an archive_command) that run commands as the server's user.
+  struct stat entry {};
+  if (::lstat(cached.c_str(), &entry) != 0 || !S_ISDIR(entry.st_mode) ||
+      entry.st_uid != ::geteuid() || (entry.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return false;
+  }
   std::error_code error;
   const std::string password = read_file_from(cached / "password");
   if (password.empty() || !fs::exists(cached / "data" / "PG_VERSION", error)) return false;
@@ -671,8 +683,10 @@ bool EmbeddedPostgres::Impl::copy_cached_cluster(const fs::path& cached) {
 void EmbeddedPostgres::Impl::save_cached_cluster(const fs::path& cached) const {
   std::error_code error;
   if (fs::exists(cached, error)) return;
-  fs::create_directories(cached.parent_path(), error);
-  fs::permissions(cached.parent_path(), fs::perms::owner_all, error);
+  // Restricted only when made here: a folder the user named (even /tmp) keeps its modes.
+  if (fs::create_directories(cached.parent_path(), error)) {
+    fs::permissions(cached.parent_path(), fs::perms::owner_all, error);
+  }
   const fs::path staging =
       cached.parent_path() / fmt::format("{}.{}.tmp", cached.filename().string(), ::getpid());
   fs::remove_all(staging, error);
