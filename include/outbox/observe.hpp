@@ -65,6 +65,11 @@ class ObserveServer {
 
   // What GET /metrics answers (for tests and for embedding in another server).
   [[nodiscard]] std::string metrics_text();
+  // Runs the backlog query now (not waiting out --backlog-refresh) and waits up to `timeout`
+  // for a run that began after this call, so what is served next reflects every change
+  // committed before it. False when it timed out, when stopping, and without a backlog
+  // (options.backlog false, or not started).
+  bool refresh_backlog(std::chrono::milliseconds timeout);
 
   class Impl;
 

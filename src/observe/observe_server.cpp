@@ -478,18 +478,19 @@ class ObserveServer::Impl {
     std::unique_lock lock(backlog_mutex_);
     bool announced = false;  // that the query is slow
     while (!stopping_) {
+      const std::uint64_t run = ++runs_begun_;
+      refresh_asked_ = false;
       lock.unlock();
       Backlog fresh;
       std::string error;
-      query_took_ = {};
+      std::chrono::steady_clock::duration took{};
       try {
-        fresh = query_backlog();
+        fresh = query_backlog(took);
       } catch (const std::exception& e) {
         error = e.what();
         set_cancel(nullptr);
         connection_.reset();
       }
-      const auto took = query_took_;
       lock.lock();
       if (stopping_) break;  // a run stop() cancelled is no failure to report
       last_query_seconds_ = std::chrono::duration<double>(took).count();
@@ -535,9 +536,27 @@ class ObserveServer::Impl {
         detail::log().info("metrics: the backlog query is quick again; it runs every {} ms",
                            options_.backlog_refresh.count());
       }
-      backlog_wake_.wait_for(lock, wait, [this] { return stopping_; });
+      runs_done_ = run;
+      backlog_done_.notify_all();
+      backlog_wake_.wait_for(lock, wait, [this] { return stopping_ || refresh_asked_; });
     }
+    backlog_done_.notify_all();  // refresh_backlog() callers: stopping
   }
+
+ public:
+  // Asks for a run now and waits up to `timeout` for one that began after the call.
+  bool refresh_backlog(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(backlog_mutex_);
+    if (!backlog_thread_.joinable() || stopping_) return false;
+    const std::uint64_t need = runs_begun_ + 1;
+    refresh_asked_ = true;
+    backlog_wake_.notify_all();
+    return backlog_done_.wait_for(lock, timeout,
+                                  [&] { return stopping_ || runs_done_ >= need; }) &&
+           !stopping_;
+  }
+
+ private:
 
   // What stop() cancels with: the backlog connection's, replaced under the lock stop() takes.
   void set_cancel(PGconn* conn) {
@@ -547,14 +566,12 @@ class ObserveServer::Impl {
   }
 
   // Brackets the query, so that stop() cancels only a query that runs, and none starts once it
-  // was asked to stop.
-  struct Stopping : std::runtime_error {
-    Stopping() : std::runtime_error("stopping") {}
-  };
-  void begin_query() {
+  // was asked to stop (false).
+  bool begin_query() {
     std::lock_guard lock(backlog_mutex_);
-    if (stopping_) throw Stopping();
+    if (stopping_) return false;
     querying_ = true;
+    return true;
   }
   void end_query() {
     std::lock_guard lock(backlog_mutex_);
@@ -568,7 +585,9 @@ class ObserveServer::Impl {
 
   // One run of the backlog query (this thread's connection). The first kMaxBacklogTypes types
   // by pending count, the rest together under kOtherAggregateTypes; then the slowest aggregates.
-  Backlog query_backlog() {
+  // `took` is how long the query ran, also when it failed (a timeout was that slow). Nothing
+  // when stopping.
+  Backlog query_backlog(std::chrono::steady_clock::duration& took) {
     if (!connection_ || !connection_->healthy()) {
       set_cancel(nullptr);
       connection_.reset();
@@ -581,8 +600,8 @@ class ObserveServer::Impl {
     }
     // Timed without the connection: a server that is down must not stretch the wait.
     const auto began = std::chrono::steady_clock::now();
-    const auto timed = [&] { query_took_ = std::chrono::steady_clock::now() - began; };
-    begin_query();
+    const auto timed = [&] { took = std::chrono::steady_clock::now() - began; };
+    if (!begin_query()) return {};
     pg::Result result = [&] {
       try {
         pg::Result r = pg::exec(connection_->get(), backlog_sql());
@@ -692,10 +711,14 @@ FROM slowest s)SQL",
   std::unique_ptr<pg::Connection> api_connection_;  // the admin page's
   std::vector<observe::BacklogRow> backlog_;
   std::vector<observe::SlowAggregate> slowest_;
-  double last_query_seconds_ = -1;                    // before the first run: none
-  std::chrono::steady_clock::duration query_took_{};  // the backlog thread's own
-  PGcancel* cancel_ = nullptr;                        // under backlog_mutex_
-  bool querying_ = false;                             // under backlog_mutex_
+  double last_query_seconds_ = -1;  // before the first run: none
+  PGcancel* cancel_ = nullptr;      // under backlog_mutex_
+  bool querying_ = false;           // under backlog_mutex_
+  // refresh_backlog(): runs begun and done, and a run asked for (under backlog_mutex_).
+  std::condition_variable backlog_done_;
+  std::uint64_t runs_begun_ = 0;
+  std::uint64_t runs_done_ = 0;
+  bool refresh_asked_ = false;
   bool backlog_ok_ = false;
   std::string backlog_error_;
 };
@@ -714,5 +737,8 @@ void ObserveServer::start() { impl_->start(); }
 void ObserveServer::stop() noexcept { impl_->stop(); }
 std::uint16_t ObserveServer::port() const { return impl_->port(); }
 std::string ObserveServer::metrics_text() { return impl_->metrics_text(); }
+bool ObserveServer::refresh_backlog(std::chrono::milliseconds timeout) {
+  return impl_->refresh_backlog(timeout);
+}
 
 }  // namespace outbox

@@ -59,8 +59,12 @@ class ObserveTest : public RelayFixture {
   static bool served(const std::string& text, const std::string& series) {
     return text.find("\n" + series + " ") != std::string::npos;
   }
-  // The backlog thread runs its query every 100 ms here: wait for a run after the change.
-  static void let_the_backlog_refresh() { std::this_thread::sleep_for(350ms); }
+  // Waits for a backlog run that began after every change so far (not a fixed sleep: the
+  // query's next run is stretched to ten times its duration, and under ASan on a busy machine
+  // that outlasts any sleep short enough to keep the suite quick).
+  static void let_the_backlog_refresh(ObserveServer& server) {
+    ASSERT_TRUE(server.refresh_backlog(30s)) << "no backlog run within 30 s";
+  }
 
   // A pending row of `type` with occurred_at `age_sql` ago; quarantined when asked.
   void insert_pending(const std::string& type, const std::string& age_sql, bool quarantined) {
@@ -91,7 +95,7 @@ TEST_F(ObserveTest, ARelayServesItsCountsByAggregateTypeAndTheBacklogFromTheTabl
   enqueue(5, 4);  // 20 "order" events
   insert_pending("payment", "1 hour", false);
   insert_pending("payment", "1 second", true);
-  let_the_backlog_refresh();
+  let_the_backlog_refresh(server);
   std::string text = scrape(server);
   EXPECT_EQ(value(text, "outbox_backlog_query_up"), 1);
   EXPECT_EQ(value(text, R"(outbox_pending_events{aggregate_type="order"})"), 20);
@@ -104,7 +108,7 @@ TEST_F(ObserveTest, ARelayServesItsCountsByAggregateTypeAndTheBacklogFromTheTabl
   EXPECT_LT(order_age, 600);
 
   ASSERT_TRUE(relay.run_until_idle(30s));
-  let_the_backlog_refresh();
+  let_the_backlog_refresh(server);
   text = scrape(server);
   EXPECT_EQ(value(text, R"(outbox_relay_events_published_total{aggregate_type="order"})"), 20);
   EXPECT_EQ(value(text, R"(outbox_relay_events_published_total{aggregate_type="payment"})"), 1);
@@ -138,7 +142,7 @@ TEST_F(ObserveTest, TheOldestPendingAgeCountsDelayedEventsFromTheirTime) {
                        "  now() - interval '1 minute')");
   ObserveServer server(observe_options());
   server.start();
-  let_the_backlog_refresh();
+  let_the_backlog_refresh(server);
   const std::string text = scrape(server);
   EXPECT_EQ(value(text, R"(outbox_pending_events{aggregate_type="later"})"), 2);
   EXPECT_EQ(value(text, R"(outbox_oldest_pending_age_seconds{aggregate_type="later"})"), 0);
@@ -171,7 +175,7 @@ TEST_F(ObserveTest, TheSlowestAggregatesAreTheHeadsThatWaitedLongest) {
   enqueue(3, 1);  // three fresh "order" aggregates
   ObserveServer server(observe_options());
   server.start();
-  let_the_backlog_refresh();
+  let_the_backlog_refresh(server);
   const auto response = get(server, "/api/overview");
   ASSERT_TRUE(response);
   ASSERT_EQ(response->status, 200) << response->body;
@@ -191,6 +195,24 @@ TEST_F(ObserveTest, TheSlowestAggregatesAreTheHeadsThatWaitedLongest) {
   const double took = value(scrape(server), "outbox_backlog_query_duration_seconds");
   EXPECT_GT(took, 0);
   EXPECT_LT(took, 30);
+}
+
+// refresh_backlog() runs the query at once, not after --backlog-refresh, and what it serves
+// then includes what was committed before the call.
+TEST_F(ObserveTest, ARefreshAskedForRunsAtOnceAndSeesEarlierCommits) {
+  ObserveOptions hourly = observe_options();
+  hourly.backlog_refresh = std::chrono::hours(1);
+  ObserveServer server(hourly);
+  server.start();
+  let_the_backlog_refresh(server);
+  EXPECT_FALSE(served(scrape(server), R"(outbox_pending_events{aggregate_type="late"})"));
+  insert_pending("late", "1 minute", false);
+  const auto began = std::chrono::steady_clock::now();
+  let_the_backlog_refresh(server);
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 20s);
+  EXPECT_EQ(value(scrape(server), R"(outbox_pending_events{aggregate_type="late"})"), 1);
+  server.stop();
+  EXPECT_FALSE(server.refresh_backlog(100ms)) << "stopped";
 }
 
 // A backlog query stuck behind a lock (or a cut network) must not hold a shutdown for its 30 s
@@ -245,7 +267,7 @@ TEST_F(ObserveTest, BeyondLoopbackATokenIsRequiredAndChecked) {
   EXPECT_EQ(scraped->status, 200);
   EXPECT_TRUE(contains(scraped->body, "outbox_build_info"));
   // Probes need no token, and then say no more than ok.
-  let_the_backlog_refresh();
+  let_the_backlog_refresh(server);
   const auto ready = get(server, "/readyz");
   EXPECT_EQ(ready->status, 200);
   EXPECT_EQ(ready->body, "ok\n");
@@ -265,7 +287,7 @@ TEST_F(ObserveTest, WithoutTheDatabaseTheBacklogIsAbsentAndAdminIsNotReady) {
   options.database_url = "host=127.0.0.1 port=1 dbname=nowhere connect_timeout=1";
   ObserveServer server(options);
   server.start();
-  let_the_backlog_refresh();
+  let_the_backlog_refresh(server);
   const std::string text = scrape(server);
   EXPECT_EQ(text.find("outbox_pending_events"), std::string::npos);
   EXPECT_EQ(value(text, "outbox_backlog_query_up"), 0);
@@ -310,10 +332,12 @@ TEST_F(ObserveTest, WhatIsServedPassesPromtoolAndCoversTheDashboardAndTheAlerts)
   ObserveServer consumer_server(consumer_side);
   consumer_server.watch_consumer("projection", consumer);
   consumer_server.start();
+  EXPECT_FALSE(consumer_server.refresh_backlog(100ms)) << "it has no backlog to refresh";
   insert_pending("order", "2 minutes", true);  // a quarantined series for the admin's text
   ObserveServer admin(observe_options());
   admin.start();
-  let_the_backlog_refresh();
+  let_the_backlog_refresh(admin);
+  let_the_backlog_refresh(relay_server);
 
   // A change-data-capture relay serves the slot's gauges once its stream measured them.
   RelayOptions cdc = options("streaming");
