@@ -110,7 +110,7 @@ int run_audit(const AuditFlags& flags) {
     std::cerr << "audit: nothing to audit: no row of the window renders to topic " << flags.topic
               << " (--topic-template " << flags.topic_template
               << ") and the topic holds no message from the window; check both" << std::endl;
-    return 2;
+    return 4;  // apart from an error (2 from outbox, 3 from elsewhere)
   }
   return r.loss() ? 1 : 0;
 }
@@ -121,7 +121,7 @@ void register_audit(Commands& commands) {
   auto [audit, flags] = commands.add<AuditFlags>(
       "audit",
       "check a window: outbox rows against the topic and a consumer's inbox (lost, phantom, "
-      "duplicated, not applied); exit 1 on loss",
+      "duplicated, not applied); exit 1 on loss, 4 when there was nothing to audit",
       &run_audit);
   Commands::add_database_options(audit, flags->db, flags->schema);
   Commands::add_kafka_options(audit, flags->kafka);

@@ -67,8 +67,9 @@ class ObserveServer {
   [[nodiscard]] std::string metrics_text();
   // Runs the backlog query now (not waiting out --backlog-refresh) and waits up to `timeout`
   // for a run that began after this call, so what is served next reflects every change
-  // committed before it. False when it timed out, when stopping, and without a backlog
-  // (options.backlog false, or not started).
+  // committed before it. True also when that run failed (the gauges are then absent). False
+  // when it timed out, when stopping, and without a backlog (options.backlog false, or not
+  // started).
   bool refresh_backlog(std::chrono::milliseconds timeout);
 
   class Impl;

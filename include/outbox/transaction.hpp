@@ -50,7 +50,8 @@ void commit(PGconn* conn);
 std::uint64_t current_transaction_id(PGconn* conn);
 
 // pg_xact_status of `transaction_id`, asked on `conn` (any healthy connection to the same
-// cluster; not the broken one). Blocks for one round trip. Throws DatabaseError.
+// cluster; not the broken one). Blocks for one round trip; inside an open transaction block, a
+// few more (a savepoint keeps that transaction usable whatever the answer). Throws DatabaseError.
 // Caveat: after a server crash, the id of a transaction that never committed can be handed out
 // again (its WAL never reached disk), and then this reports the newer transaction's fate. Use
 // resolve_commit() after a crash.

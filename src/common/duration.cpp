@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdint>
+#include <utility>
 
 #include "common/printable.hpp"
 #include "outbox/error.hpp"
@@ -68,6 +69,33 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
     total += number * scale;
   }
   return std::chrono::milliseconds(total);
+}
+
+std::string format_duration(std::chrono::milliseconds value) {
+  if (value.count() == 0) return "0";
+  std::string text = value.count() < 0 ? "-" : "";
+  // Unsigned: the magnitude of the most negative count still fits.
+  std::uint64_t rest = value.count() < 0 ? 0 - static_cast<std::uint64_t>(value.count())
+                                          : static_cast<std::uint64_t>(value.count());
+  constexpr std::pair<std::uint64_t, const char*> kUnits[] = {
+      {24ULL * 3600 * 1000, "d"}, {3600ULL * 1000, "h"}, {60ULL * 1000, "m"}, {1000, "s"},
+      {1, "ms"}};
+  for (const auto& [scale, unit] : kUnits) {
+    if (rest >= scale) {
+      text += fmt::format("{}{}", rest / scale, unit);
+      rest %= scale;
+    }
+  }
+  return text;
+}
+
+void check_duration_range(std::chrono::milliseconds value, std::chrono::milliseconds min,
+                          std::chrono::milliseconds max, std::string_view what,
+                          std::string_view why) {
+  if (value >= min && value <= max) return;
+  throw InvalidArgument(fmt::format("{} of {} is out of range: give {} to {}{}{}", what,
+                                    format_duration(value), format_duration(min),
+                                    format_duration(max), why.empty() ? "" : "; ", why));
 }
 
 }  // namespace outbox

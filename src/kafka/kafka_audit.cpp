@@ -6,6 +6,7 @@
 
 #include "kafka/kafka_common.hpp"
 #include "outbox/audit.hpp"
+#include "outbox/duration.hpp"
 #include "outbox/kafka_sink.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
@@ -194,19 +195,11 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
 AuditReport audit_topic(const AuditOptions& options) {
   if (options.since.empty()) throw InvalidArgument("audit needs a start (since)");
   if (options.topic.empty()) throw InvalidArgument("audit needs the topic to read");
-  if (options.read_timeout < std::chrono::seconds(1) ||
-      options.read_timeout > std::chrono::hours(24)) {
-    throw InvalidArgument(fmt::format(
-        "audit: a read timeout of {} ms is out of range; give 1 s to 24 h (--read-timeout)",
-        options.read_timeout.count()));
-  }
-  if (options.broker_slack < std::chrono::milliseconds(0) ||
-      options.broker_slack > std::chrono::days(7)) {
-    throw InvalidArgument(fmt::format(
-        "audit: a broker slack of {} ms is out of range; give 0 to 7 days (--slack): it only "
-        "covers clock skew and produce delay",
-        options.broker_slack.count()));
-  }
+  check_duration_range(options.read_timeout, std::chrono::seconds(1), std::chrono::hours(24),
+                       "audit: a read timeout (--read-timeout)");
+  check_duration_range(options.broker_slack, std::chrono::milliseconds(0), std::chrono::days(7),
+                       "audit: a broker slack (--slack)",
+                       "it only covers clock skew and produce delay");
   auto connection = pg::Connection::open(options.database_url, "outbox-audit");
   PGconn* conn = connection.get();
   const auto [begin_ms, end_ms] = window_ms(conn, options);

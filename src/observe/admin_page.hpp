@@ -69,7 +69,7 @@ function fill(id, rows, render) {
 function draw() {
   const c = document.getElementById("chart"), g = c.getContext("2d");
   g.clearRect(0, 0, c.width, c.height);
-  if (samples.length < 2) return;
+  if (samples.length === 0) return;
   const t0 = samples[0].t, t1 = samples[samples.length - 1].t || 1;
   for (const [key, color] of [["pending", "#1a5fb4"], ["age", "#c01c28"]]) {
     const max = Math.max(1, ...samples.map(s => s[key]));
@@ -78,6 +78,7 @@ function draw() {
       const x = (s.t - t0) / Math.max(1, t1 - t0) * (c.width - 10) + 5;
       const y = c.height - 5 - s[key] / max * (c.height - 10);
       i ? g.lineTo(x, y) : g.moveTo(x, y);
+      if (samples.length === 1) { g.fillStyle = color; g.fillRect(x - 2, y - 2, 5, 5); }  // a point
     });
     g.stroke(); g.fillStyle = color; g.fillText(key + " max " + Math.round(max), 8, key === "pending" ? 14 : 28);
   }

@@ -17,6 +17,7 @@
 #include "common/log.hpp"
 #include "observe/admin_page.hpp"
 #include "observe/metric_families.hpp"
+#include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/quarantine.hpp"
@@ -107,12 +108,12 @@ class ObserveServer::Impl {
           "metrics; give a token (--admin-token-file) or listen on 127.0.0.1",
           options_.listen));
     }
-    if (options_.backlog_refresh < std::chrono::milliseconds(100) ||
-        options_.backlog_refresh > std::chrono::hours(1)) {
-      throw ConfigError(fmt::format(
-          "the backlog refresh of {} ms is out of range: give 100 ms to 1 h (it also waits ten "
-          "times as long as the query took)",
-          options_.backlog_refresh.count()));
+    try {
+      check_duration_range(options_.backlog_refresh, std::chrono::milliseconds(100),
+                           std::chrono::hours(1), "a backlog refresh (--backlog-refresh)",
+                           "a slow query also waits ten times as long as it took");
+    } catch (const InvalidArgument& error) {
+      throw ConfigError(error.what());  // as for every option here
     }
   }
 
@@ -194,8 +195,11 @@ class ObserveServer::Impl {
           options_.listen));
     }
     if (address_.port != 0) bound_port_ = address_.port;
-    if (options_.backlog)
+    if (options_.backlog) {
       backlog_thread_ = std::thread([this] { refresh_backlog_until_stopped(); });
+      std::lock_guard lock(backlog_mutex_);
+      backlog_started_ = true;  // what refresh_backlog() reads, not the thread object
+    }
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // httplib's stop() does nothing before the accept loop runs: wait for it, so a stop() right
     // after start() cannot leave the loop (and our join) running for ever.
@@ -547,7 +551,7 @@ class ObserveServer::Impl {
   // Asks for a run now and waits up to `timeout` for one that began after the call.
   bool refresh_backlog(std::chrono::milliseconds timeout) {
     std::unique_lock lock(backlog_mutex_);
-    if (!backlog_thread_.joinable() || stopping_) return false;
+    if (!backlog_started_ || stopping_) return false;
     const std::uint64_t need = runs_begun_ + 1;
     refresh_asked_ = true;
     backlog_wake_.notify_all();
@@ -719,6 +723,7 @@ FROM slowest s)SQL",
   std::uint64_t runs_begun_ = 0;
   std::uint64_t runs_done_ = 0;
   bool refresh_asked_ = false;
+  bool backlog_started_ = false;
   bool backlog_ok_ = false;
   std::string backlog_error_;
 };

@@ -47,10 +47,19 @@ std::uint64_t current_transaction_id(PGconn* conn) {
 
 TransactionStatus transaction_status(PGconn* conn, std::uint64_t transaction_id) {
   const std::string id = std::to_string(transaction_id);
+  // Inside the caller's transaction block, a savepoint keeps the "in the future" error below from
+  // aborting the caller's transaction (and the next question with it).
+  const bool in_block = conn != nullptr && PQtransactionStatus(conn) == PQTRANS_INTRANS;
+  if (in_block) pg::exec(conn, "SAVEPOINT outbox_transaction_status");
   std::optional<pg::Result> asked;
   try {
     asked.emplace(pg::exec(conn, "SELECT pg_xact_status($1::text::xid8)", {id.c_str()}));
+    if (in_block) pg::exec(conn, "RELEASE SAVEPOINT outbox_transaction_status");
   } catch (const DatabaseError& error) {
+    if (in_block && PQtransactionStatus(conn) == PQTRANS_INERROR) {
+      pg::exec(conn, "ROLLBACK TO SAVEPOINT outbox_transaction_status");
+      pg::exec(conn, "RELEASE SAVEPOINT outbox_transaction_status");
+    }
     // "transaction ID N is in the future": after a crash the server's next id is below an id it
     // handed out but never made durable, so that transaction did not commit (a committed one's
     // commit record is in the WAL, and recovery moves the next id past it).

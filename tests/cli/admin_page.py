@@ -49,6 +49,15 @@ try:
     # A hostile aggregate type shows as text, never as markup.
     assert not driver.find_elements(By.CSS_SELECTOR, "#quarantine b.injected"), "markup injected"
     assert "<b class=\"injected\">" in driver.find_element(By.ID, "quarantine").text
+    # The chart draws from its first sample (a point at its top left: the sample is its own
+    # maximum), not only once it has two. The labels start right of it, at x = 8.
+    alpha = driver.execute_script("""
+        samples.length = 0;
+        samples.push({t: Date.now() / 1000, pending: 5, age: 3});
+        draw();
+        return document.getElementById("chart").getContext("2d")
+            .getImageData(5, 5, 1, 1).data[3];""")
+    assert alpha > 0, "one sample drew no point: the chart is empty until the second"
     driver.save_screenshot(screenshot)
 
     click(row + " button.retry")

@@ -99,8 +99,8 @@ wait_for_targets() {
 wait_for_alert() {
   local name="$1" deadline=$((SECONDS + $2)) mode="${3:-firing}"
   while ((SECONDS < deadline)); do
-    if [[ "$mode" == firing ]] && alerts firing | grep -qx "$name"; then return 0; fi
-    if [[ "$mode" == clear ]] && ! alerts any | grep -qx "$name"; then return 0; fi
+    if [[ "$mode" == firing ]] && alerts firing | grep -x "$name" >/dev/null; then return 0; fi
+    if [[ "$mode" == clear ]] && ! alerts any | grep -x "$name" >/dev/null; then return 0; fi
     sleep 0.5
   done
   return 1

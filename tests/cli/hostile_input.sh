@@ -147,9 +147,9 @@ expect_refusal "--stats-every 200000d" "at most 3650d" \
 # A byte budget of terabytes parses as a byte size; the relay refuses it before it reaches the SQL.
 expect_refusal "--max-in-flight-bytes 2048GiB" "at most 1 TiB" \
   "$outbox_binary" relay --db "$db" --schema "$schema" --sink discard --max-in-flight-bytes 2048GiB
-expect_refusal "admin --backlog-refresh 3650d" "give 100 ms to 1 h" \
+expect_refusal "admin --backlog-refresh 3650d" "give 100ms to 1h" \
   "$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 --backlog-refresh 3650d
-expect_refusal "relay --backlog-refresh 50ms" "give 100 ms to 1 h" \
+expect_refusal "relay --backlog-refresh 50ms" "give 100ms to 1h" \
   "$outbox_binary" relay --db "$db" --schema "$schema" --sink discard \
   --metrics-listen 127.0.0.1:0 --backlog-refresh 50ms
 expect_refusal "cleanup --every 200000d" "at most 3650d" \

@@ -1,8 +1,10 @@
 // parse_duration (flags such as --retention 7d, --every 10m): any text gives a duration or an
 // InvalidArgument with a printable message, never another exception; what it accepts is a sum
-// of number-unit pairs that a plain reference parser computes alike.
+// of number-unit pairs that a plain reference parser computes alike; and format_duration of what
+// it accepted reads back as the same duration.
 
 #include <cctype>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -75,5 +77,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (parsed && *parsed < 0) outbox::fuzz::fail("a negative duration", text);
   if (parsed != reference(text)) outbox::fuzz::fail("differs from the reference parser", text);
+  // What an error message prints (format_duration) reads back as the same duration.
+  if (parsed && outbox::parse_duration(outbox::format_duration(std::chrono::milliseconds(*parsed)))
+                        .count() != *parsed) {
+    outbox::fuzz::fail("format_duration does not read back", text);
+  }
   return 0;
 }

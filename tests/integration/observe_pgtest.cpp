@@ -66,16 +66,33 @@ class ObserveTest : public RelayFixture {
     ASSERT_TRUE(server.refresh_backlog(30s)) << "no backlog run within 30 s";
   }
 
-  // A pending row of `type` with occurred_at `age_sql` ago; quarantined when asked.
-  void insert_pending(const std::string& type, const std::string& age_sql, bool quarantined) {
+  // A pending row as the producer (or the quarantine) leaves it. Intervals are PostgreSQL's
+  // text ("1 hour", "-1 minute"); a quarantined row waits until 'infinity'.
+  struct Row {
+    std::string type{};
+    std::string id{};  // empty: a fresh aggregate
+    int sequence = 1;
+    std::string occurred_ago = "0 s";
+    std::string available_in = "0 s";  // after now; negative: due since
+    bool quarantined = false;
+  };
+  void insert(const Row& row) {
+    const std::string sequence = std::to_string(row.sequence);
     pg::exec(conn(),
              "INSERT INTO " + schema_.table("outbox_events") +
                  " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, "
                  "payload, occurred_at, available_at, quarantined_at) VALUES (gen_random_uuid(), "
-                 "$1, gen_random_uuid()::text, 1, 'Step', '{}', now() - $2::interval, "
-                 "CASE WHEN $3 THEN 'infinity' ELSE now() - $2::interval END, "
-                 "CASE WHEN $3 THEN now() END)",
-             {type.c_str(), age_sql.c_str(), quarantined ? "true" : "false"});
+                 "$1, coalesce(nullif($2, ''), gen_random_uuid()::text), $3, 'Step', '{}', "
+                 "now() - $4::interval, "
+                 "CASE WHEN $6 THEN 'infinity' ELSE now() + $5::interval END, "
+                 "CASE WHEN $6 THEN now() END)",
+             {row.type.c_str(), row.id.c_str(), sequence.c_str(), row.occurred_ago.c_str(),
+              row.available_in.c_str(), row.quarantined ? "true" : "false"});
+  }
+  // A pending row of a fresh aggregate of `type`, written and due `age` ago.
+  void insert_pending(const std::string& type, const std::string& age, bool quarantined) {
+    insert({.type = type, .occurred_ago = age, .available_in = "-" + age,
+            .quarantined = quarantined});
   }
 };
 
@@ -128,18 +145,12 @@ TEST_F(ObserveTest, ARelayServesItsCountsByAggregateTypeAndTheBacklogFromTheTabl
 // A delayed event (deliver_after) is not late before its time, nor is the event waiting behind
 // it; once due, its age counts from then, not from its transaction.
 TEST_F(ObserveTest, TheOldestPendingAgeCountsDelayedEventsFromTheirTime) {
-  const std::string events = schema_.table("outbox_events");
   // A head written an hour ago to go in an hour, and its successor written an hour ago.
-  pg::exec(conn(), "INSERT INTO " + events +
-                       " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
-                       " payload, occurred_at, available_at) VALUES"
-                       " (gen_random_uuid(), 'later', 'a', 1, 'Step', '{}', now() - interval '1 h',"
-                       "  now() + interval '1 h'),"
-                       " (gen_random_uuid(), 'later', 'a', 2, 'Step', '{}', now() - interval '1 h',"
-                       "  now() - interval '1 h'),"
-                       // Delayed by 59 minutes, so due a minute ago.
-                       " (gen_random_uuid(), 'due', 'b', 1, 'Step', '{}', now() - interval '1 h',"
-                       "  now() - interval '1 minute')");
+  insert({.type = "later", .id = "a", .occurred_ago = "1 h", .available_in = "1 h"});
+  insert({.type = "later", .id = "a", .sequence = 2, .occurred_ago = "1 h",
+          .available_in = "-1 h"});
+  // Delayed by 59 minutes, so due a minute ago.
+  insert({.type = "due", .id = "b", .occurred_ago = "1 h", .available_in = "-1 minute"});
   ObserveServer server(observe_options());
   server.start();
   let_the_backlog_refresh(server);
@@ -155,23 +166,14 @@ TEST_F(ObserveTest, TheOldestPendingAgeCountsDelayedEventsFromTheirTime) {
 // waited longest, never a quarantined one (the quarantine table lists those) nor one delayed and
 // not yet due; each with its pending rows. The query's duration is served.
 TEST_F(ObserveTest, TheSlowestAggregatesAreTheHeadsThatWaitedLongest) {
-  const std::string events = schema_.table("outbox_events");
-  pg::exec(conn(), "INSERT INTO " + events +
-                       " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,"
-                       " payload, occurred_at, available_at, quarantined_at) VALUES"
-                       // Delayed, not due: not waiting, however old.
-                       " (gen_random_uuid(), 'later', 'a', 1, 'Step', '{}', now() - interval '3 h',"
-                       "  now() + interval '1 h', NULL),"
-                       // Quarantined two hours ago, with two events behind it.
-                       " (gen_random_uuid(), 'pay', 'q', 1, 'Step', '{}', now() - interval '2 h',"
-                       "  'infinity', now()),"
-                       " (gen_random_uuid(), 'pay', 'q', 2, 'Step', '{}', now() - interval '2 h',"
-                       "  now(), NULL),"
-                       " (gen_random_uuid(), 'pay', 'q', 3, 'Step', '{}', now() - interval '1 h',"
-                       "  now(), NULL),"
-                       // Due for an hour.
-                       " (gen_random_uuid(), 'order', 'o', 1, 'Step', '{}', now() - interval '1 h',"
-                       "  now() - interval '1 h', NULL)");
+  // Delayed, not due: not waiting, however old.
+  insert({.type = "later", .id = "a", .occurred_ago = "3 h", .available_in = "1 h"});
+  // Quarantined two hours ago, with two events behind it.
+  insert({.type = "pay", .id = "q", .occurred_ago = "2 h", .quarantined = true});
+  insert({.type = "pay", .id = "q", .sequence = 2, .occurred_ago = "2 h"});
+  insert({.type = "pay", .id = "q", .sequence = 3, .occurred_ago = "1 h"});
+  // Due for an hour.
+  insert({.type = "order", .id = "o", .occurred_ago = "1 h", .available_in = "-1 h"});
   enqueue(3, 1);  // three fresh "order" aggregates
   ObserveServer server(observe_options());
   server.start();

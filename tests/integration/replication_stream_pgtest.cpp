@@ -379,7 +379,12 @@ TEST_F(ReplicationStreamTest, MessagesOwnTheirBytesAcrossMoves) {
   insert("(1, '" + std::string(200, 'x') + "')");
   std::vector<cdc::StreamMessage> kept;
   const auto deadline = Clock::now() + 30s;
-  while (Clock::now() < deadline && (kept.empty() || kept.back().bytes().size() > 40)) {
+  // Until the Commit ('C'). (It waited for a message under 40 bytes, which never came: every
+  // run took the whole 30 s.)
+  const auto committed = [&] {
+    return !kept.empty() && kept.back().xlog_data()->payload.substr(0, 1) == "C";
+  };
+  while (Clock::now() < deadline && !committed()) {
     if (auto message = stream->read(100ms); message && message->xlog_data()) {
       kept.push_back(std::move(*message));  // moved twice: out of the optional, by reallocation
     }

@@ -56,6 +56,15 @@ TEST_F(TransactionTest, AnIdTheServerHasNotReachedIsAborted) {
   const std::uint64_t now = current_transaction_id(conn());
   pg::exec(conn(), "ROLLBACK");
   EXPECT_EQ(transaction_status(conn(), now + 1000000), TransactionStatus::aborted);
+  // Asked inside the caller's own transaction block: answered, and that transaction goes on.
+  pg::exec(conn(), "BEGIN");
+  pg::exec(conn(), "CREATE TEMP TABLE kept (x int)");
+  EXPECT_EQ(transaction_status(conn(), now + 1000000), TransactionStatus::aborted);
+  EXPECT_EQ(transaction_status(conn(), now), TransactionStatus::aborted);
+  EXPECT_EQ(PQtransactionStatus(conn()), PQTRANS_INTRANS);
+  pg::exec(conn(), "INSERT INTO kept VALUES (1)");
+  pg::commit(conn());
+  EXPECT_EQ(pg::exec(conn(), "SELECT count(*) FROM kept").int64(0, 0), 1);
 }
 
 // The connection dies before COMMIT reaches the server: the client only knows the outcome is

@@ -64,5 +64,43 @@ TEST(Duration, QuotesTheInputEscaped) {
   EXPECT_EQ(message.find('\x1b'), std::string::npos);
 }
 
+// Error messages print durations as flags take them, largest units first.
+TEST(Duration, FormatsAsTheFlagsWriteIt) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(format_duration(milliseconds(0)), "0");
+  EXPECT_EQ(format_duration(milliseconds(500)), "500ms");
+  EXPECT_EQ(format_duration(std::chrono::hours(1) + std::chrono::minutes(30)), "1h30m");
+  EXPECT_EQ(format_duration(std::chrono::days(7)), "7d");
+  EXPECT_EQ(format_duration(std::chrono::days(1) + milliseconds(1)), "1d1ms");
+  EXPECT_EQ(format_duration(milliseconds(-1500)), "-1s500ms");
+  EXPECT_EQ(format_duration(milliseconds::min()), "-106751991167d7h12m55s808ms");
+  for (const char* text : {"1h30m", "3650d", "59m59s999ms", "1s"}) {
+    EXPECT_EQ(format_duration(parse_duration(text)), text);
+  }
+}
+
+TEST(Duration, ARangeCheckNamesTheSettingTheValueAndTheRange) {
+  using std::chrono::milliseconds;
+  const auto refusal = [](milliseconds value) -> std::string {
+    try {
+      check_duration_range(value, milliseconds(100), std::chrono::hours(1), "--backlog-refresh",
+                           "why it matters");
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return {};
+  };
+  EXPECT_EQ(refusal(milliseconds(100)), "");
+  EXPECT_EQ(refusal(std::chrono::hours(1)), "");
+  EXPECT_EQ(refusal(std::chrono::days(3650)),
+            "--backlog-refresh of 3650d is out of range: give 100ms to 1h; why it matters");
+  EXPECT_EQ(refusal(milliseconds(99)),
+            "--backlog-refresh of 99ms is out of range: give 100ms to 1h; why it matters");
+  EXPECT_EQ(refusal(std::chrono::hours(1) + milliseconds(1)),
+            "--backlog-refresh of 1h1ms is out of range: give 100ms to 1h; why it matters");
+  EXPECT_THROW(check_duration_range(milliseconds(-1), milliseconds(0), milliseconds(5), "x"),
+               InvalidArgument);
+}
+
 }  // namespace
 }  // namespace outbox
