@@ -20,7 +20,10 @@ std::string slot_text(const RelayStats& s) {
                          : fmt::format(" (let go {} time(s) over the WAL budget)", s.slot_released)) +
          (s.materialized == 0
               ? ""
-              : fmt::format(", {} table-less event(s) written to the table", s.materialized));
+              : fmt::format(", {} table-less event(s) written to the table", s.materialized)) +
+         (s.messages_rejected == 0
+              ? ""
+              : fmt::format(", {} outbox message(s) rejected (see the log)", s.messages_rejected));
 }
 
 nlohmann::json known(std::int64_t value) {
@@ -64,6 +67,7 @@ nlohmann::json relay_stats_json(const std::string& relay_id, const RelayStats& s
           {"slot_standby", s.slot_standby},
           {"slot_released", s.slot_released},
           {"materialized", s.materialized},
+          {"messages_rejected", s.messages_rejected},
           {"last_error", had_error ? nlohmann::json(s.last_error) : nlohmann::json(nullptr)},
           {"last_error_age_ms",
            had_error ? nlohmann::json(s.last_error_age.count()) : nlohmann::json(nullptr)}};

@@ -141,6 +141,11 @@ struct RelayStats {
   std::uint64_t slot_released = 0;  // times the relay let its slot go over cdc.wal_budget
   // Table-less events the relay wrote to the table to publish them from there (cdc.table_less).
   std::uint64_t materialized = 0;
+  // Logical decoding messages with the outbox prefix that the relay did not publish: not proven
+  // to be a producer's (any role can emit one: see cdc/sequence_witness.hpp), not readable as
+  // outbox events, or table-less events at a relay without cdc.table_less. Each is logged; any at
+  // all deserves a look (the OutboxCdcMessagesRejected alert).
+  std::uint64_t messages_rejected = 0;
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)
   std::chrono::milliseconds last_error_age{0};  // how long ago last_error happened

@@ -41,7 +41,17 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
       replay_prefix_(options.schema.replay_message_prefix()) {
   cdc::validate_slot_name(slot_);
   cdc::validate_publication_name(publication_);
-  ensure_publication();
+  if (options_.cdc.table_less) {
+    witness_publication_ = publication_ + "_seq";
+    if (witness_publication_.size() > 63) {
+      throw ConfigError(fmt::format(
+          "relay --source cdc --table-less: the publication name {} leaves no room for its "
+          "companion {}_seq (PostgreSQL names have at most 63 bytes); give --publication "
+          "a name of at most 59 bytes",
+          printable(publication_), printable(publication_)));
+    }
+  }
+  ensure_publications();
   check_table_less_registration();
   drop_other_shardings();
   if (try_start_stream()) {
@@ -53,9 +63,9 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
 
 CdcSource::~CdcSource() = default;
 
-// The publication the slot streams: created when missing. CREATE PUBLICATION needs CREATE on the
-// database and ownership of the table; a relay role without them gets the statement to run.
-void CdcSource::ensure_publication() {
+// The publications the slot streams: created when missing. CREATE PUBLICATION needs CREATE on
+// the database and ownership of the table; a relay role without them gets the statement to run.
+void CdcSource::ensure_publications() {
   PGconn* conn = table_.connection();
   const std::string wal_level(pg::exec(conn, "SHOW wal_level").text(0, 0));
   if (wal_level != "logical") {
@@ -67,26 +77,37 @@ void CdcSource::ensure_publication() {
   const std::string table = options_.schema.table("outbox_events");
   table_oid_ = static_cast<std::uint32_t>(
       pg::exec(conn, "SELECT $1::regclass::oid::bigint", {table.c_str()}).int64(0, 0));
-  const auto found = pg::exec(conn,
-                              "SELECT EXISTS (SELECT 1 FROM pg_publication_rel r JOIN "
-                              "pg_publication p ON p.oid = r.prpubid WHERE p.pubname = $1 AND "
-                              "r.prrelid = $2::bigint::oid)::text, "
-                              "EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)::text",
-                              {publication_.c_str(), std::to_string(table_oid_).c_str()});
-  if (found.text(0, 0) == "true") return;
-  // Missing, or there without this table (the schema was dropped and migrated again). A shard's
-  // publication has a row filter: its shard's aggregates only.
+  // A shard's publication has a row filter: its shard's aggregates only.
   const std::string filter =
       options_.cdc.shards <= 1
           ? std::string()
           : " WHERE (" +
                 relay_sql::shard_condition("", options_.cdc.shards, options_.cdc.shard) + ")";
+  ensure_publication(publication_, table, "insert", filter);
+  if (!witness_publication_.empty()) {
+    // Every statement of a table-less producer inserts or updates its aggregate's counter.
+    ensure_publication(witness_publication_,
+                       options_.schema.table("outbox_aggregate_sequences"), "insert, update", "");
+  }
+}
+
+void CdcSource::ensure_publication(const std::string& name, const std::string& table,
+                                   const std::string& publish, const std::string& filter) {
+  PGconn* conn = table_.connection();
+  const auto found = pg::exec(conn,
+                              "SELECT EXISTS (SELECT 1 FROM pg_publication_rel r JOIN "
+                              "pg_publication p ON p.oid = r.prpubid WHERE p.pubname = $1 AND "
+                              "r.prrelid = $2::regclass)::text, "
+                              "EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)::text",
+                              {name.c_str(), table.c_str()});
+  if (found.text(0, 0) == "true") return;
+  // Missing, or there without this table (the schema was dropped and migrated again).
   const std::string statement =
       found.text(0, 1) == "true"
-          ? fmt::format("ALTER PUBLICATION {} ADD TABLE {}{}", pg::quote_identifier(conn, publication_),
+          ? fmt::format("ALTER PUBLICATION {} ADD TABLE {}{}", pg::quote_identifier(conn, name),
                         table, filter)
-          : fmt::format("CREATE PUBLICATION {} FOR TABLE {}{} WITH (publish = 'insert')",
-                        pg::quote_identifier(conn, publication_), table, filter);
+          : fmt::format("CREATE PUBLICATION {} FOR TABLE {}{} WITH (publish = '{}')",
+                        pg::quote_identifier(conn, name), table, filter, publish);
   try {
     pg::exec(conn, statement);
   } catch (const DatabaseError& error) {
@@ -95,9 +116,14 @@ void CdcSource::ensure_publication() {
     throw ConfigError(fmt::format(
         "relay --source cdc: publication {} does not publish {} and this role cannot change "
         "that ({}); run as the table's owner: {}",
-        printable(publication_), table, error.what(), statement));
+        printable(name), table, error.what(), statement));
   }
   log().info("relay {}: {}", options_.relay_id, statement);
+}
+
+std::vector<std::string> CdcSource::stream_publications() const {
+  if (witness_publication_.empty() || unproven_until_ != 0) return {publication_};
+  return {publication_, witness_publication_};
 }
 
 // No leading zeros, 2 <= n <= kMaxShards, i < n.
@@ -166,6 +192,8 @@ void CdcSource::start_stream() {
   table_less_.clear();  // read again from the confirmed position
   hold_position_ = false;
   columns_.reset();
+  witness_ = cdc::SequenceWitness{};
+  witness_due_ = false;
   caught_up_time_ = 0;
   probe_.reset();
   cdc::ReplicationStreamOptions stream_options;
@@ -175,8 +203,9 @@ void CdcSource::start_stream() {
   stream_ = std::make_unique<cdc::ReplicationStream>(options_.database_url, stream_options);
   for (int attempt = 1;; ++attempt) {
     try {
+      if (drop_slot_first_) drop_outlived_slot();
       prepare_slot();
-      stream_->start(slot_, publication_, start_position());
+      stream_->start(slot_, stream_publications(), start_position());
       break;
     } catch (const cdc::ReplicationError& error) {
       const cdc::ReplicationFailure failure = error.failure();
@@ -238,6 +267,65 @@ void CdcSource::save_position(cdc::Lsn confirmed) {
   next_position_save_ = Clock::now() + std::chrono::seconds(1);
 }
 
+// PostgreSQL 15 decodes a change under the catalog as it was when the change was written, and
+// looks up every publication the stream names there: one created after the slot's unread WAL was
+// written ends the stream with "publication ... does not exist" at the first change, again on
+// every start (a slot made before its publication, an --publication given to a relay with an old
+// slot, or a table-less slot from before the witness publication). When every publication exists
+// now, that is what happened: a slot of the table path's relay is made again (the table is the
+// truth: the table path publishes what it held); a table-less slot holds the only copy of its
+// events, so it is read without the witness up to the WAL written now, and with it from there.
+bool CdcSource::outlived_publication() {
+  const std::vector<std::string> names = stream_publications();
+  pg::ArrayLiteral wanted;
+  for (const std::string& name : names) wanted.add(name);
+  const auto found = pg::exec(table_.connection(),
+                              "SELECT (SELECT count(*) FROM pg_publication WHERE pubname = "
+                              "ANY($1::text[])), pg_current_wal_flush_lsn()::text",
+                              {wanted.text().c_str()});
+  if (found.int64(0, 0) != static_cast<std::int64_t>(names.size())) return false;
+  if (!options_.cdc.table_less) {
+    log().warn("relay {}: slot {} holds WAL from before its publication {} existed, which "
+               "PostgreSQL cannot decode; making the slot again (the table path publishes what it "
+               "held)",
+               options_.relay_id, slot_, printable(publication_));
+    drop_slot_first_ = true;
+    return true;
+  }
+  if (names.size() == 1) {
+    throw ConfigError(fmt::format(
+        "relay --source cdc --table-less: slot {} holds WAL from before publication {} existed, "
+        "which PostgreSQL 15 cannot decode, and the slot holds the only copy of table-less events "
+        "(it is not made again). Was the publication dropped and created again? Stream with the "
+        "publication the slot was made with (--publication)",
+        slot_, printable(publication_)));
+  }
+  const std::optional<cdc::Lsn> now = cdc::parse_lsn(found.text(0, 1));
+  if (!now) return false;
+  unproven_until_ = *now;
+  log().warn("relay {}: slot {} holds WAL from before publication {} (the proof that a "
+             "table-less message is a producer's) existed; its table-less messages up to {} are "
+             "taken unproven, as before this version, and the stream starts again with the proof "
+             "from there",
+             options_.relay_id, slot_, printable(witness_publication_), cdc::format_lsn(*now));
+  return true;
+}
+
+// The slot the stream failed on (outlived_publication); its walsender may take a moment to exit.
+void CdcSource::drop_outlived_slot() {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      stream_->drop_slot(slot_);
+      break;
+    } catch (const cdc::ReplicationError& error) {
+      if (error.failure() == cdc::ReplicationFailure::slot_missing) break;
+      if (error.failure() != cdc::ReplicationFailure::slot_in_use || attempt == 50) throw;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  drop_slot_first_ = false;
+}
+
 // start_stream(), or false when another relay streams from the slot (it may let go).
 bool CdcSource::try_start_stream() {
   try {
@@ -283,6 +371,14 @@ void CdcSource::prepare_slot() {
                 options_.relay_id, slot_, info ? "invalidated (its WAL was removed)" : "missing");
   }
   registered_before_ = true;  // from now on, every loss is one
+  if (info && (info->slot_type != "logical" || info->plugin != "pgoutput")) {
+    throw ConfigError(fmt::format(
+        "relay --source cdc: slot {} is a {} slot{}{}, and the relay reads pgoutput from a "
+        "logical slot: give --slot another name, or drop this one if nothing else reads it "
+        "(SELECT pg_drop_replication_slot('{}'))",
+        slot, printable(info->slot_type), info->plugin.empty() ? "" : " made with the plugin ",
+        printable(info->plugin), slot));
+  }
   if (info && info->wal_status == cdc::WalStatus::lost) {
     log().warn("relay {}: slot {} was invalidated (WAL removed); creating it again, the table "
                "path publishes what it held",
@@ -400,10 +496,20 @@ bool CdcSource::read_stream(milliseconds timeout) {
   milliseconds wait = timeout;
   for (std::size_t read = 0; read < kMostMessagesPerRead; ++read) {
     if (book_.waiting_bytes() >= options_.max_in_flight_bytes ||
-        book_.open_events() >= 2 * options_.max_in_flight) {
+        book_.open_events() >= 2 * options_.max_in_flight || witness_due_) {
       break;  // the loop has enough to do; the server keeps the rest
     }
-    std::optional<cdc::StreamMessage> message = stream_->read(wait);
+    std::optional<cdc::StreamMessage> message;
+    try {
+      message = stream_->read(wait);
+    } catch (const cdc::ReplicationError& error) {
+      if (error.failure() != cdc::ReplicationFailure::publication_missing ||
+          !outlived_publication()) {
+        throw;
+      }
+      start_stream();
+      return true;
+    }
     if (!message) break;
     got = true;
     wait = milliseconds(0);
@@ -433,6 +539,14 @@ void CdcSource::take_change(std::string_view payload) {
   }
   if (const auto* message = std::get_if<cdc::LogicalMessage>(&change)) {
     if (message->prefix == message_prefix_) {
+      if (!options_.cdc.table_less) {
+        // Written by hand or by a forger (a table-less producer writes only while a table-less
+        // relay's slot is registered, and this relay refuses such a slot): it stops nothing.
+        reject_message(*message,
+                       "this relay was not started with --table-less, and no table-less "
+                       "producer writes to its slot (its slot is not registered for them)");
+        return;
+      }
       take_table_less(*message);
     } else if (message->prefix == replay_prefix_) {
       // `outbox replay` made published events pending again: what the book remembers as
@@ -442,12 +556,27 @@ void CdcSource::take_change(std::string_view payload) {
     return;
   }
   if (const auto* begin = std::get_if<cdc::Begin>(&change)) {
+    if (unproven_until_ != 0 && begin->final_lsn > unproven_until_) {
+      // Past the WAL older than the witness publication: read no further until everything
+      // before is confirmed, then stream again with the witness (run_duties).
+      witness_due_ = true;
+      return;
+    }
+    witness_.begin();
     reading_xid_ = begin->xid;
     reading_commit_time_ = begin->commit_time;
     book_.begin();
   } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {
     book_.commit(commit->end_lsn, commit->commit_time);
   } else if (const auto* relation = std::get_if<cdc::Relation>(&change)) {
+    if (!witness_publication_.empty() && relation->name == "outbox_aggregate_sequences" &&
+        relation->namespace_name == options_.schema.name()) {
+      if (const auto problem = witness_.map(*relation)) {
+        throw ConfigError("relay --source cdc: " + *problem +
+                          "; run outbox migrate for this relay's version");
+      }
+      return;
+    }
     if (relation->relation_id != table_oid_) {
       // Another table in a shared publication, or an outbox table dropped since (the slot still
       // holds its WAL): not ours. Its inserts are skipped below.
@@ -459,7 +588,13 @@ void CdcSource::take_change(std::string_view payload) {
                         "; run outbox migrate for this relay's version");
     }
     columns_ = std::get<cdc::OutboxColumns>(std::move(mapped));
+  } else if (const auto* update = std::get_if<cdc::Update>(&change)) {
+    witness_.note(update->relation_id, update->columns);
   } else if (const auto* insert = std::get_if<cdc::Insert>(&change)) {
+    if (witness_.knows(insert->relation_id)) {
+      witness_.note(insert->relation_id, insert->columns);
+      return;
+    }
     if (!columns_ || insert->relation_id != columns_->relation_id) return;
     auto decoded = cdc::decode_outbox_insert(*insert, *columns_);
     if (const auto* error = std::get_if<cdc::DecodeError>(&decoded)) {
@@ -498,6 +633,15 @@ std::string CdcSource::horizon() const {
 }
 
 bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
+  if (witness_due_ && !polling() && book_.open_events() == 0 && table_less_.empty() &&
+      !hold_position_) {
+    send_status(false);
+    log().info("relay {}: the WAL from before publication {} is done; streaming with it",
+               options_.relay_id, printable(witness_publication_));
+    unproven_until_ = 0;
+    stream_->stop(std::chrono::seconds(1));
+    start_stream();
+  }
   bool news = table_.run_duties(now, window);
   if (polling()) {
     news = fallback_duties(now, window) || news;
@@ -893,17 +1037,8 @@ void CdcSource::check_table_less_registration() {
 // One producer statement's events (ProducerOptions::table_less): read like inserted rows, or,
 // in a transaction too large to hold, written to the table at once.
 void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
-  if (!options_.cdc.table_less) {
-    throw ConfigError(fmt::format(
-        "relay --source cdc: slot {} brings a table-less event of schema {} (a producer with "
-        "ProducerOptions::table_less), and this relay was not started with --table-less: restart "
-        "it with --table-less (the slot keeps the event until then)",
-        slot_, options_.schema.name()));
-  }
   if (!message.transactional() || !book_.in_transaction()) {
-    log().error("relay {}: a non-transactional message with prefix {} at {} is not an outbox "
-                "producer's; skipped",
-                options_.relay_id, message_prefix_, cdc::format_lsn(message.lsn));
+    reject_message(message, "it is not transactional");
     return;
   }
   std::vector<std::pair<Event, std::uint64_t>> events;
@@ -923,7 +1058,9 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
     const auto occurred_at = doc.at("occurred_at").get<std::string>();
     const auto aggregate_type = doc.at("aggregate_type").get<std::string>();
     const auto aggregate_id = doc.at("aggregate_id").get<std::string>();
-    for (const nlohmann::json& item : doc.at("events")) {
+    const nlohmann::json& items = doc.at("events");
+    if (!items.is_array() || items.empty()) throw std::invalid_argument("no events");
+    for (const nlohmann::json& item : items) {
       Event event;
       const std::optional<EventId> id = EventId::parse(item.at("event_id").get<std::string>());
       if (!id) throw std::invalid_argument("event_id is not a UUID");
@@ -956,10 +1093,27 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
     }
   } catch (const std::exception& error) {
     // Not what an outbox producer writes (its statement builds the message): nothing to publish.
-    log().error("relay {}: a message with prefix {} at {} is not an outbox producer's ({}); "
-                "skipped",
-                options_.relay_id, message_prefix_, cdc::format_lsn(message.lsn),
-                printable(error.what()));
+    reject_message(message, std::string("it is not an outbox producer's message: ") + error.what());
+    return;
+  }
+  // A producer's statement numbers its events one after another up to the counter it wrote.
+  for (std::size_t i = 1; i < events.size(); ++i) {
+    if (events[i].first.aggregate_sequence != events[i - 1].first.aggregate_sequence + 1) {
+      reject_message(message, "its events' sequences do not follow one another");
+      return;
+    }
+  }
+  const Event& last = events.back().first;
+  if (unproven_until_ == 0 &&
+      !witness_.vouch(last.aggregate_type, last.aggregate_id, last.aggregate_sequence)) {
+    reject_message(
+        message,
+        fmt::format("nothing proves a producer wrote it: its transaction did not move the counter "
+                    "of aggregate {} {} to {} before it (outbox_aggregate_sequences, which only "
+                    "producers may write, where any role may emit a message: forged, or written "
+                    "by hand)",
+                    printable(last.aggregate_type), printable(last.aggregate_id),
+                    last.aggregate_sequence));
     return;
   }
   std::vector<EventId> to_write;
@@ -995,6 +1149,15 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
     // event of their aggregate that the book still holds (it has no row) goes first.
     materialize(left, false);
   }
+}
+
+void CdcSource::reject_message(const cdc::LogicalMessage& message, const std::string& why) {
+  RelayCounters::add(counters_.messages_rejected, 1);
+  log().error("relay {}: a logical decoding message with prefix {} at {} (transaction {}) is not "
+              "published: {}. Counted in outbox_relay_cdc_messages_rejected_total; the relay goes "
+              "on",
+              options_.relay_id, message_prefix_, cdc::format_lsn(message.lsn), reading_xid_,
+              printable(why));
 }
 
 // Writes the table-less events among `ids` to the table, once their transactions are visible

@@ -44,6 +44,7 @@
 
 #include "cdc/outbox_rows.hpp"
 #include "cdc/replication_stream.hpp"
+#include "cdc/sequence_witness.hpp"
 #include "cdc/stream_book.hpp"
 #include "outbox/relay.hpp"
 #include "relay/event_source.hpp"
@@ -83,7 +84,7 @@ class CdcSource final : public RelaySourceBase {
   void record_failed(std::vector<Outcome>& failed) override;
 
  private:
-  void ensure_publication();
+  void ensure_publications();
   void drop_other_shardings();
   static constexpr std::chrono::seconds kShardingSweepEvery{60};
   Clock::time_point next_sharding_sweep_;
@@ -116,6 +117,18 @@ class CdcSource final : public RelaySourceBase {
   // events of one message, and the writing of those the book left to the table.
   void check_table_less_registration();
   void take_table_less(const cdc::LogicalMessage& message);
+  // Logs and counts a message with the outbox prefix that is not published; never stops.
+  void reject_message(const cdc::LogicalMessage& message, const std::string& why);
+  // The publications the stream reads: the outbox table's, and for a table-less relay the
+  // sequence counters' (the witness), unless the slot's WAL is older than that (see below).
+  [[nodiscard]] std::vector<std::string> stream_publications() const;
+  // A publication for `table` publishing `publish`, created (or the table added) when missing.
+  void ensure_publication(const std::string& name, const std::string& table,
+                          const std::string& publish, const std::string& filter);
+  // The stream failed with "publication ... does not exist" although it exists now: the slot's
+  // unread WAL predates it. Returns false when it is really missing.
+  bool outlived_publication();
+  void drop_outlived_slot();
   // `touched`: claimable by the table path at once (failed, or blocked by a pending lower
   // sequence); otherwise only past the horizon (a spilled transaction).
   void materialize(const std::vector<EventId>& ids, bool touched);
@@ -126,6 +139,16 @@ class CdcSource final : public RelaySourceBase {
   RelayCounters& counters_;
   std::string slot_;         // the shard's
   std::string publication_;  // the shard's
+  // Table-less: the sequence counters' publication (<publication>_seq) and what it shows.
+  std::string witness_publication_;
+  cdc::SequenceWitness witness_;
+  // The slot's unread WAL predates the witness publication (a relay upgraded onto a table-less
+  // slot): PostgreSQL 15 cannot decode changes from before a publication existed under its name,
+  // so the stream reads the outbox publication alone, and table-less messages unproven, up to
+  // this position (the server's WAL when that was found); then it starts again with the witness.
+  cdc::Lsn unproven_until_ = 0;
+  bool witness_due_ = false;  // reading stopped at unproven_until_; restart once all is confirmed
+  bool drop_slot_first_ = false;  // the slot outlived its publication: made again (not table-less)
   PollingSource table_;  // the table path, and the session for marks and checks
   std::unique_ptr<cdc::ReplicationStream> stream_;
   cdc::StreamBook book_;

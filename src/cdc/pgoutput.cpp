@@ -309,17 +309,18 @@ PgOutputMessage decode_message(Reader& in) {
 
 // Update: relation id, optionally 'K' (old key) or 'O' (old row) and a tuple, then 'N' and the
 // new tuple.
-PgOutputMessage check_update(Reader& in) {
-  std::uint32_t relation_id = 0;
+PgOutputMessage decode_update(Reader& in) {
+  Update update;
   std::uint8_t marker = 0;
-  in.u32(relation_id, "the relation id");
+  in.u32(update.relation_id, "the relation id");
   if (read_marker(in, marker, "KON") && marker != 'N') {
-    read_tuple(in, nullptr);
+    update.old_kind = static_cast<char>(marker);
+    read_tuple(in, &update.old_columns);
     read_marker(in, marker, "N");
   }
-  read_tuple(in, nullptr);
+  read_tuple(in, &update.columns);
   if (!in.finish()) return in.error();
-  return Ignored{'U'};
+  return update;
 }
 
 PgOutputMessage check_delete(Reader& in) {
@@ -374,7 +375,7 @@ struct MessageKind {
 constexpr MessageKind kMessageKinds[] = {
     {'B', "pgoutput Begin", decode_begin},       {'C', "pgoutput Commit", decode_commit},
     {'R', "pgoutput Relation", decode_relation}, {'I', "pgoutput Insert", decode_insert},
-    {'M', "pgoutput Message", decode_message},   {'U', "pgoutput Update", check_update},
+    {'M', "pgoutput Message", decode_message},   {'U', "pgoutput Update", decode_update},
     {'D', "pgoutput Delete", check_delete},      {'T', "pgoutput Truncate", check_truncate},
     {'Y', "pgoutput Type", check_type},          {'O', "pgoutput Origin", check_origin},
 };

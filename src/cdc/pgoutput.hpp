@@ -155,6 +155,17 @@ struct Insert {
   std::vector<TupleColumn> columns;
 };
 
+// 'U'. The new row always; before it the old key ('K', when the update changed the replica
+// identity's columns) or the whole old row ('O', under REPLICA IDENTITY FULL). The relay reads
+// updates of one table only: a table-less relay, the producers' sequence counters (the proof that
+// a table-less message is a producer's, cdc/sequence_witness.hpp).
+struct Update {
+  std::uint32_t relation_id = 0;
+  char old_kind = 0;  // 'K', 'O', or 0 when no old tuple was sent
+  std::vector<TupleColumn> old_columns;
+  std::vector<TupleColumn> columns;  // the new row
+};
+
 // 'M': pg_logical_emit_message(transactional, prefix, content). A non-transactional one comes
 // outside any Begin/Commit, and only once its WAL is flushed: PostgreSQL 15 does not flush for it
 // (the WAL writer does within wal_writer_delay, or the next commit).
@@ -168,14 +179,13 @@ struct LogicalMessage {
   [[nodiscard]] bool transactional() const noexcept { return (flags & 1U) != 0; }
 };
 
-// A message the relay does not act on, checked to be well-formed and then skipped: 'U' update,
-// 'D' delete, 'T' truncate, 'Y' type, 'O' origin.
+// A message the relay does not act on, checked to be well-formed and then skipped: 'D' delete, 'T' truncate, 'Y' type, 'O' origin.
 struct Ignored {
   char kind = 0;
 };
 
 using PgOutputMessage =
-    std::variant<Begin, Commit, Relation, Insert, LogicalMessage, Ignored, DecodeError>;
+    std::variant<Begin, Commit, Relation, Insert, Update, LogicalMessage, Ignored, DecodeError>;
 
 // Decodes one pgoutput message. Stream and two-phase messages (protocol versions 2 and 3) and any
 // other first byte are a DecodeError naming the byte.

@@ -205,6 +205,20 @@ std::string publication_names_literal(std::string_view publication) {
   return quoted_literal(identifier);
 }
 
+std::string publication_names_literal(const std::vector<std::string>& publications) {
+  std::string identifiers;
+  for (const std::string& publication : publications) {
+    if (!identifiers.empty()) identifiers += ',';
+    identifiers += '"';
+    for (const char c : publication) {
+      identifiers += c;
+      if (c == '"') identifiers += '"';
+    }
+    identifiers += '"';
+  }
+  return quoted_literal(identifiers);
+}
+
 std::optional<Lsn> parse_lsn(std::string_view text) {
   const std::size_t slash = text.find('/');
   if (slash == std::string_view::npos || slash == 0 || slash > 8 || text.size() - slash - 1 == 0 ||
@@ -398,12 +412,18 @@ void ReplicationStream::drop_slot(std::string_view name) {
 }
 
 void ReplicationStream::start(std::string_view slot, std::string_view publication, Lsn from) {
+  start(slot, std::vector<std::string>{std::string(publication)}, from);
+}
+
+void ReplicationStream::start(std::string_view slot, const std::vector<std::string>& publications,
+                              Lsn from) {
   require(Mode::commands, "start");
   validate_slot_name(slot);
-  validate_publication_name(publication);
+  if (publications.empty()) throw InvalidArgument("starting replication: no publication named");
+  for (const std::string& publication : publications) validate_publication_name(publication);
   const std::string text = "START_REPLICATION SLOT " + quoted_identifier(slot) + " LOGICAL " +
                            format_lsn(from) + " (proto_version '1', publication_names " +
-                           publication_names_literal(publication) + ", messages 'true')";
+                           publication_names_literal(publications) + ", messages 'true')";
   PGconn* conn = connection_.get();
   const pg::Result result(PQexec(conn, text.c_str()));
   if (result.get() == nullptr || PQresultStatus(result.get()) != PGRES_COPY_BOTH) {

@@ -83,6 +83,8 @@ void validate_publication_name(std::string_view name);
 // name is double-quoted (keeping its case; '"' doubled) and the whole single-quoted ('\'' doubled).
 // `Orders"x` → '"Orders""x"'. The name must be valid.
 std::string publication_names_literal(std::string_view publication);
+// Several publications: each name quoted so, joined by ',' ({"a", "B"} → '"a","B"').
+std::string publication_names_literal(const std::vector<std::string>& publications);
 
 // "16/B374D848" (as pg_lsn prints it) → the LSN; nullopt for anything else.
 std::optional<Lsn> parse_lsn(std::string_view text);
@@ -240,6 +242,8 @@ class ReplicationStream {
   // looks the publication up only when it decodes the first change, so a missing publication
   // makes the first read() after a change throw publication_missing, not start().
   void start(std::string_view slot, std::string_view publication, Lsn from);
+  // The same, streaming the changes of every publication in `publications` (one or more).
+  void start(std::string_view slot, const std::vector<std::string>& publications, Lsn from);
 
   // ---- Streaming (else InvalidArgument) ----
 

@@ -39,57 +39,108 @@ bool is_permanent(rd_kafka_resp_err_t err) {
 // normally ends before its lease could.
 constexpr const char* kDefaultMessageTimeoutMs = "20000";
 
-// Refuses every property that would weaken a guarantee, saying which and why. librdkafka refuses
-// what it does not know or cannot combine with idempotence itself (kafka::set, kafka::create).
-void check_properties(const KafkaSinkOptions& options) {
-  auto refuse = [](const std::string& key, const std::string& value, const std::string& why) {
-    throw ConfigError(
-        "Kafka property " + key + "=" +
-        (detail::is_secret_kafka_property(key) ? std::string(detail::kRedacted) : value) +
-        " is refused: " + why);
-  };
-  std::string message_timeout = kDefaultMessageTimeoutMs;
-  for (const auto& [key, value] : options.properties) {
-    if (key == "enable.idempotence" && value != "true" && value != "1") {
-      refuse(key, value,
-             "without the idempotent producer a retried request can duplicate or reorder "
-             "messages; outbox always sets enable.idempotence=true");
-    } else if ((key == "acks" || key == "request.required.acks") && value != "all" &&
-               value != "-1") {
-      refuse(key, value,
-             "an ack before every in-sync replica has the message can lose it in a broker "
-             "failover after outbox marked it published; outbox always sets acks=all");
-    } else if (key == "partitioner" && value != "consistent" && value != "consistent_random" &&
-               value != "murmur2" && value != "murmur2_random" && value != "fnv1a" &&
-               value != "fnv1a_random") {
-      refuse(key, value,
-             "only a partitioner that maps one key to one partition keeps an aggregate's events "
-             "in order (consistent, murmur2 or fnv1a, with or without _random)");
-    } else if (key == "transactional.id") {
-      refuse(key, value,
-             "outbox does not use Kafka transactions; every send would fail without one");
-    } else if (key == "queuing.strategy" && value != "fifo") {
-      refuse(key, value, "a queue that is not first-in first-out reorders an aggregate's events");
-    } else if (key == "message.timeout.ms" || key == "delivery.timeout.ms") {
-      message_timeout = value;
+// The value librdkafka will apply for `name` (a global property, or one of the default topic
+// configuration), as it prints it; empty when it has none.
+std::string effective_value(rd_kafka_conf_t* conf, const char* name) {
+  char value[512] = {};
+  std::size_t size = sizeof(value);
+  if (rd_kafka_conf_get(conf, name, value, &size) == RD_KAFKA_CONF_OK) return value;
+  rd_kafka_topic_conf_t* topic = rd_kafka_conf_get_default_topic_conf(conf);
+  size = sizeof(value);
+  if (topic != nullptr && rd_kafka_topic_conf_get(topic, name, value, &size) == RD_KAFKA_CONF_OK) {
+    return value;
+  }
+  return {};
+}
+
+// The caller's property that makes librdkafka apply `value` to `name`: a property can reach it
+// under its own name, an alias (request.required.acks for acks, delivery.timeout.ms for
+// message.timeout.ms) or with a "topic." prefix. Each of the caller's properties is tried alone
+// on a fresh configuration; the last one that sets it wins, as in the real one.
+std::pair<std::string, std::string> which_property(const KafkaSinkOptions& options,
+                                                   const char* name, const std::string& value) {
+  std::pair<std::string, std::string> found{name, value};
+  for (const auto& [key, given] : options.properties) {
+    kafka::ConfHandle probe(rd_kafka_conf_new());
+    char error[512] = {};
+    if (rd_kafka_conf_set(probe.get(), key.c_str(), given.c_str(), error, sizeof(error)) !=
+        RD_KAFKA_CONF_OK) {
+      continue;
+    }
+    if (effective_value(probe.get(), name) == value) {
+      kafka::ConfHandle plain(rd_kafka_conf_new());
+      if (effective_value(plain.get(), name) != value) found = {key, given};
     }
   }
+  return found;
+}
+
+// Refuses every configuration that would weaken a guarantee, saying which property and why.
+// `conf` holds outbox's defaults and then the caller's properties, from whatever source (flags,
+// a properties file, the config file): what is checked is what librdkafka will apply, whatever
+// name, alias or "topic." prefix set it (topic.partitioner=random once slipped past a check of
+// the names). enable.idempotence and acks are set again after this, so they hold anyway; a
+// caller who asked for less is told. librdkafka refuses what it does not know or cannot combine
+// with idempotence itself (kafka::set, kafka::create).
+void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& options) {
+  const auto refuse = [&](const char* name, const std::string& value, const std::string& why) {
+    const auto [key, given] = which_property(options, name, value);
+    const bool aliased = key != name;
+    throw ConfigError(
+        "Kafka property " + key + "=" +
+        (detail::is_secret_kafka_property(key) ? std::string(detail::kRedacted) : given) +
+        " is refused" + (aliased ? fmt::format(" (librdkafka applies it as {}={})", name, value)
+                                 : std::string()) +
+        ": " + why);
+  };
+  if (const std::string idempotence = effective_value(conf, "enable.idempotence");
+      idempotence != "true") {
+    refuse("enable.idempotence", idempotence,
+           "without the idempotent producer a retried request can duplicate or reorder "
+           "messages; outbox always sets enable.idempotence=true");
+  }
+  if (const std::string acks = effective_value(conf, "acks"); acks != "-1" && acks != "all") {
+    refuse("acks", acks,
+           "an ack before every in-sync replica has the message can lose it in a broker "
+           "failover after outbox marked it published; outbox always sets acks=all");
+  }
+  static const std::unordered_set<std::string> kKeyedPartitioners = {
+      "consistent", "consistent_random", "murmur2", "murmur2_random", "fnv1a", "fnv1a_random"};
+  if (const std::string partitioner = effective_value(conf, "partitioner");
+      !kKeyedPartitioners.contains(partitioner)) {
+    refuse("partitioner", partitioner,
+           "only a partitioner that maps one key to one partition keeps an aggregate's events "
+           "in order (consistent, murmur2 or fnv1a, with or without _random)");
+  }
+  if (const std::string id = effective_value(conf, "transactional.id"); !id.empty()) {
+    refuse("transactional.id", id,
+           "outbox does not use Kafka transactions; every send would fail without one");
+  }
+  if (const std::string strategy = effective_value(conf, "queuing.strategy");
+      strategy != "fifo") {
+    refuse("queuing.strategy", strategy,
+           "a queue that is not first-in first-out reorders an aggregate's events");
+  }
+  const std::string timeout = effective_value(conf, "message.timeout.ms");
   long timeout_ms = -1;
   try {
     std::size_t used = 0;
-    timeout_ms = std::stol(message_timeout, &used);
-    if (used != message_timeout.size()) timeout_ms = -1;
+    timeout_ms = std::stol(timeout, &used);
+    if (used != timeout.size()) timeout_ms = -1;
   } catch (const std::exception&) {
   }
-  if (timeout_ms < 0) return;  // not a number: librdkafka refuses it with its own words
+  if (timeout_ms < 0) {
+    throw ConfigError("Kafka property message.timeout.ms reads back as \"" + timeout +
+                      "\", not a number of milliseconds");
+  }
   if (timeout_ms == 0) {
-    refuse("message.timeout.ms", message_timeout,
+    refuse("message.timeout.ms", timeout,
            "0 means a send never times out, so it could outlive its lease: another relay would "
            "publish the event and its successor, and this copy would arrive after both");
   }
   if (options.max_message_timeout.count() > 0 &&
       timeout_ms >= options.max_message_timeout.count()) {
-    refuse("message.timeout.ms", message_timeout,
+    refuse("message.timeout.ms", timeout,
            fmt::format("a send must end before its claim's lease ({} ms) can expire, or another "
                        "relay publishes the event and its successor and this copy arrives after "
                        "both; set it below the lease (--lease-ms)",
@@ -103,7 +154,6 @@ class KafkaSink final : public Sink {
       : topic_template_(options.topic_template), brokers_(options.brokers) {
     kafka::check_topic_template(topic_template_);
     if (brokers_.empty()) throw ConfigError("Kafka sink: no brokers (--kafka-brokers host:port)");
-    check_properties(options);
     kafka::ConfHandle conf(rd_kafka_conf_new());
     kafka::set(conf.get(), "bootstrap.servers", brokers_);
     kafka::set(conf.get(), "message.timeout.ms", kDefaultMessageTimeoutMs);
@@ -118,7 +168,11 @@ class KafkaSink final : public Sink {
     // hashes with CRC32): an aggregate's key lands on the same partition whichever client wrote
     // it. Overridable by another partitioner that maps one key to one partition.
     kafka::set(conf.get(), "partitioner", "murmur2_random");
+    // Set before the caller's properties too, so that one asking for less is found and told.
+    kafka::set(conf.get(), "enable.idempotence", "true");
+    kafka::set(conf.get(), "acks", "all");
     for (const auto& [key, value] : options.properties) kafka::set(conf.get(), key, value);
+    check_effective_properties(conf.get(), options);
     kafka::set(conf.get(), "enable.idempotence", "true");
     kafka::set(conf.get(), "acks", "all");
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaSink::on_delivery);

@@ -130,6 +130,10 @@ void add_relay(Families& out, const RelayMetrics& metrics, const std::string& sh
   counter(out, "outbox_relay_events_materialized_total",
           "Table-less events the relay wrote to the table to publish them from there.",
           d(s.materialized), base);
+  counter(out, "outbox_relay_cdc_messages_rejected_total",
+          "Logical decoding messages with the outbox prefix not published: not proven to come "
+          "from a producer (forged), unreadable, or table-less at a relay without --table-less.",
+          d(s.messages_rejected), base);
   counter(out, "outbox_relay_slot_releases_total",
           "Times the relay let its replication slot go over its WAL budget.", d(s.slot_released),
           base);

@@ -106,6 +106,7 @@ struct RelayCounters {
   std::atomic<bool> slot_standby{false};
   Counter slot_released{0};
   Counter materialized{0};
+  Counter messages_rejected{0};
   Counter leases_taken_over{0};
   TypedCounts by_type;
   Histogram commit_to_ack = latency_histogram();  // seconds
@@ -149,6 +150,7 @@ struct RelayCounters {
     stats.slot_standby = slot_standby.load(std::memory_order_relaxed);
     stats.slot_released = read(slot_released);
     stats.materialized = read(materialized);
+    stats.messages_rejected = read(messages_rejected);
     stats.leases_taken_over = read(leases_taken_over);
   }
 };

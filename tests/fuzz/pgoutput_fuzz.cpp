@@ -41,13 +41,17 @@ void check_message(std::string_view input) {
   if (const auto* error = std::get_if<DecodeError>(&message)) return expect_error(*error, input);
   if (const auto* ignored = std::get_if<Ignored>(&message)) {
     if (ignored->kind != input.front() ||
-        std::string_view("UDTYO").find(ignored->kind) == std::string_view::npos) {
+        std::string_view("DTYO").find(ignored->kind) == std::string_view::npos) {
       fail("an Ignored of the wrong kind", input);
     }
     return;
   }
   if (const auto* insert = std::get_if<Insert>(&message)) {
     for (const TupleColumn& column : insert->columns) expect_inside(column.value, input);
+  }
+  if (const auto* update = std::get_if<Update>(&message)) {
+    for (const TupleColumn& column : update->old_columns) expect_inside(column.value, input);
+    for (const TupleColumn& column : update->columns) expect_inside(column.value, input);
   }
   if (const auto* logical = std::get_if<LogicalMessage>(&message)) {
     expect_inside(logical->prefix, input);

@@ -102,6 +102,18 @@ inline std::string encode(const Insert& insert) {
   return out.done();
 }
 
+inline std::string encode(const Update& update) {
+  Writer out('U');
+  out.u32(update.relation_id);
+  if (update.old_kind != 0) {
+    out.u8(static_cast<std::uint8_t>(update.old_kind));
+    write_tuple(out, update.old_columns);
+  }
+  out.u8('N');
+  write_tuple(out, update.columns);
+  return out.done();
+}
+
 inline std::string encode(const LogicalMessage& message) {
   return Writer('M')
       .u8(message.flags)
@@ -120,6 +132,7 @@ inline char kind_of(const PgOutputMessage& message) {
     char operator()(const Commit&) const { return 'C'; }
     char operator()(const Relation&) const { return 'R'; }
     char operator()(const Insert&) const { return 'I'; }
+    char operator()(const Update&) const { return 'U'; }
     char operator()(const LogicalMessage&) const { return 'M'; }
     char operator()(const Ignored& ignored) const { return ignored.kind; }
     char operator()(const DecodeError&) const { return '!'; }

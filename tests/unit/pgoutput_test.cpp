@@ -219,10 +219,16 @@ TEST(Pgoutput, DecodesCapturedMessages) {
 }
 
 TEST(Pgoutput, ChecksAndSkipsEveryCapturedKindTheRelayIgnores) {
-  const std::vector<std::pair<std::string_view, char>> cases{{captured::kUpdate, 'U'},
-                                                             {captured::kUpdateWithKey, 'U'},
-                                                             {captured::kUpdateWithOldRow, 'U'},
-                                                             {captured::kDeleteByKey, 'D'},
+  // Updates decode (a table-less relay reads the sequence counters'), with their old tuple.
+  EXPECT_EQ(as<Update>(decode_pgoutput(from_hex(captured::kUpdate))).old_kind, 0);
+  EXPECT_EQ(as<Update>(decode_pgoutput(from_hex(captured::kUpdateWithKey))).old_kind, 'K');
+  EXPECT_EQ(as<Update>(decode_pgoutput(from_hex(captured::kUpdateWithOldRow))).old_kind, 'O');
+  for (const std::string_view hex :
+       {captured::kUpdate, captured::kUpdateWithKey, captured::kUpdateWithOldRow}) {
+    const std::string bytes = from_hex(hex);
+    EXPECT_EQ(wire::encode(as<Update>(decode_pgoutput(bytes))), bytes) << hex;
+  }
+  const std::vector<std::pair<std::string_view, char>> cases{{captured::kDeleteByKey, 'D'},
                                                              {captured::kDeleteByOldRow, 'D'},
                                                              {captured::kTruncate, 'T'},
                                                              {captured::kType, 'Y'},
@@ -304,16 +310,28 @@ TEST(Pgoutput, RefusesWhatPostgres15NeverSendsAndSaysWhere) {
   EXPECT_TRUE(contains(error_of(decode_pgoutput(update_twice)), "expected 'N'"));
 }
 
-TEST(Pgoutput, DecodesUpdatesAndDeletesOfEveryShapeAsIgnored) {
+TEST(Pgoutput, DecodesUpdatesOfEveryShapeAndDeletesAsIgnored) {
   const std::string new_only = wire::Writer('U').u32(1).u8('N').u16(1).u8('u').done();
   const std::string with_key =
-      wire::Writer('U').u32(1).u8('K').u16(1).u8('n').u8('N').u16(1).u8('n').done();
+      wire::Writer('U').u32(7).u8('K').u16(1).u8('n').u8('N').u16(2).u8('n').u8('t').u32(2).raw(
+          "42").done();
+  const Update plain = as<Update>(decode_pgoutput(new_only));
+  EXPECT_EQ(plain.relation_id, 1U);
+  ASSERT_EQ(plain.columns.size(), 1U);
+  EXPECT_EQ(plain.columns[0].kind, ColumnKind::unchanged_toast);
+  const Update keyed = as<Update>(decode_pgoutput(with_key));
+  EXPECT_EQ(keyed.relation_id, 7U);
+  EXPECT_EQ(keyed.old_kind, 'K');
+  ASSERT_EQ(keyed.old_columns.size(), 1U);
+  ASSERT_EQ(keyed.columns.size(), 2U);
+  EXPECT_EQ(keyed.columns[1].value, "42");
+  EXPECT_EQ(wire::encode(keyed), with_key);
   const std::string deleted =
       wire::Writer('D').u32(1).u8('O').u16(1).u8('t').u32(1).raw("x").done();
   const std::string truncated = wire::Writer('T').u32(2).u8(3).u32(10).u32(11).done();
   const std::string type = wire::Writer('Y').u32(9).cstring("").cstring("t").done();
   const std::string origin = wire::Writer('O').u64(5).cstring("o").done();
-  for (const std::string* bytes : {&new_only, &with_key, &deleted, &truncated, &type, &origin}) {
+  for (const std::string* bytes : {&deleted, &truncated, &type, &origin}) {
     EXPECT_EQ(as<Ignored>(decode_pgoutput(*bytes)).kind, bytes->front());
   }
 }

@@ -62,6 +62,8 @@ TEST(ReplicationNamesTest, PublicationNamesLiteralQuotesForBothParsers) {
   EXPECT_EQ(publication_names_literal("Orders,pub"), R"('"Orders,pub"')");
   EXPECT_EQ(publication_names_literal(R"(a"b)"), R"('"a""b"')");
   EXPECT_EQ(publication_names_literal("it's"), R"('"it''s"')");
+  EXPECT_EQ(publication_names_literal(std::vector<std::string>{"a", "B\"c", "it's"}),
+            R"('"a","B""c","it''s"')");
 }
 
 TEST(ReplicationLsnTest, ParsesWhatPgLsnPrints) {
