@@ -51,8 +51,20 @@ async function call(path, body) {
   if (!response.ok) throw new Error(path + ": " + response.status + " " + text);
   return text ? JSON.parse(text) : {};
 }
+// As the CLI shows stored text (common/printable.hpp): a control character, a bidirectional
+// override or a line separator would act instead of showing (U+202E turns the rest of a line
+// around), so each is shown escaped, and a backslash doubled.
+function printable(text) {
+  return String(text).replace(/[\\\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, c => {
+    if (c === "\\") return "\\\\";
+    const code = c.charCodeAt(0);
+    return code < 0x80 ? "\\x" + code.toString(16).padStart(2, "0")
+                       : "\\u" + code.toString(16).padStart(4, "0");
+  });
+}
 function cell(row, text, cls) {
-  const td = row.insertCell(); td.textContent = text; if (cls) td.className = cls; return td;
+  const td = row.insertCell(); td.textContent = printable(text); if (cls) td.className = cls;
+  return td;
 }
 // A table is rebuilt only when its rows changed, so a button under the pointer stays put.
 const shown = {};
@@ -85,24 +97,24 @@ function draw() {
 }
 async function retry(id) {
   try { await call("/api/quarantine/retry", {event_id: id}); refresh(); }
-  catch (e) { document.getElementById("error").textContent = e.message; }
+  catch (e) { document.getElementById("error").textContent = printable(e.message); }
 }
 async function skip(id) {
   const reason = prompt("Skip event " + id + " without publishing it. Why? (goes into the audit)");
   if (!reason || !reason.trim()) return;
   try { await call("/api/quarantine/skip", {event_id: id, reason: reason.trim()}); refresh(); }
-  catch (e) { document.getElementById("error").textContent = e.message; }
+  catch (e) { document.getElementById("error").textContent = printable(e.message); }
 }
 async function refresh() {
   let o;
   try { o = await call("/api/overview"); document.getElementById("error").textContent = ""; }
-  catch (e) { document.getElementById("error").textContent = e.message; return; }
+  catch (e) { document.getElementById("error").textContent = printable(e.message); return; }
   const pending = o.backlog.reduce((a, b) => a + b.pending, 0);
   const age = o.backlog.reduce((a, b) => Math.max(a, b.oldest_pending_age), 0);
   samples.push({t: Date.now() / 1000, pending, age});
   while (samples.length > 300) samples.shift();
   document.getElementById("summary").textContent =
-      "schema " + o.schema + ": " + pending + " pending, oldest " + age.toFixed(1) + " s, " +
+      "schema " + printable(o.schema) + ": " + pending + " pending, oldest " + age.toFixed(1) + " s, " +
       o.quarantine.length + " quarantined" + (o.backlog_ok ? "" : " (backlog query failing)");
   fill("backlog", o.backlog, (tr, b) => { cell(tr, b.aggregate_type);
     cell(tr, b.pending, "num"); cell(tr, b.oldest_pending_age.toFixed(1), "num");

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "cdc/replication_stream.hpp"
+#include "common/printable.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::detail {
@@ -75,8 +76,34 @@ void check_cdc(const CdcOptions& cdc) {
 
 }  // namespace
 
+namespace {
+
+// A relay id is the first part of its sessions' names and claim tokens ("<id>:<session>:<n>"),
+// and a dead session's claims are taken over by that prefix: an id with ':' could make another
+// relay's live session look like a part of a dead one ("a:0000000000000001:x" starts with
+// session "a:0000000000000001"). It is also printed in logs, status and the admin page.
+void check_relay_id(const std::string& id) {
+  const auto refuse = [&](const std::string& why) {
+    throw InvalidArgument(fmt::format("relay: relay id \"{}\" {}; use letters, digits, '-', '_' "
+                                      "or '.' (e.g. the host name and a number)",
+                                      printable(id, 80), why));
+  };
+  if (id.size() > 100) refuse(fmt::format("is {} bytes long; at most 100", id.size()));
+  if (id.find(':') != std::string::npos) {
+    refuse("has a ':', which separates the parts of a claim token: another relay's claims "
+           "could be taken for this one's");
+  }
+  if (const auto hostile = find_hostile_character(id)) {
+    refuse(fmt::format("has {} at byte {}", hostile->what, hostile->offset));
+  }
+  if (id.find_first_not_of(' ') == std::string::npos) refuse("is blank");
+}
+
+}  // namespace
+
 RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_idle_wait) {
   if (options.relay_id.empty()) options.relay_id = default_relay_id();
+  check_relay_id(options.relay_id);
   if (options.batch_size == 0 || options.max_in_flight == 0) {
     throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
   }

@@ -48,7 +48,11 @@ try:
         (By.CSS_SELECTOR, f'#quarantine tr[data-event-id="{to_skip}"]')))
     # A hostile aggregate type shows as text, never as markup.
     assert not driver.find_elements(By.CSS_SELECTOR, "#quarantine b.injected"), "markup injected"
-    assert "<b class=\"injected\">" in driver.find_element(By.ID, "quarantine").text
+    shown = driver.find_element(By.ID, "quarantine").text
+    assert "<b class=\"injected\">" in shown
+    # Control characters and a right-to-left override are shown escaped, not acted on.
+    assert "c-1\\x1b[31m\\x07\\u202eevil" in shown, shown
+    assert not any(c in shown for c in "\x1b\x07\u202e"), "a control character shown raw"
     # The chart draws from its first sample (a point at its top left: the sample is its own
     # maximum), not only once it has two. The labels start right of it, at x = 8.
     alpha = driver.execute_script("""

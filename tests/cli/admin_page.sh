@@ -40,7 +40,8 @@ quarantine() {
 retry_id=11111111-1111-4111-8111-111111111111
 skip_id=22222222-2222-4222-8222-222222222222
 quarantine "$retry_id" order o-1
-quarantine "$skip_id" '<b class="injected">x</b>' c-1
+# Its id has an escape sequence, a bell and a right-to-left override: shown escaped, as the CLI does.
+quarantine "$skip_id" '<b class="injected">x</b>' "c-1$(printf '\033[31m\a\342\200\256')evil"
 
 # Starts `outbox admin` with extra flags; sets started_port to the port it serves on. (Not in a
 # command substitution: the process must be tracked by this shell for the cleanup.)

@@ -32,6 +32,25 @@ TEST(RelayOptionsCheck, TheDefaultsPassAndGetARelayId) {
   EXPECT_FALSE(options.relay_id.empty());
 }
 
+// Issue 23 (low): a dead session's claims are taken over by its name as a prefix of their tokens
+// ("<relay id>:<session>"); a relay id with ':' could make a live session look like a dead one's.
+TEST(RelayOptionsCheck, ARelayIdWithAColonAControlCharacterOrTooLongIsRefused) {
+  RelayOptions options;
+  options.relay_id = "a:0000000000000001:x";
+  EXPECT_NE(refusal(options).find("has a ':'"), std::string::npos) << refusal(options);
+  options.relay_id = "relay\x1b[2J";
+  EXPECT_NE(refusal(options).find("control character"), std::string::npos) << refusal(options);
+  EXPECT_EQ(refusal(options).find('\x1b'), std::string::npos) << "shown escaped";
+  options.relay_id = std::string(101, 'r');
+  EXPECT_NE(refusal(options).find("at most 100"), std::string::npos);
+  options.relay_id = "   ";
+  EXPECT_NE(refusal(options).find("is blank"), std::string::npos);
+  for (const char* good : {"relay-1", "host.example.com-42", "billing_relay", "r\xc3\xa9lai"}) {
+    options.relay_id = good;
+    EXPECT_EQ(refusal(options), "") << good;
+  }
+}
+
 TEST(RelayOptionsCheck, AByteBudgetOfZeroOrBeyondOneTebibyteIsRefused) {
   RelayOptions options;
   options.max_in_flight_bytes = 0;
