@@ -221,20 +221,36 @@ std::size_t GuardedServer::connections() const {
 std::optional<GuardedServer::Connections::iterator> GuardedServer::admit(socket_t sock) {
   std::lock_guard lock(mutex_);
   if (stopping_) return std::nullopt;
-  if (connections_.size() >= limits_.max_connections) {
-    // Full: the oldest connection still reading its request (queued ones too), or still being
-    // sent its answer, gives way; its socket shut down, its thread ends at once and serves the
-    // new one. Evicted ones count until their thread closed them: within twice the bound.
-    if (connections_.size() >= 2 * limits_.max_connections) return std::nullopt;
+  const auto kept = static_cast<std::size_t>(std::count_if(
+      connections_.begin(), connections_.end(), [](const auto& c) { return !c.evicted; }));
+  if (kept >= limits_.max_connections) {
+    // Full: the oldest connection still reading its request, or still being sent its answer,
+    // gives way. One that waits for a thread is closed now; one being served is shut down, and
+    // its thread closes it at once. So at most twice the bound stay open (the evicted being
+    // served, at most one per thread), and a burst does not turn scrapes away.
     const auto oldest = std::find_if(connections_.begin(), connections_.end(), [](const auto& c) {
-      return c.phase != Phase::handling && !c.evicted;
+      return !c.evicted && c.phase != Phase::handling;
     });
-    if (oldest == connections_.end()) return std::nullopt;
+    if (oldest == connections_.end()) return std::nullopt;  // every one in a handler
     oldest->evicted = true;
-    ::shutdown(oldest->fd, SHUT_RDWR);  // listed: not closed yet, so still that socket
+    if (oldest->started) {
+      ::shutdown(oldest->fd, SHUT_RDWR);  // listed: not closed yet, so still that socket
+    } else {
+      ::close(oldest->fd);  // its job only takes it off the list (begin())
+    }
   }
   connections_.push_back(Connection{sock, Clock::now()});
   return std::prev(connections_.end());
+}
+
+bool GuardedServer::begin(Connections::iterator connection) {
+  std::lock_guard lock(mutex_);
+  if (connection->evicted && !connection->started) {
+    connections_.erase(connection);
+    return false;
+  }
+  connection->started = true;
+  return true;
 }
 
 // Before the socket is closed: admit() shuts down only listed sockets, so never a descriptor
@@ -257,6 +273,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
   bool served = false;
   if (serving_) {  // always, from Queue
     const Connections::iterator connection = *serving_;
+    if (!begin(connection)) return false;  // evicted while it waited: closed then
     DeadlineStream stream(*this, *connection);
     bool closed = false;
     try {

@@ -21,10 +21,12 @@
 namespace outbox::observe {
 
 struct ListenerLimits {
-  // Connections served at once, a thread each. One more evicts the oldest that is still reading
+  // Connections kept at once, a thread each. One more evicts the oldest that is still reading
   // its request (or still being sent its answer): a slow client gives its place up to a new
   // one, and a scrape, whose request comes at once, is never the oldest reader for long. When
-  // none can give way, the new connection is answered 503 and closed, not queued.
+  // none can give way (all in a handler), the new connection is answered 503 and closed, not
+  // queued. At most twice this many descriptors: the evicted stay open until their thread
+  // notices, at once.
   std::size_t max_connections;
   // From the connection's start until its whole request has arrived, however it trickles.
   std::chrono::milliseconds request_deadline;
@@ -72,7 +74,8 @@ class GuardedServer : public httplib::Server {
     socket_t fd;
     std::chrono::steady_clock::time_point accepted;
     Phase phase = Phase::reading;
-    bool evicted = false;  // shut down to make room
+    bool started = false;  // a thread serves it (else it waits in the queue)
+    bool evicted = false;  // shut down (started) or closed (waiting) to make room
   };
   using Connections = std::list<Connection>;
   class Queue;
@@ -81,6 +84,9 @@ class GuardedServer : public httplib::Server {
   bool process_and_close_socket(socket_t sock) override;
   // Lists an accepted socket, or nothing when there is no room (stopping, full).
   std::optional<Connections::iterator> admit(socket_t sock);
+  // On the worker thread: whether to serve it; false (and off the list) when it was evicted
+  // and closed while it waited.
+  bool begin(Connections::iterator connection);
   void leave(Connections::iterator connection);
   void enter(Connection& connection, Phase phase);
 
