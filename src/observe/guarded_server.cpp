@@ -213,11 +213,6 @@ void GuardedServer::stop_now() {
   stop();
 }
 
-std::size_t GuardedServer::connections() const {
-  std::lock_guard lock(mutex_);
-  return connections_.size();
-}
-
 std::optional<GuardedServer::Connections::iterator> GuardedServer::admit(socket_t sock) {
   std::lock_guard lock(mutex_);
   if (stopping_) return std::nullopt;

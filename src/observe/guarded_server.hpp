@@ -65,9 +65,6 @@ class GuardedServer : public httplib::Server {
   // listening thread returns as soon as the handlers running now return. Blocks for nothing.
   void stop_now();
 
-  // Connections served now (for tests).
-  [[nodiscard]] std::size_t connections() const;
-
  private:
   enum class Phase { reading, handling, answering };
   struct Connection {
