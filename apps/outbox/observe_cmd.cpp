@@ -2,7 +2,9 @@
 // page) without relaying anything, so a backlog alert still fires when every relay has stopped.
 // Also the listener flags `outbox relay --metrics-listen` shares (observe_flags.hpp).
 
+#include <condition_variable>
 #include <iostream>
+#include <mutex>
 
 #include "cli_common.hpp"
 #include "command.hpp"
@@ -48,10 +50,23 @@ struct AdminFlags {
 int run_admin(const AdminFlags& flags) {
   if (flags.observe.listen.empty()) throw ConfigError("admin: --listen host:port is required");
   ObserveServer server(observe_options(flags.observe, flags.db, flags.schema));
+  // Before start(): the server's threads inherit the blocked signals. Started after them, one
+  // of its threads took SIGTERM, whose default action killed the process (status 143, no stop).
+  std::mutex mutex;
+  std::condition_variable signalled;
+  bool stop = false;
+  const SignalWatch watch = on_termination_signal([&] {
+    std::lock_guard lock(mutex);
+    stop = true;
+    signalled.notify_all();
+  });
   server.start();
   std::cerr << "outbox admin: serving on port " << server.port() << " (Ctrl-C stops)"
             << std::endl;
-  wait_for_termination();
+  {
+    std::unique_lock lock(mutex);
+    signalled.wait(lock, [&] { return stop; });
+  }
   server.stop();
   return 0;
 }

@@ -16,6 +16,7 @@
 
 #include "common/log.hpp"
 #include "observe/admin_page.hpp"
+#include "observe/guarded_server.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
@@ -131,13 +132,9 @@ class ObserveServer::Impl {
 
   void start() {
     if (thread_.joinable()) return;
-    // Two threads: a scrape and a probe at once; more connections wait their turn.
-    // Four workers; a connection keeps one for at most one request (no keep-alive), so two
-    // Prometheus replicas and a prober never wait on each other's idle connections.
-    server_.new_task_queue = [] { return new httplib::ThreadPool(4); };
-    server_.set_keep_alive_max_count(1);
-    server_.set_read_timeout(5, 0);
-    server_.set_write_timeout(5, 0);
+    // One request per connection within observe::kListenerLimits (guarded_server.hpp): slow
+    // clients are cut at a deadline or evicted by new ones, never queued, so they cannot starve
+    // the scrapes, hold up stop(), or use up the process's descriptors.
     server_.set_payload_max_length(64 * 1024);
     // Not httplib's default SO_REUSEPORT: a second process on the same port must fail to start,
     // not share the scrapes with the first.
@@ -145,11 +142,12 @@ class ObserveServer::Impl {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
-    server_.set_pre_routing_handler([this](const httplib::Request& request,
-                                           httplib::Response& response) {
-      // Without a token the listener is loopback: refuse a Host that names another site, so a
-      // web page cannot reach it by DNS rebinding (its name resolving to 127.0.0.1).
-      if (options_.token.empty() && !loopback_host(request.get_header_value("Host"))) {
+    server_.set_request_check([this](const httplib::Request& request,
+                                     httplib::Response& response) {
+      // On loopback refuse a Host that names another site, so a web page cannot reach the
+      // listener by DNS rebinding (its name resolving to 127.0.0.1): with a token too, as the
+      // probes need none and there name what failed (health()).
+      if (address_.loopback() && !loopback_host(request.get_header_value("Host"))) {
         response.status = 403;
         response.set_content("this listener answers only to loopback host names\n", "text/plain");
         return httplib::Server::HandlerResponse::Handled;
@@ -195,6 +193,7 @@ class ObserveServer::Impl {
           options_.listen));
     }
     if (address_.port != 0) bound_port_ = address_.port;
+    server_.widen_backlog(128);  // a failure leaves httplib's 5: slower under a burst, no more
     if (options_.backlog) {
       backlog_thread_ = std::thread([this] { refresh_backlog_until_stopped(); });
       std::lock_guard lock(backlog_mutex_);
@@ -225,7 +224,7 @@ class ObserveServer::Impl {
       backlog_thread_.join();
     }
     if (!thread_.joinable()) return;
-    server_.stop();
+    server_.stop_now();  // closes slow clients' connections instead of waiting for them
     thread_.join();
   }
 
@@ -703,7 +702,7 @@ FROM slowest s)SQL",
   ListenAddress address_;
   std::vector<std::pair<const Relay*, std::string>> relays_;
   std::vector<std::pair<std::string, std::function<KafkaConsumerStats()>>> consumers_;
-  httplib::Server server_;
+  observe::GuardedServer server_{observe::kListenerLimits};
   std::thread thread_;
   int bound_port_ = 0;
   std::mutex backlog_mutex_;

@@ -51,6 +51,7 @@ start_admin() {
     --backlog-refresh 500ms "$@" >"$log" 2>&1 &
   pid=$!
   track_background "$pid" "outbox admin"
+  started_pid="$pid"
   started_port="$(listening_port "$log" "$pid")" ||
     fatal --log "$log" "outbox admin did not say where it serves"
 }
@@ -61,6 +62,7 @@ start_admin
 open_port="$started_port"
 start_admin --admin-token-file "$work_dir/token"
 port="$started_port"
+token_admin_pid="$started_pid"
 post() {  # post PORT PATH BODY [curl args...]: prints the status code
   local p="$1" path="$2" body="$3"
   shift 3
@@ -112,5 +114,11 @@ if [[ "$audit" == "retry:released from quarantine,skip:customer deleted; event o
 else
   fail "the audit reads: $audit"
 fi
+
+# --- SIGTERM stops it in order: exit 0 (before: a server thread took the signal, status 143) ---
+kill -TERM "$token_admin_pid"
+admin_rc=0
+wait "$token_admin_pid" || admin_rc=$?
+if ((admin_rc == 0)); then pass; else fail "outbox admin exited $admin_rc after SIGTERM, not 0"; fi
 
 summary_and_exit
