@@ -200,6 +200,12 @@ TEST_F(RolesTest, AnInboxLoginMarksEventsOnlyUnderItsOwnListedConsumerName) {
   EXPECT_EQ(count(shipping.get(), "SELECT count(*) FROM " + processed +
                                       " WHERE consumer_name = 'billing'"),
             0);
+  // A name listed for a role that does not exist admits nobody.
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
+                       " VALUES ('orphaned', 'roles_no_such_role')");
+  EXPECT_EQ(refusal(shipping.get(), "INSERT INTO " + processed + " VALUES ('orphaned', '" +
+                                        EventId::generate().to_string() + "')"),
+            "42501");
   EXPECT_EQ(refusal(shipping.get(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
                                         " VALUES ('x', 'roles_shipping_login')"),
             "42501");
