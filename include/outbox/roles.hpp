@@ -9,6 +9,14 @@
 //   GRANT outbox_admin  TO ops;             -- status, quarantine, cleanup
 //
 // Migrations stay with the schema's owner.
+//
+// Roles are per program, not per consumer: to keep one inbox login from marking events done for
+// another consumer, list the consumer name with the login (or role) that owns it, as the owner:
+//
+//   INSERT INTO outbox.outbox_inbox_consumers VALUES ('billing', 'billing_consumer');
+//
+// A listed name is written and read only by members of its role (row-level security on
+// processed_events); an unlisted name is open to every inbox login, as before.
 
 #include <string>
 
@@ -27,7 +35,9 @@ struct RoleNames {
 RoleNames role_names(const SchemaName& schema);
 
 // Creates the four roles (NOLOGIN) where missing and sets their privileges on the schema's tables
-// to exactly what each part needs, revoking anything else they held there. Idempotent; run it
+// to exactly what each part needs (column by column where a role writes some columns of a row),
+// revoking anything else they held there, and turns on processed_events' row-level security with
+// its policies (consumer names listed in outbox_inbox_consumers; the admin's cleanup sees all). Idempotent; run it
 // again after every migrate (a new table gets its grants then). One transaction: all or nothing.
 // Needs a connection that may create roles and grant on the tables (their owner with
 // CREATEROLE, or a superuser), idle, with the schema migrated to the latest version. Throws

@@ -386,11 +386,12 @@ RETURNING e.event_id)SQL",
 }
 
 std::string set_listening(const SchemaName& schema) {
-  // The insert (a new session, or a row someone deleted) also records the session's lock and
-  // lease; an update only the state and the heartbeat.
+  // The insert (a new session, or a row someone deleted) also records the session's lock, its
+  // backend (the sweep counts the lock only there) and lease; an update only the state and the
+  // heartbeat.
   return fmt::format(R"SQL(INSERT INTO {relays} AS r
-  (relay_id, listening, seen_at, lock_key, lease_ms, registered_at)
-VALUES ($1, $2::bool, now(), $3::bigint, $4::bigint, now())
+  (relay_id, listening, seen_at, lock_key, lease_ms, registered_at, backend_pid)
+VALUES ($1, $2::bool, now(), $3::bigint, $4::bigint, now(), pg_backend_pid())
 ON CONFLICT (relay_id) DO UPDATE SET listening = EXCLUDED.listening, seen_at = now())SQL",
                      fmt::arg("relays", schema.table("outbox_relays")));
 }
@@ -407,19 +408,28 @@ std::string sweep(const SchemaName& schema) {
   // (unlike pg_stat_activity's details) is visible to every role. Reading it takes the lock
   // manager's partition locks in shared mode for a moment: cheap at a few looks a second.
   //
+  // The key counts only in the backend that registered the session (backend_pid, migration 12).
+  // Every login sees the key in pg_locks and may queue pg_advisory_lock(key) for it: once the
+  // relay's backend is gone that waiter holds the key, and a sweep that looked at the key alone
+  // took the dead session for alive until its leases ran out (29.4 s instead of ~1.2 s, measured
+  // with 30 s leases). To fool this sweep a stranger needs the key and the dead backend's very
+  // pid, which the OS hands out again only after the whole pid range, before the next look
+  // (500 ms). Rows without backend_pid (relays of builds before migration 12) are judged by
+  // the key alone, as before.
+  //
   // A row whose session is gone may belong to a relay that is reconnecting (a network blip, an
   // operator's pg_terminate_backend): it registers a new row and deletes this one within the
   // grace $1, so nothing of it is taken. A session from before the server's start died in a
   // restart, which every relay goes through at once; those get $2, enough for a relay in its
   // longest reconnect backoff. Rows without lock_key (relays of an older build) are never judged.
   return fmt::format(R"SQL(WITH held AS MATERIALIZED (
-  SELECT (l.classid::int8 << 32) | l.objid::int8 AS lock_key
+  SELECT (l.classid::int8 << 32) | l.objid::int8 AS lock_key, l.pid
   FROM pg_catalog.pg_locks l
   WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
     AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
                       WHERE d.datname = current_database())
 ), sessions AS MATERIALIZED (
-  SELECT r.relay_id, r.lock_key, r.ended_at, coalesce(r.lease_ms, 0) AS lease_ms,
+  SELECT r.relay_id, r.lock_key, r.backend_pid, r.ended_at, coalesce(r.lease_ms, 0) AS lease_ms,
          CASE WHEN r.registered_at < pg_postmaster_start_time() THEN $2::bigint ELSE $1::bigint END
            * interval '1 millisecond' AS grace
   FROM {relays} r
@@ -431,7 +441,8 @@ std::string sweep(const SchemaName& schema) {
   SET ended_at = now(), seen_at = '-infinity'
   FROM sessions s
   WHERE r.relay_id = s.relay_id AND r.ended_at IS NULL AND s.ended_at IS NULL
-    AND s.lock_key NOT IN (SELECT h.lock_key FROM held h)
+    AND NOT EXISTS (SELECT 1 FROM held h WHERE h.lock_key = s.lock_key
+                    AND (s.backend_pid IS NULL OR h.pid = s.backend_pid))
   RETURNING r.relay_id, s.grace
 ), forgotten AS (
   -- Every lease the session took has run out since: nothing of it is left to take over.

@@ -59,7 +59,7 @@ std::string forget_relay(const SchemaName& schema);
 // taken.
 std::string take_session_lock();
 // $1 grace in ms, $2 grace in ms for sessions older than the server (they died in a restart):
-// marks rows whose session lock is no longer held as ended, deletes rows whose session ended a
+// marks rows whose session lock is no longer held by the session's own backend as ended, deletes rows whose session ended a
 // grace and a lease ago, and returns every ended session: (row id, ms until it counts as dead;
 // <= 0: dead, its claims may be taken over).
 std::string sweep(const SchemaName& schema);

@@ -252,6 +252,57 @@ ALTER TABLE {s}.outbox_operator_audit
   ADD CONSTRAINT outbox_operator_audit_action_check
     CHECK (action IN ('retry', 'skip', 'replay'));
 )SQL"},
+    Migration{12, "relay sessions judged by their own backend", R"SQL(
+-- Any login sees a relay session's advisory-lock key in pg_locks and may queue for it; when the
+-- relay died, the waiter held the key and the sweep (which looked at the key alone) took the dead
+-- session for alive until its leases ran out: 29.4 s instead of ~1.2 s. A relay now records its
+-- backend's pid, and the sweep counts the key only in that backend. Nullable: a relay of an older
+-- build writes none and is judged by the key alone, as before. A column only: no rewrite.
+ALTER TABLE {s}.outbox_relays ADD COLUMN backend_pid integer;
+)SQL"},
+    Migration{13, "history only moves forward", R"SQL(
+-- What the roles' table and column privileges (roles.cpp) cannot say. An aggregate's counter
+-- never goes down: a lower last_sequence made the next event go out as a sequence already
+-- published (2 again after 71). The cleanup horizon never goes back (a deleted event would then
+-- read as an aborted transaction, which its caller runs again) nor ahead of now. Both refuse with
+-- 42501, whoever asks (the owner may disable the trigger for a deliberate repair). A row trigger
+-- whose WHEN is false calls no function: the producer's upsert pays one comparison.
+CREATE FUNCTION {s}.outbox_refuse_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'outbox: % may not go back (%): it is history that was already published or answered',
+    TG_ARGV[0], TG_TABLE_NAME USING ERRCODE = '42501';
+END $$;
+CREATE TRIGGER outbox_aggregate_sequences_forward
+  BEFORE UPDATE ON {s}.outbox_aggregate_sequences FOR EACH ROW
+  WHEN (NEW.last_sequence < OLD.last_sequence OR NEW.aggregate_type <> OLD.aggregate_type
+        OR NEW.aggregate_id <> OLD.aggregate_id)
+  EXECUTE FUNCTION {s}.outbox_refuse_rewrite('an aggregate''s last_sequence');
+CREATE TRIGGER outbox_cleanup_horizon_forward
+  BEFORE UPDATE ON {s}.outbox_cleanup_horizon FOR EACH ROW
+  WHEN (NEW.deleted_before < OLD.deleted_before OR NEW.deleted_before > now())
+  EXECUTE FUNCTION {s}.outbox_refuse_rewrite('the cleanup horizon (nor ahead of now)');
+CREATE TRIGGER outbox_cleanup_horizon_not_ahead
+  BEFORE INSERT ON {s}.outbox_cleanup_horizon FOR EACH ROW
+  WHEN (NEW.deleted_before > now())
+  EXECUTE FUNCTION {s}.outbox_refuse_rewrite('the cleanup horizon (nor ahead of now)');
+
+-- Who wrote an audit row, as the server knows it: session_user (a SECURITY DEFINER function or
+-- SET ROLE does not change it). The admin role may not set it (roles.cpp grants INSERT on the
+-- other columns only), so a row claiming another actor still names the login that wrote it.
+-- actor stays the name the operator gives (the admin page records its web user). Rows from
+-- before this migration have none.
+ALTER TABLE {s}.outbox_operator_audit ADD COLUMN db_user text;
+ALTER TABLE {s}.outbox_operator_audit ALTER COLUMN db_user SET DEFAULT session_user;
+
+-- Which role may record processed events under a consumer name. Roles are per program, not per
+-- consumer, so the database cannot tell consumer 'billing' from 'shipping' by itself: a name
+-- listed here may be written and read (processed_events, row-level security set by roles.cpp)
+-- only by members of its role; an unlisted name by any role allowed the table, as before.
+CREATE TABLE {s}.outbox_inbox_consumers (
+  consumer_name text PRIMARY KEY,
+  role_name     text NOT NULL
+);
+)SQL"},
 };
 
 }  // namespace

@@ -10,34 +10,74 @@ namespace {
 // Each role's privileges. Column lists where a role needs a column, not the row: a writer learns
 // its event's id and sequence (RETURNING) and resolve_commit finds an id, but never reads
 // payloads. The notify trigger runs with the writer's rights, so writers read outbox_relays.
+//
+// What each role may write is cut to the columns its program writes, so none can rewrite what it
+// does not own (42501; tests/integration/roles_pgtest.cpp): a writer inserts an event's content
+// and delivery time, never its claim, attempts or publication, and moves a counter only by its
+// value (which migration 13's trigger lets only rise); a relay changes only the claim, failure and
+// publication columns, never a payload; an admin changes only the state that quarantine, skip
+// and replay change, never an event's content, and writes audit rows without their db_user and
+// time (the server sets them). The cleanup horizon only rises (migration 13).
 constexpr const char* kGrants = R"SQL(
 REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM {writer}, {relay}, {inbox}, {admin};
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {writer}, {relay}, {inbox}, {admin};
 GRANT USAGE ON SCHEMA {s} TO {writer}, {relay}, {inbox}, {admin};
 
-GRANT INSERT ON {s}.outbox_events TO {writer};
+GRANT INSERT (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
+              schema_version, payload, headers, available_at) ON {s}.outbox_events TO {writer};
 GRANT SELECT (event_id, aggregate_sequence) ON {s}.outbox_events TO {writer};
-GRANT SELECT, INSERT, UPDATE ON {s}.outbox_aggregate_sequences TO {writer};
+GRANT SELECT, INSERT (aggregate_type, aggregate_id, last_sequence), UPDATE (last_sequence)
+  ON {s}.outbox_aggregate_sequences TO {writer};
 GRANT SELECT ON {s}.outbox_relays, {s}.outbox_cleanup_horizon, {s}.outbox_table_less_slots
   TO {writer};
 
 -- INSERT: a table-less event the stream cannot publish at once is written to the table.
-GRANT SELECT, INSERT, UPDATE ON {s}.outbox_events TO {relay};
+GRANT SELECT, INSERT (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
+                      schema_version, payload, headers, occurred_at, available_at),
+  UPDATE (claimed_by, claim_until, published_at, attempt_count, last_error, available_at,
+          quarantined_at, quarantine_reason)
+  ON {s}.outbox_events TO {relay};
 GRANT SELECT, INSERT, UPDATE ON {s}.outbox_table_less_slots TO {relay};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.outbox_relays TO {relay};
 GRANT SELECT ON {s}.outbox_schema_migrations TO {relay};
 
-GRANT SELECT, INSERT ON {s}.processed_events TO {inbox};
+GRANT SELECT, INSERT (consumer_name, event_id) ON {s}.processed_events TO {inbox};
+GRANT SELECT ON {s}.outbox_inbox_consumers TO {inbox};
 
-GRANT SELECT, UPDATE, DELETE ON {s}.outbox_events TO {admin};
-GRANT SELECT, INSERT ON {s}.outbox_operator_audit TO {admin};
+GRANT SELECT, UPDATE (published_at, claimed_by, claim_until, attempt_count, last_error,
+                      available_at, quarantined_at, quarantine_reason, skipped_at), DELETE
+  ON {s}.outbox_events TO {admin};
+GRANT SELECT, INSERT (event_id, action, actor, reason) ON {s}.outbox_operator_audit TO {admin};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {admin};
 GRANT SELECT, DELETE ON {s}.processed_events TO {admin};
-GRANT SELECT, INSERT, UPDATE ON {s}.outbox_cleanup_horizon TO {admin};
+GRANT SELECT, INSERT (deleted_before), UPDATE (deleted_before)
+  ON {s}.outbox_cleanup_horizon TO {admin};
 GRANT SELECT ON {s}.outbox_relays, {s}.outbox_aggregate_sequences,
-  {s}.outbox_schema_migrations TO {admin};
+  {s}.outbox_schema_migrations, {s}.outbox_inbox_consumers TO {admin};
 GRANT SELECT, DELETE ON {s}.outbox_table_less_slots TO {admin};
+
+-- Consumer names listed in outbox_inbox_consumers belong to their role (migration 13): another
+-- role's row under such a name is neither written nor seen. Unlisted names stay open to every
+-- role with the table's privileges. The admin's cleanup sees and deletes every row. The owner
+-- (and a superuser) pass row-level security.
+DROP POLICY IF EXISTS outbox_consumer_names ON {s}.processed_events;
+CREATE POLICY outbox_consumer_names ON {s}.processed_events
+  USING ({may_use}) WITH CHECK ({may_use});
+DROP POLICY IF EXISTS outbox_admin_cleanup ON {s}.processed_events;
+CREATE POLICY outbox_admin_cleanup ON {s}.processed_events TO {admin} USING (true);
+ALTER TABLE {s}.processed_events ENABLE ROW LEVEL SECURITY;
 )SQL";
+
+// The policy's test for a processed_events row: its consumer name is unlisted, or listed for a
+// role the current user is a member of (a login granted it, or the role itself). A listed role
+// that does not exist admits nobody. One primary-key probe per row and a catalog-cache lookup
+// (to_regrole): +5 us per inserted row against no policy (20,000 single-row inserts; joining
+// pg_roles, a view that also reads pg_db_role_setting, cost +16 us).
+constexpr const char* kMayUseConsumerName = R"SQL(coalesce((
+    SELECT coalesce(pg_catalog.pg_has_role(current_user, pg_catalog.to_regrole(c.role_name),
+                                           'MEMBER'), false)
+    FROM {s}.outbox_inbox_consumers c
+    WHERE c.consumer_name = processed_events.consumer_name), true))SQL";
 
 std::string quoted(const std::string& identifier) { return '"' + identifier + '"'; }
 
@@ -70,7 +110,10 @@ RoleNames create_roles(PGconn* conn, const SchemaName& schema) {
         pg::exec(conn, "CREATE ROLE " + quoted(*role) + " NOLOGIN");
       }
     }
+    const std::string may_use =
+        fmt::format(kMayUseConsumerName, fmt::arg("s", schema.quoted()));
     pg::exec(conn, fmt::format(kGrants, fmt::arg("s", schema.quoted()),
+                               fmt::arg("may_use", may_use),
                                fmt::arg("writer", quoted(roles.writer)),
                                fmt::arg("relay", quoted(roles.relay)),
                                fmt::arg("inbox", quoted(roles.inbox)),

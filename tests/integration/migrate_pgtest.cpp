@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "outbox/roles.hpp"
 #include "support/test_env.hpp"
 
 namespace outbox::testing {
@@ -55,6 +56,9 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
   // Roll the schema back to what version 1 created, as an older build would have left it.
   pg::exec(conn, R"SQL(
     DROP TABLE migrate_upgrade.outbox_cleanup_horizon;
+    DROP TABLE migrate_upgrade.outbox_inbox_consumers;
+    DROP TRIGGER outbox_aggregate_sequences_forward ON migrate_upgrade.outbox_aggregate_sequences;
+    DROP FUNCTION migrate_upgrade.outbox_refuse_rewrite();
     DROP TABLE migrate_upgrade.outbox_table_less_slots;
     DROP FUNCTION migrate_upgrade.outbox_table_less_ready();
     DROP TABLE migrate_upgrade.outbox_relays;
@@ -127,6 +131,61 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   "('lock_key', 'lease_ms', 'registered_at', 'ended_at') AND is_nullable = 'YES'"),
             4)
       << "migration 9 records each relay session's lock (nullable: older relays write no lock)";
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid IN"
+                        " ('migrate_upgrade.outbox_aggregate_sequences'::regclass,"
+                        "  'migrate_upgrade.outbox_cleanup_horizon'::regclass)"
+                        " AND tgname LIKE '%forward' OR tgname = 'outbox_cleanup_horizon_not_ahead'"
+                        " AND tgrelid = 'migrate_upgrade.outbox_cleanup_horizon'::regclass"),
+            3)
+      << "migration 13 keeps counters and the horizon from going back";
+}
+
+// Migrations 12 and 13 on a database a build of version 11 has been using (events, counters, an
+// audit row, a horizon, inbox rows, a relay's row): rows kept, old rows left without what they
+// could not record (backend_pid, db_user), and the roles' grants apply, twice.
+TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
+  const SchemaName schema("migrate_from_eleven");
+  auto connection = connect_without(schema);
+  PGconn* conn = connection.get();
+  migrate(conn, schema);
+  pg::exec(conn, R"SQL(
+    DROP TABLE migrate_from_eleven.outbox_inbox_consumers;
+    DROP TRIGGER outbox_aggregate_sequences_forward ON migrate_from_eleven.outbox_aggregate_sequences;
+    DROP TRIGGER outbox_cleanup_horizon_forward ON migrate_from_eleven.outbox_cleanup_horizon;
+    DROP TRIGGER outbox_cleanup_horizon_not_ahead ON migrate_from_eleven.outbox_cleanup_horizon;
+    DROP FUNCTION migrate_from_eleven.outbox_refuse_rewrite();
+    ALTER TABLE migrate_from_eleven.outbox_operator_audit DROP COLUMN db_user;
+    ALTER TABLE migrate_from_eleven.outbox_relays DROP COLUMN backend_pid;
+    DELETE FROM migrate_from_eleven.outbox_schema_migrations WHERE version > 11;
+    INSERT INTO migrate_from_eleven.outbox_events (event_id, aggregate_type, aggregate_id,
+      aggregate_sequence, event_type, payload) VALUES (gen_random_uuid(), 'order', '1', 7, 'X', '{}');
+    INSERT INTO migrate_from_eleven.outbox_aggregate_sequences VALUES ('order', '1', 7);
+    INSERT INTO migrate_from_eleven.outbox_operator_audit (event_id, action, actor, reason)
+      VALUES (gen_random_uuid(), 'retry', 'ops', 'before 12');
+    INSERT INTO migrate_from_eleven.outbox_cleanup_horizon VALUES (true, now() - interval '1 day');
+    INSERT INTO migrate_from_eleven.processed_events (consumer_name, event_id)
+      VALUES ('billing', gen_random_uuid());
+    INSERT INTO migrate_from_eleven.outbox_relays (relay_id, listening, lock_key)
+      VALUES ('r:1', true, 42);
+  )SQL");
+  EXPECT_THROW(create_roles(conn, schema), Error) << "grants wait for the migration";
+  const auto report = migrate(conn, schema);
+  EXPECT_EQ(report.from_version, 11);
+  EXPECT_EQ(report.to_version, latest_schema_version());
+  EXPECT_NO_THROW(create_roles(conn, schema));
+  EXPECT_NO_THROW(create_roles(conn, schema));
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_operator_audit"
+                        " WHERE db_user IS NULL"),
+            1);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_relays"
+                        " WHERE backend_pid IS NULL AND lock_key = 42"),
+            1);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.processed_events"), 1);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_events"), 1);
+  EXPECT_THROW(pg::exec(conn, "UPDATE migrate_from_eleven.outbox_aggregate_sequences"
+                              " SET last_sequence = 6"),
+               DatabaseError);
+  pg::exec(conn, "UPDATE migrate_from_eleven.outbox_aggregate_sequences SET last_sequence = 8");
 }
 
 // A migration whose DDL waits behind a writer's open transaction gives up after its lock timeout,
@@ -144,7 +203,12 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
   pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_table_less_ready()");
   pg::exec(conn,
            "ALTER TABLE migrate_lock.outbox_relays DROP COLUMN lock_key, DROP COLUMN lease_ms,"
-           " DROP COLUMN registered_at, DROP COLUMN ended_at");
+           " DROP COLUMN registered_at, DROP COLUMN ended_at, DROP COLUMN backend_pid");
+  pg::exec(conn, "DROP TABLE migrate_lock.outbox_inbox_consumers");
+  pg::exec(conn, "DROP TRIGGER outbox_aggregate_sequences_forward"
+                 " ON migrate_lock.outbox_aggregate_sequences");
+  pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_refuse_rewrite()");
+  pg::exec(conn, "ALTER TABLE migrate_lock.outbox_operator_audit DROP COLUMN db_user");
   auto writer = connect();
   pg::exec(writer.get(), "BEGIN");
   pg::exec(writer.get(),

@@ -132,6 +132,75 @@ TEST_F(RelayTakeoverTest, ADeadRelaysClaimsAreTakenOverLongBeforeTheirLeaseEnds)
   expect_on_broker_in_order(ids);
 }
 
+// Any login sees a relay session's advisory-lock key in pg_locks and may queue for it. Once the
+// relay dies, that waiter holds the key; a sweep that judged sessions by the key alone took the
+// dead session for alive and its claims waited for the lease (29.4 s and 29.8 s with 30 s
+// leases). A role that may only log in queues for the victim's key here, and the claims are
+// still taken over within seconds of the victim's end.
+TEST_F(RelayTakeoverTest, ALoginQueuedForTheLockKeyDoesNotKeepADeadRelayAlive) {
+  const auto ids = enqueue(10, 1);
+  RelayRole victim_role(connection_, schema_, "takeover_queued_victim");
+  RelayRole survivor_role(connection_, schema_, "takeover_queued_survivor");
+  pg::exec(conn(), "DO $$ BEGIN CREATE ROLE takeover_intruder LOGIN; EXCEPTION WHEN "
+                   "duplicate_object THEN NULL; END $$");
+  pg::exec(conn(), std::string("ALTER ROLE takeover_intruder LOGIN PASSWORD '") +
+                       RelayRole::kPassword + "'");
+  auto victim_options = relay_options("queued-victim", victim_role);
+  victim_options.reconnect_backoff_base = 50ms;
+  victim_options.reconnect_backoff_max = 100ms;
+  auto holding = std::make_unique<HoldingSink>(sink());
+  HoldingSink& held = *holding;
+  Relay victim(victim_options, std::move(holding));
+  std::thread victim_runner([&] { victim.run(); });
+  ASSERT_TRUE(wait_until([&] { return held.held() == 10; }, 20s)) << held.held();
+
+  // What the intruder can see with no privilege at all: pg_locks and who holds what.
+  auto intruder = pg::Connection::open(database_url() +
+                                       " user=takeover_intruder password=" + RelayRole::kPassword);
+  const std::string key(pg::exec(intruder.get(),
+                                 "SELECT ((l.classid::int8 << 32) | l.objid::int8)::text"
+                                 " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                                 " WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted"
+                                 " AND a.usename = 'takeover_queued_victim'")
+                            .text(0, 0));
+  ASSERT_EQ(PQsendQuery(intruder.get(), ("SELECT pg_advisory_lock(" + key + ")").c_str()), 1);
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return count(conn(), "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
+                             " ON a.pid = l.pid WHERE NOT l.granted AND l.locktype = 'advisory'"
+                             " AND a.usename = 'takeover_intruder'") == 1;
+      },
+      5s));
+
+  victim_role.cut_off();
+  const auto died = std::chrono::steady_clock::now();
+  const bool intruder_holds = wait_until(
+      [&] {
+        return count(conn(), "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
+                             " ON a.pid = l.pid WHERE l.granted AND l.locktype = 'advisory'"
+                             " AND a.usename = 'takeover_intruder'") == 1;
+      },
+      5s);
+  Relay survivor(relay_options("queued-survivor", survivor_role), sink());
+  std::thread survivor_runner([&] { survivor.run(); });
+  const bool taken_over = wait_until([&] { return unpublished() == 0; }, 10s);
+  const auto took = std::chrono::steady_clock::now() - died;
+  survivor.request_stop();
+  victim.request_stop();
+  survivor_runner.join();
+  victim_runner.join();
+
+  EXPECT_TRUE(intruder_holds) << "the intruder's queued lock should be granted once the victim died";
+  ASSERT_TRUE(taken_over) << unpublished() << " of 10 still unpublished "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                          << " ms after the victim died, its key held by another login";
+  EXPECT_EQ(survivor.stats().published, 10U);
+  std::cout << "taken over "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+            << " ms after the victim's session ended, its key held by another login\n";
+  expect_on_broker_in_order(ids);
+}
+
 // A relay whose session ends but which reconnects within the grace (a network blip, an operator's
 // pg_terminate_backend) keeps its claims: no other relay takes them, and its marks go through.
 TEST_F(RelayTakeoverTest, ARelayThatReconnectsWithinTheGraceKeepsItsClaims) {

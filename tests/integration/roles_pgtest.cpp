@@ -6,6 +6,7 @@
 #include "outbox/discard_sink.hpp"
 #include "outbox/inbox.hpp"
 #include "outbox/quarantine.hpp"
+#include "outbox/replay.hpp"
 #include "outbox/roles.hpp"
 #include "outbox/transaction.hpp"
 #include "support/relay_fixture.hpp"
@@ -119,6 +120,147 @@ TEST_F(RolesTest, AnAdminOperatesButNeitherWritesEventsNorChangesTheSchema) {
   EXPECT_EQ(refusal(admin.get(), an_event_insert()), "42501");
   EXPECT_EQ(refusal(admin.get(), "DROP TABLE " + events()), "42501");
   EXPECT_EQ(refusal(admin.get(), "ALTER TABLE " + events() + " ADD COLUMN x int"), "42501");
+}
+
+// Issue 23, item 10: what each role could rewrite of history before its grants were cut to the
+// columns its program writes (and migration 13's triggers). Every attempt is refused with 42501.
+TEST_F(RolesTest, AWriterCanNeitherRewindACounterNorInsertAClaimedOrPublishedRow) {
+  auto writer = as(roles_.writer);
+  const Producer producer(ProducerOptions{schema_, 4096});
+  for (int i = 0; i < 3; ++i) {
+    pg::exec(writer.get(), "BEGIN");
+    producer.enqueue(writer.get(), NewEvent{"order", "71", "Placed", "{}", "{}", 1, {}});
+    pg::commit(writer.get());
+  }
+  const std::string sequences = schema_.table("outbox_aggregate_sequences");
+  EXPECT_EQ(refusal(writer.get(), "UPDATE " + sequences + " SET last_sequence = 1"), "42501");
+  EXPECT_EQ(refusal(writer.get(), "UPDATE " + sequences + " SET aggregate_id = 'x'"), "42501");
+  EXPECT_EQ(refusal(writer.get(), "INSERT INTO " + events() +
+                                      " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                                      " event_type, payload, claimed_by, claim_until) VALUES"
+                                      " (gen_random_uuid(), 'o', '2', 1, 'X', '{}', 'ghost',"
+                                      " 'infinity')"),
+            "42501");
+  EXPECT_EQ(refusal(writer.get(), "INSERT INTO " + events() +
+                                      " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                                      " event_type, payload, published_at) VALUES"
+                                      " (gen_random_uuid(), 'o', '3', 1, 'X', '{}', now())"),
+            "42501");
+  EXPECT_EQ(refusal(writer.get(), "INSERT INTO " + events() +
+                                      " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                                      " event_type, payload, attempt_count) VALUES"
+                                      " (gen_random_uuid(), 'o', '4', 1, 'X', '{}', 99)"),
+            "42501");
+  // Not even the owner lowers a counter (the trigger refuses whoever asks).
+  EXPECT_EQ(refusal(conn(), "UPDATE " + sequences + " SET last_sequence = 1"), "42501");
+  pg::exec(writer.get(), "BEGIN");
+  EXPECT_EQ(producer.enqueue(writer.get(), NewEvent{"order", "71", "Placed", "{}", "{}", 1, {}})
+                .aggregate_sequence,
+            4);
+  pg::commit(writer.get());
+}
+
+TEST_F(RolesTest, ARelayChangesClaimsAndMarksButNoPayload) {
+  enqueue(1, 1);
+  auto relay = as(roles_.relay);
+  EXPECT_EQ(refusal(relay.get(), "UPDATE " + events() + " SET payload = '{\"forged\":1}'"),
+            "42501");
+  EXPECT_EQ(refusal(relay.get(), "UPDATE " + events() + " SET headers = '{}', event_type = 'Y'"),
+            "42501");
+  EXPECT_EQ(refusal(relay.get(), "UPDATE " + events() + " SET aggregate_sequence = 5"), "42501");
+  EXPECT_EQ(refusal(relay.get(), "UPDATE " + events() + " SET claim_until = now()"), "");
+}
+
+// Consumer names are not bound to roles by themselves (roles are per program): a name listed in
+// outbox_inbox_consumers belongs to its role, and another inbox login neither marks events done
+// under it nor sees its rows. An unlisted name stays open.
+TEST_F(RolesTest, AnInboxLoginMarksEventsOnlyUnderItsOwnListedConsumerName) {
+  for (const char* login : {"roles_billing_login", "roles_shipping_login"}) {
+    pg::exec(conn(), std::string("DO $$ BEGIN CREATE ROLE ") + login +
+                         "; EXCEPTION WHEN duplicate_object THEN NULL; END $$");
+    pg::exec(conn(), "GRANT \"" + roles_.inbox + "\" TO " + login);
+  }
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
+                       " VALUES ('billing', 'roles_billing_login')");
+  auto billing = as("roles_billing_login");
+  auto shipping = as("roles_shipping_login");
+  const EventId id = EventId::generate();
+  EXPECT_EQ(Inbox(schema_, "billing").process(billing.get(), id, [](PGconn*) {}),
+            InboxResult::applied);
+  EXPECT_EQ(Inbox(schema_, "shipping").process(shipping.get(), id, [](PGconn*) {}),
+            InboxResult::applied)
+      << "an unlisted name stays open";
+  const std::string processed = schema_.table("processed_events");
+  EXPECT_EQ(refusal(shipping.get(), "INSERT INTO " + processed + " VALUES ('billing', '" +
+                                        EventId::generate().to_string() + "')"),
+            "42501");
+  EXPECT_THROW(Inbox(schema_, "billing").process(shipping.get(), EventId::generate(),
+                                                 [](PGconn*) {}),
+               DatabaseError);
+  EXPECT_EQ(count(shipping.get(), "SELECT count(*) FROM " + processed +
+                                      " WHERE consumer_name = 'billing'"),
+            0);
+  // A name listed for a role that does not exist admits nobody.
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
+                       " VALUES ('orphaned', 'roles_no_such_role')");
+  EXPECT_EQ(refusal(shipping.get(), "INSERT INTO " + processed + " VALUES ('orphaned', '" +
+                                        EventId::generate().to_string() + "')"),
+            "42501");
+  EXPECT_EQ(refusal(shipping.get(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
+                                        " VALUES ('x', 'roles_shipping_login')"),
+            "42501");
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + processed), 2);
+  // The admin's cleanup still sees every consumer's rows.
+  auto admin = as(roles_.admin);
+  EXPECT_EQ(count(admin.get(), "SELECT count(*) FROM " + processed), 2);
+}
+
+TEST_F(RolesTest, AnAdminRewritesNoPayloadForgesNoAuditLoginAndMovesTheHorizonOnlyForward) {
+  const auto ids = enqueue(1, 1);
+  pg::exec(conn(), "UPDATE " + events() +
+                       " SET quarantined_at = now(), quarantine_reason = 'r', available_at = "
+                       "'infinity'");
+  auto admin = as(roles_.admin);
+  EXPECT_EQ(refusal(admin.get(), "UPDATE " + events() + " SET payload = '{\"forged\":1}'"),
+            "42501");
+  EXPECT_EQ(refusal(admin.get(), "UPDATE " + events() + " SET headers = '{}'"), "42501");
+  const std::string audit = schema_.table("outbox_operator_audit");
+  EXPECT_EQ(refusal(admin.get(), "INSERT INTO " + audit +
+                                     " (event_id, action, actor, reason, db_user) VALUES ('" +
+                                     ids[0].to_string() + "', 'skip', 'alice', 'r', 'alice')"),
+            "42501");
+  EXPECT_EQ(refusal(admin.get(), "INSERT INTO " + audit + " (event_id, action, actor, reason, at)" +
+                                     " VALUES ('" + ids[0].to_string() +
+                                     "', 'skip', 'alice', 'r', now() - interval '1 year')"),
+            "42501");
+  EXPECT_EQ(retry_quarantined(admin.get(), schema_, std::vector<EventId>{ids[0]}, "ops"), 1U);
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + audit +
+                              " WHERE actor = 'ops' AND db_user = session_user"),
+            1)
+      << "an audit row names the login that wrote it";
+  // Replay, too, needs nothing beyond the admin's columns.
+  pg::exec(conn(), "UPDATE " + events() + " SET published_at = now() - interval '2 hours'");
+  EXPECT_EQ(replay_published(admin.get(), schema_, ReplayFilter{"-infinity", "", {}, {}, {}},
+                             "ops", "INC-1")
+                .replayed.size(),
+            1U);
+  pg::exec(conn(), "UPDATE " + events() + " SET published_at = now() - interval '2 hours'");
+
+  CleanupOptions cleanup_options;
+  cleanup_options.schema = schema_;
+  cleanup_options.retention = std::chrono::hours(1);
+  cleanup(admin.get(), cleanup_options);
+  const std::string horizon = schema_.table("outbox_cleanup_horizon");
+  ASSERT_EQ(count(conn(), "SELECT count(*) FROM " + horizon), 1);
+  EXPECT_EQ(refusal(admin.get(), "UPDATE " + horizon + " SET deleted_before = '-infinity'"),
+            "42501");
+  EXPECT_EQ(refusal(admin.get(), "UPDATE " + horizon +
+                                     " SET deleted_before = now() + interval '1 day'"),
+            "42501");
+  EXPECT_EQ(refusal(admin.get(), "DELETE FROM " + horizon), "42501");
+  EXPECT_EQ(refusal(conn(), "UPDATE " + horizon + " SET deleted_before = '-infinity'"), "42501")
+      << "not even the owner moves it back";
+  cleanup(admin.get(), cleanup_options);  // the next cleanup still raises it
 }
 
 }  // namespace

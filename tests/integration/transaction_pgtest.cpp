@@ -115,9 +115,11 @@ TEST_F(TransactionTest, AnEventRetentionCleanupDeletedIsNeverCalledAborted) {
   const EventId own = *EventId::parse("6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b");
   EXPECT_EQ(resolve_commit(conn(), schema_, CommitOutcomeUnknown("lost", {own}, 2147483647)),
             TransactionStatus::unknown);
-  // A transaction that rolled back after the horizon is still told apart.
-  pg::exec(conn(), "UPDATE " + schema_.table("outbox_cleanup_horizon") +
-                       " SET deleted_before = now() - interval '1 hour'");
+  // A transaction that rolled back after the horizon is still told apart. (The horizon never
+  // moves back, migration 13; the owner sets an older one by replacing the row.)
+  pg::exec(conn(), "DELETE FROM " + schema_.table("outbox_cleanup_horizon"));
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_cleanup_horizon") +
+                       " (deleted_before) VALUES (now() - interval '1 hour')");
   auto other = connect();
   pg::exec(other.get(), "BEGIN");
   const auto rolled_back = enqueue(other.get());
