@@ -4,7 +4,8 @@
 // ([relay], [admin], [status], ...); a key at the top applies to the command that runs, if it
 // has such a flag (never demo, bench, postgres or kafka-mock, which start servers of their own). Keys are the flags' long names without the dashes. Every key is checked
 // against the flags of its command, and an unknown one is an error naming the file, the table
-// and the key; so is a value of the wrong shape (CLI11's own checks then name the flag).
+// and the key; so is a value whose TOML type is not the flag's (FlagValue), without quoting it,
+// and a key nested more than 64 deep. The file is read by read_settings_file (settings_file.hpp).
 //
 //   log-format = "json"
 //   db = "host=db.internal dbname=orders user=outbox"
