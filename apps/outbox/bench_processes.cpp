@@ -80,7 +80,15 @@ Child::Child(const std::vector<std::string>& args, const std::string& log_path)
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
+  // main() blocked SIGINT, SIGTERM and SIGHUP for its signal thread; a child starts without that.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  posix_spawnattr_setsigmask(&attributes, &no_signals);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  const int error = posix_spawn(&pid_, argv[0], &actions, &attributes, argv.data(), environ);
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   if (error != 0) {
     throw Error(fmt::format("bench: cannot start {}: {}", args[0], std::strerror(error)));

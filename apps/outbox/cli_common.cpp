@@ -7,13 +7,14 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <libpq-fe.h>
-#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
+#include "settings_file.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -91,29 +93,21 @@ pg::Connection open_cli_connection(const std::string& db_flag, std::string_view 
 }
 
 std::string read_secret_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError(what + " file " + path + ": cannot read it (" + std::strerror(errno) + ")");
-  }
-  struct stat info {};
-  if (::stat(path.c_str(), &info) == 0 && (info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    std::cerr << "outbox: warning: " << what << " file " << path
-              << " can be read by other users; chmod 600 it\n";
-  }
-  std::string line;
-  std::getline(in, line);
+  const SettingsFile file = read_settings_file(path, what + " file");
+  warn_if_open_to_others(file, path, what);
+  std::string line = file.content.substr(0, file.content.find('\n'));
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (line.empty()) throw ConfigError(what + " file " + path + " is empty");
+  if (line.find('\0') != std::string::npos) {
+    throw ConfigError(what + " file " + path + ": its first line holds a NUL byte");
+  }
   return line;
 }
 
 std::map<std::string, std::string> read_properties_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError("Kafka properties file " + path + ": cannot read it (" +
-                      std::strerror(errno) + ")");
-  }
-  read_secret_file(path, "Kafka properties");  // the permission warning; content read below
+  const SettingsFile file = read_settings_file(path, "Kafka properties file");
+  warn_if_open_to_others(file, path, "Kafka properties");
+  std::istringstream in(file.content);
   std::map<std::string, std::string> properties;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -121,7 +115,7 @@ std::map<std::string, std::string> read_properties_file(const std::string& path)
     const auto start = line.find_first_not_of(" \t");
     if (start == std::string::npos || line[start] == '#') continue;
     const auto eq = line.find('=', start);
-    if (eq == std::string::npos || eq == start) {
+    if (eq == std::string::npos || eq == start || line.find('\0') != std::string::npos) {
       throw ConfigError("Kafka properties file " + path + ", line " + std::to_string(number) +
                         ": expected key=value");
     }
@@ -132,21 +126,103 @@ std::map<std::string, std::string> read_properties_file(const std::string& path)
   return properties;
 }
 
-SignalWatch on_termination_signal(std::function<void()> on_signal) {
+namespace {
+
+sigset_t termination_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);  // a closed terminal or a supervisor's hangup: stop in order too
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+// The watches armed now, the latest last. Never destroyed: the signal thread outlives main().
+struct SignalWatches {
+  std::mutex mutex;
+  std::vector<std::weak_ptr<SignalWatch::State>> armed;
+  std::string command;  // the running command, for the message of an interrupted one
+};
+SignalWatches& signal_watches() {
+  static auto* watches = new SignalWatches;
+  return *watches;
+}
+
+// Runs the latest armed watch's on_signal; false when none is armed.
+bool run_armed_watch() {
+  std::vector<std::shared_ptr<SignalWatch::State>> armed;
+  {
+    SignalWatches& watches = signal_watches();
+    const std::lock_guard lock(watches.mutex);
+    std::erase_if(watches.armed, [](const auto& watch) { return watch.expired(); });
+    for (const auto& watch : watches.armed) {
+      if (auto state = watch.lock()) armed.push_back(std::move(state));
+    }
+  }
+  for (auto it = armed.rbegin(); it != armed.rend(); ++it) {
+    const std::lock_guard lock((*it)->mutex);
+    if ((*it)->on_signal) {
+      (*it)->on_signal();
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void start_signal_thread(const std::string& chosen_command) {
+  const sigset_t set = termination_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // every thread started from now on inherits it
+  {
+    SignalWatches& watches = signal_watches();
+    const std::lock_guard lock(watches.mutex);
+    watches.command = chosen_command;
+  }
+  std::thread([set] {
+    for (;;) {
+      int signal_number = 0;
+      if (sigwait(&set, &signal_number) != 0) continue;
+      if (run_armed_watch()) continue;
+      // Nothing to stop in order: a command that does one job (audit, replay, migrate, ...)
+      // is interrupted. Its open transaction, if any, is rolled back by the server.
+      std::string command;
+      {
+        SignalWatches& watches = signal_watches();
+        const std::lock_guard lock(watches.mutex);
+        command = watches.command;
+      }
+      const std::string message = fmt::format(
+          "outbox {}: interrupted by {} before it finished; exit {}\n", command,
+          signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "SIGHUP",
+          kExitInterrupted);
+      std::fwrite(message.data(), 1, message.size(), stderr);
+      std::fflush(stderr);
+      std::_Exit(kExitInterrupted);
+    }
+  }).detach();
+}
+
+namespace {
+std::atomic<bool> stdout_closure_reported{false};
+}  // namespace
+
+bool stdout_closed(const std::string& command) {
+  if (std::cout) return false;
+  if (!stdout_closure_reported.exchange(true)) {
+    std::cerr << "outbox " << command << ": stdout is closed; stopping\n";
+  }
+  return true;
+}
+
+bool stdout_closure_said() { return stdout_closure_reported.load(); }
+
+SignalWatch on_termination_signal(std::function<void()> on_signal) {
   auto state = std::make_shared<SignalWatch::State>();
   state->on_signal = std::move(on_signal);
-  std::thread([set, state] {
-    int signal_number = 0;
-    sigwait(&set, &signal_number);
-    const std::lock_guard lock(state->mutex);
-    if (state->on_signal) state->on_signal();
-  }).detach();
+  SignalWatches& watches = signal_watches();
+  const std::lock_guard lock(watches.mutex);
+  watches.armed.push_back(state);
   return SignalWatch(std::move(state));
 }
 

@@ -56,10 +56,29 @@ struct KafkaFlags {
   [[nodiscard]] std::map<std::string, std::string> merged_properties() const;
 };
 
-// Blocks SIGINT, SIGTERM and SIGHUP in every thread started after this call and runs `on_signal` on
-// a dedicated thread when one arrives (so it may take locks, unlike a signal handler), as long as
-// the returned watch lives: its destructor waits for a call in progress and disarms the rest, so
-// `on_signal` may capture the caller's locals by reference (also when the caller throws).
+// Exit codes every command keeps (docs/OPERATIONS.md, "Exit status"): 0 done (also a service
+// stopped by SIGTERM, SIGINT or SIGHUP), 1 the command's check failed (audit's loss, replay's
+// wait), 2 an error (bad flags or configuration, database, broker), 3 an unexpected error, 4 audit
+// found nothing to audit, 130 a one-job command interrupted by SIGTERM, SIGINT or SIGHUP.
+inline constexpr int kExitError = 2;
+inline constexpr int kExitInterrupted = 130;
+
+// Called by main() before a command runs, before any thread starts: blocks SIGINT, SIGTERM and
+// SIGHUP in every thread and starts the one thread that takes them. A signal runs the latest
+// armed watch's on_signal (on_termination_signal); with none armed, the command is interrupted:
+// a line on stderr naming `command` and the signal, and exit kExitInterrupted.
+void start_signal_thread(const std::string& command);
+
+// For a command that prints until stopped (status --watch): true when stdout failed (its reader
+// went away), after saying once on stderr that `command` stops. main() then does not report the
+// unwritten output as an error.
+bool stdout_closed(const std::string& command);
+[[nodiscard]] bool stdout_closure_said();
+
+// Arms `on_signal` for SIGINT, SIGTERM and SIGHUP (start_signal_thread must have run): it runs on
+// the signal thread (so it may take locks, unlike a signal handler), as long as the returned
+// watch lives: its destructor waits for a call in progress and disarms it, so `on_signal` may
+// capture the caller's locals by reference (also when the caller throws).
 class SignalWatch {
  public:
   struct State {

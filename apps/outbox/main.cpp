@@ -12,6 +12,7 @@
 #include "config_file.hpp"
 #include "command.hpp"
 #include "common/fault.hpp"
+#include "common/printable.hpp"
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
 #include "outbox/log.hpp"
@@ -22,14 +23,25 @@ using namespace outbox::cli;
 
 // CLI11 quotes the arguments it could not place, and one may be a --db URI with its password or a
 // secret Kafka property: print its message without them.
+// Every argument error exits kExitError (2), as every other configuration error does; --help
+// exits 0.
 int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
   std::ostringstream out;
   std::ostringstream err;
-  const int code = app.exit(e, out, err);
   const auto secrets = argument_secrets(argc, argv);
+  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && app.get_subcommands().empty()) {
+    // CLI11 says "A subcommand is required" also when a command's name was misspelt.
+    const std::vector<std::string> rest = app.remaining();
+    err << (rest.empty() ? std::string("outbox: say which command to run")
+                         : "outbox: no command \"" + outbox::detail::printable(rest.front(), 40) +
+                               "\"")
+        << "; `outbox --help` lists them\n";
+  } else {
+    app.exit(e, out, err);
+  }
   std::cout << outbox::detail::scrub(out.str(), secrets);
   std::cerr << outbox::detail::scrub(err.str(), secrets);
-  return code;
+  return e.get_exit_code() == 0 ? 0 : kExitError;
 }
 
 // Runs the chosen command; an error becomes a message on stderr and exit code 2 (an outbox error:
@@ -37,7 +49,13 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char**
 int run(const Commands& commands) {
   try {
     outbox::fault::arm_from_environment();  // tests only: the crash campaign arms the relays
-    return commands.run_chosen();
+    const int code = commands.run_chosen();
+    // A report that could not be written (stdout closed, disk full) is not a success.
+    if (!(std::cout << std::flush) && code == 0 && !stdout_closure_said()) {
+      std::cerr << "outbox: could not write to stdout (closed, or its disk is full)\n";
+      return kExitError;
+    }
+    return code;
   } catch (const outbox::DatabaseError& e) {
     std::string hint;
     if (e.sqlstate() == "55P03") {
@@ -100,5 +118,8 @@ int main(int argc, char** argv) {
                                                 : outbox::LogFormat::text);
   }
   set_database_password_file(commands.password_file());
+  std::string chosen;
+  for (const CLI::App* command : app.get_subcommands()) chosen = command->get_name();
+  start_signal_thread(chosen);  // before any thread starts: all of them inherit its mask
   return run(commands);
 }

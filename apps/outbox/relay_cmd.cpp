@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "common/log.hpp"
 #include "command.hpp"
 #include "observe_flags.hpp"
 #include "outbox/byte_size.hpp"
@@ -140,6 +141,13 @@ void print_stats(const RelayFlags& flags, const Relay& relay) {
               << std::endl;
   } else {
     std::cout << relay_stats_text(relay.relay_id(), stats) << std::endl;
+  }
+  // A relay is a service: a closed stdout (`| head`, a log shipper that died) ends its stats
+  // lines, not its work. Said once; the stream stays failed, so later lines cost nothing.
+  static bool said = false;
+  if (!std::cout && !said) {
+    said = true;
+    detail::log().warn("stdout is closed: no more stats lines (--stats-every); the relay goes on");
   }
 }
 

@@ -226,6 +226,7 @@ int run_status(const StatusFlags& flags) {
                                    std::chrono::system_clock::now())));
     }
     print_once(connection.get(), flags);
+    if (stdout_closed("status")) return 0;  // the reader went away (`| head`): a stop
     lock.lock();
     wake.wait_for(lock, every, [&] { return stop; });
   }

@@ -13,7 +13,31 @@ struct Span {
   std::size_t length = 0;
 };
 
-bool is_secret_keyword(std::string_view key) { return key == "password" || key == "sslpassword"; }
+bool is_password_keyword(std::string_view key) {
+  return key == "password" || key == "sslpassword";
+}
+
+// libpq's keywords (PostgreSQL 16) other than the passwords.
+bool is_known_keyword(std::string_view key) {
+  static constexpr std::array<std::string_view, 44> kKnown = {
+      "host", "hostaddr", "port", "dbname", "user", "passfile", "channel_binding",
+      "connect_timeout", "client_encoding", "options", "application_name",
+      "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+      "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
+      "requiressl", "sslcompression", "sslcert", "sslkey", "sslrootcert", "sslcrl", "sslcrldir",
+      "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version",
+      "krbsrvname", "gsslib", "gssdelegation", "target_session_attrs", "load_balance_hosts",
+      "sslcertmode", "require_auth", "service", "sslkeylogfile", "scram_client_key",
+      "scram_server_key", "min_protocol_version", "max_protocol_version"};
+  return std::find(kKnown.begin(), kKnown.end(), key) != kKnown.end();
+}
+
+// In a connection string (a URI, or key=value text naming at least one libpq keyword), a
+// keyword libpq does not know may be a misspelt password ("passwor=..."): its value is hidden
+// too. Elsewhere (any command-line argument is searched) only the password keywords count.
+bool is_secret_keyword(std::string_view key, bool in_connection_string = true) {
+  return is_password_keyword(key) || (in_connection_string && !is_known_keyword(key));
+}
 
 bool looks_like_uri(std::string_view text) {
   return text.starts_with("postgresql://") || text.starts_with("postgres://");
@@ -73,7 +97,8 @@ void uri_secret_spans(std::string_view uri, std::size_t offset, std::vector<Span
 // The spans of secret values in a keyword/value string (libpq's rules: key = value, values
 // single-quoted with backslash escapes or bare up to whitespace). A dbname value that is itself a
 // connection string is searched too.
-void keyword_secret_spans(std::string_view text, std::vector<Span>& spans) {
+void keyword_secret_spans(std::string_view text, std::vector<Span>& spans,
+                          bool in_connection_string) {
   std::size_t i = 0;
   auto skip_space = [&] {
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
@@ -88,7 +113,7 @@ void keyword_secret_spans(std::string_view text, std::vector<Span>& spans) {
     if (i >= text.size() || text[i] != '=') {
       // Not key=value: libpq refuses the string. Treat what follows as possibly secret only when
       // it follows a secret keyword (e.g. "password secret").
-      if (is_secret_keyword(key) && i < text.size()) {
+      if (is_password_keyword(key) && i < text.size()) {
         const std::size_t value_begin = i;
         while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i]))) ++i;
         spans.push_back({value_begin, i - value_begin});
@@ -110,7 +135,7 @@ void keyword_secret_spans(std::string_view text, std::vector<Span>& spans) {
       i = std::min(i, text.size());
     }
     const std::string_view value = text.substr(value_begin, i - value_begin);
-    if (is_secret_keyword(key) && !value.empty()) {
+    if (is_secret_keyword(key, in_connection_string) && !value.empty()) {
       spans.push_back({value_begin, value.size()});
     } else if (key == "dbname") {
       const bool quoted = value.starts_with('\'');
@@ -121,11 +146,26 @@ void keyword_secret_spans(std::string_view text, std::vector<Span>& spans) {
         uri_secret_spans(inner, inner_offset, spans);
       } else if (inner.find('=') != std::string_view::npos) {
         std::vector<Span> nested;
-        keyword_secret_spans(inner, nested);
+        keyword_secret_spans(inner, nested, true);
         for (Span& span : nested) spans.push_back({inner_offset + span.begin, span.length});
       }
     }
   }
+}
+
+// True when a word before an '=' in `text` is a libpq keyword: `text` is a connection string.
+bool names_known_keyword(std::string_view text) {
+  const auto word_char = [](char c) {
+    return c == '_' || std::isalnum(static_cast<unsigned char>(c)) != 0;
+  };
+  for (std::size_t at = 0; (at = text.find('=', at)) != std::string_view::npos; ++at) {
+    std::size_t end = at;
+    while (end > 0 && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+    std::size_t begin = end;
+    while (begin > 0 && word_char(text[begin - 1])) --begin;
+    if (is_known_keyword(text.substr(begin, end - begin))) return true;
+  }
+  return false;
 }
 
 std::vector<Span> secret_spans(std::string_view conninfo) {
@@ -135,7 +175,7 @@ std::vector<Span> secret_spans(std::string_view conninfo) {
   if (looks_like_uri(conninfo.substr(lead))) {
     uri_secret_spans(conninfo.substr(lead), lead, spans);
   } else {
-    keyword_secret_spans(conninfo, spans);
+    keyword_secret_spans(conninfo, spans, names_known_keyword(conninfo));
   }
   return spans;
 }

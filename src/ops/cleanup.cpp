@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/fault.hpp"
+#include "outbox/duration.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -77,19 +78,18 @@ void check_cleanup_options(const CleanupOptions& options) {
   }
   if (options.retention < kMinimumRetention && !options.allow_short_retention) {
     throw InvalidArgument(fmt::format(
-        "cleanup: a retention of {} ms is below the minimum of {} min: events published moments "
+        "cleanup: a retention of {} is below the minimum of {}: events published moments "
         "ago would be deleted, so a replay, an audit or resolve_commit could no longer find "
         "them. Keep at least an hour (the default is 7 days); tests may set "
         "allow_short_retention (--allow-short-retention)",
-        options.retention.count(),
-        std::chrono::duration_cast<std::chrono::minutes>(kMinimumRetention).count()));
+        format_duration(options.retention), format_duration(kMinimumRetention)));
   }
   if (options.inbox_retention && *options.inbox_retention < options.retention) {
     throw InvalidArgument(fmt::format(
-        "cleanup: the inbox retention ({} ms) is shorter than the event retention ({} ms); a "
+        "cleanup: the inbox retention ({}) is shorter than the event retention ({}); a "
         "replay of an event still kept would then be applied twice. Keep inbox ids at least as "
         "long as events",
-        options.inbox_retention->count(), options.retention.count()));
+        format_duration(*options.inbox_retention), format_duration(options.retention)));
   }
 }
 

@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "common/printable.hpp"
 #include "outbox/error.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
@@ -56,10 +57,47 @@ pg::Result run_filtered(PGconn* conn, const std::string& sql, const std::vector<
   }
 }
 
+// A window that can hold nothing is a mistake, not "0 events": until not after since (reversed or
+// empty), or since in the future.
+void check_window(PGconn* conn, const FilterParams& params, const ReplayFilter& filter) {
+  const auto result = run_filtered(
+      conn,
+      "SELECT $1::timestamptz >= coalesce(nullif($2, '')::timestamptz, now()), "
+      "$1::timestamptz > now()",
+      {params.values[0], params.values[1]}, filter);
+  if (result.text(0, 1) == "t") {
+    throw InvalidArgument(fmt::format(
+        "replay: since \"{}\" is in the future: nothing has occurred after it yet. Give a time "
+        "before now (2026-12-01T18:00:00Z) or a duration ago (2h)",
+        detail::printable(filter.since, 80)));
+  }
+  if (result.text(0, 0) == "t") {
+    throw InvalidArgument(fmt::format(
+        "replay: the window is empty: until \"{}\" is not after since \"{}\"; give an --until "
+        "later than --since (or none: now)",
+        detail::printable(filter.until, 80), detail::printable(filter.since, 80)));
+  }
+}
+
+// The audit record is read by people and tools: a reason or actor that could forge a line or
+// hide text (a newline, an escape sequence) is refused rather than stored.
+void check_audit_text(std::string_view what, std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte == 0x7F) {
+      throw InvalidArgument(fmt::format(
+          "replay: the {} holds a control character (byte 0x{:02x} at position {}); the audit "
+          "record takes one line of printable text",
+          what, byte, i + 1));
+    }
+  }
+}
+
 }  // namespace
 
 ReplayPlan plan_replay(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter) {
   const FilterParams params(filter);
+  check_window(conn, params, filter);
   const auto result = run_filtered(
       conn,
       fmt::format("SELECT count(*), count(DISTINCT (aggregate_type, aggregate_id)), "
@@ -81,6 +119,8 @@ ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const Repl
                               std::size_t batch_events) {
   if (actor.empty()) throw InvalidArgument("replay needs an actor (who did it) for the audit");
   if (reason.empty()) throw InvalidArgument("replay needs a reason for the audit record");
+  check_audit_text("actor", actor);
+  check_audit_text("reason", reason);
   if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
     throw InvalidArgument("replay needs an idle connection; it runs its own transactions");
   }
@@ -88,6 +128,7 @@ ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const Repl
   ReplayFilter filter = given;
   if (filter.until.empty()) filter.until = std::string(pg::exec(conn, "SELECT now()::text").text(0, 0));
   const FilterParams params(filter);
+  check_window(conn, params, filter);
   const std::string events = schema.table("outbox_events");
   // The aggregates with chosen events, and how many each: whole aggregates go per transaction.
   const auto aggregates = run_filtered(

@@ -461,7 +461,16 @@ ConnectFailure classify_connect_failure(PGconn* conn, const std::string& message
   if (has("database \"") && has("does not exist")) {
     return {"3D000", false, "no such database: check the dbname in --db"};
   }
+  // A server that refuses a setting of `options` (-c statement_timeout=bad) or of the string:
+  // the same next time.
+  if (has("invalid value for parameter") || has("unrecognized configuration parameter") ||
+      has("invalid command-line argument")) {
+    return {"22023", false, "a setting in the connection string's options is refused: fix it"};
+  }
+  // libpq's own refusals of the string itself: "invalid connection option", an unclosed IPv6
+  // bracket ("... matching \"]\" in IPv6 host address in URI"), a bad URI.
   if (message.starts_with("invalid ") || has("missing \"=\"") || has("unterminated quoted") ||
+      has("in URI") || has("IPv6 host address") ||
       has("certificate") || has("SSL was required") || has("does not support SSL") ||
       has("sslmode value")) {
     return {"08001", false, "the connection settings are wrong; no retry will fix them"};

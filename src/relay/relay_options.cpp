@@ -7,6 +7,7 @@
 
 #include "cdc/replication_stream.hpp"
 #include "common/printable.hpp"
+#include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::detail {
@@ -131,6 +132,12 @@ RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_id
     throw InvalidArgument(
         "relay: lease must be at least 100 ms (it bounds how long a crashed "
         "relay's rows wait before another relay takes them)");
+  }
+  if (options.backoff_base.count() <= 0 || options.backoff_max < options.backoff_base) {
+    throw InvalidArgument(fmt::format(
+        "relay: backoff_base (--backoff-base-ms) is {} and backoff_max (--backoff-max-ms) {}; the "
+        "first retry delay must be positive and at most the longest",
+        format_duration(options.backoff_base), format_duration(options.backoff_max)));
   }
   if (options.reconnect_backoff_base.count() <= 0 ||
       options.reconnect_backoff_max < options.reconnect_backoff_base) {

@@ -27,7 +27,7 @@ std::string printable(std::string_view text) {
 std::string validate(std::string_view name) {
   auto fail = [&](const std::string& rule) -> std::string {
     throw InvalidArgument("invalid schema name \"" + printable(name) + "\": " + rule +
-                          ". Use lower-case letters, digits and '_', starting with a letter, "
+                          ". Use lower-case letters, digits and '_', starting with a letter or '_', "
                           "e.g. --schema outbox");
   };
   if (name.empty()) fail("it is empty");

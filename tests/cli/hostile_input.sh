@@ -220,12 +220,159 @@ mkfifo "$work_dir/pipe"
 pipe_pid=$!
 track_background "$pipe_pid" "relay writing to a closed pipe"
 sleep 3
-if kill -0 "$pipe_pid" 2>/dev/null; then
+if kill -0 "$pipe_pid" 2>/dev/null && [[ "$(grep -c "stdout is closed" "$work_dir/pipe.err")" == 1 ]]; then
   pass
+elif kill -0 "$pipe_pid" 2>/dev/null; then
+  fail "the relay should say once that its stdout closed: $(cat "$work_dir/pipe.err")"
 else
   pipe_rc=0
   wait "$pipe_pid" || pipe_rc=$?
   fail "the relay died writing to a closed stdout (exit $pipe_rc)"
+fi
+
+# --- files a flag names: bounded, regular files only (issue 23 item 7) ---------------------------------
+# Each is refused at once with what it is; before, /dev/zero grew the process by gigabytes and a
+# FIFO with no writer waited forever. (10 s: a reader without the bound would eat the machine.)
+mkfifo "$work_dir/fifo"
+mkdir "$work_dir/a-directory"
+ln -s /dev/zero "$work_dir/zero-link"
+head -c $((2 * 1024 * 1024)) /dev/zero | tr '\0' 'x' >"$work_dir/huge"
+chmod 600 "$work_dir/huge"
+expect_file_refusal() {
+  local file="$1" expected="$2"
+  run_collect "$work_dir/out" 10 "$outbox_binary" status --db "$db" --schema "$schema" --db-password-file "$file"
+  check_refusal "--db-password-file $file" "$expected"
+  run_collect "$work_dir/out" 10 "$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 --admin-token-file "$file"
+  check_refusal "--admin-token-file $file" "$expected"
+  run_collect "$work_dir/out" 10 "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --kafka-properties-file "$file"
+  check_refusal "--kafka-properties-file $file" "$expected"
+  run_collect "$work_dir/out" 10 "$outbox_binary" --config "$file" status --db "$db" --schema "$schema"
+  check_refusal "--config $file" "$expected"
+}
+# check_refusal DESCRIPTION EXPECTED: the last run_collect exited 2 within its limit, saying EXPECTED.
+check_refusal() {
+  local output
+  output="$(cat "$work_dir/out")"
+  if ((rc == 2)) && [[ "$output" == *"$2"* ]]; then pass; else fail "$1: exit $rc (124: still running), expected 2 and \"$2\": ${output:0:300}"; fi
+}
+expect_file_refusal /dev/zero "is a character device"
+expect_file_refusal "$work_dir/zero-link" "is a character device"
+expect_file_refusal "$work_dir/fifo" "is a FIFO"
+expect_file_refusal "$work_dir/a-directory" "is a directory"
+expect_file_refusal "$work_dir/huge" "is larger than 1MiB"
+
+# --- the config file (item 9 and the NUL of the Low list) ----------------------------------------------
+python3 -c "print('.'.join(['x']*50000)+' = 1')" >"$work_dir/deep.toml"
+run_collect "$work_dir/out" 30 "$outbox_binary" --config "$work_dir/deep.toml" status
+check_refusal "a dotted key 50,000 levels deep" "more than 64 levels deep"
+config_refusal() {  # config_refusal DESCRIPTION EXPECTED TOML: `relay` with that config is refused
+  printf '%s\n' "$3" >"$work_dir/bad.toml"
+  chmod 600 "$work_dir/bad.toml"
+  run_collect "$work_dir/out" 30 "$outbox_binary" --config "$work_dir/bad.toml" relay --db "$db" --sink discard
+  check_refusal "$1" "$2"
+}
+config_refusal 'durable-marks = "yes"' "[relay] durable-marks: takes true or false, not a string" $'[relay]\ndurable-marks = "yes"'
+config_refusal 'db = 5' "db: takes a string in quotes" 'db = 5'
+config_refusal 'batch-size = "<a password>"' "[relay] batch-size: takes a whole number" $'[relay]\nbatch-size = "'"$db_secret"'"'
+config_refusal 'a NUL in a string' "holds a NUL character" $'[relay]\nrelay-id = "a\\u0000b"'
+# A secret in a config file others may read: warned like a password file.
+printf 'db = "host=127.0.0.1 port=1 user=app password=%s connect_timeout=2"\n' "$db_secret" >"$work_dir/open.toml"
+chmod 644 "$work_dir/open.toml"
+run_collect "$work_dir/out" 30 "$outbox_binary" --config "$work_dir/open.toml" status
+if ((rc == 2)) && grep -q "holds a secret .* can be read by other users" "$work_dir/out"; then pass; else fail "a world-readable config with a password should be warned about: exit $rc: $(cat "$work_dir/out")"; fi
+
+# --- connection strings libpq or the server refuse: at once, without the password (item 13) ----------
+run_collect "$work_dir/out" 30 "$outbox_binary" status --db "host=127.0.0.1 port=$port passwor=$db_secret dbname=outbox"
+check_refusal "a misspelt keyword (passwor=)" 'invalid connection option "passwor"'
+run_collect "$work_dir/out" 30 "$outbox_binary" relay --db "postgresql://app:${db_secret}@[::1:$port/outbox" --sink discard
+check_refusal "an unclosed IPv6 bracket" 'IPv6 host address'
+run_collect "$work_dir/out" 30 "$outbox_binary" relay --db "$db options='-c statement_timeout=bad'" --schema "$schema" --sink discard
+check_refusal "options=-c statement_timeout=bad" 'invalid value for parameter'
+
+# --- argument errors exit 2, the documented code (item 15) ---------------------------------------------
+run_collect "$work_dir/out" 30 "$outbox_binary" audit --since 1h
+check_refusal "audit --since 1h without --topic" "--topic is required"
+run_collect "$work_dir/out" 30 "$outbox_binary" nosuchcmd
+check_refusal "outbox nosuchcmd" 'no command "nosuchcmd"'
+
+# --- flags that contradict each other, and units (Low) -------------------------------------------------
+expect_refusal "--backoff-base-ms 100000 --backoff-max-ms 10" "backoff_base (--backoff-base-ms) is 1m40s" \
+  "$outbox_binary" relay --db "$db" --schema "$schema" --sink discard --backoff-base-ms 100000 --backoff-max-ms 10
+expect_refusal "cleanup --retention 30m" "a retention of 30m is below the minimum of 1h" \
+  "$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 30m
+
+# --- replay windows and the audit text (Low) -------------------------------------------------------------
+replayable="$(sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, payload, occurred_at, published_at)
+  VALUES (gen_random_uuid(), 'order', 'r1', 1, 'X', '{}', now() - interval '1 minute', now())
+  RETURNING event_id")"
+expect_refusal "replay with a reversed window" "the window is empty" \
+  "$outbox_binary" replay --db "$db" --schema "$schema" --since 1h --until 2h --reason r --actor ci
+expect_refusal "replay with an empty window" "the window is empty" \
+  "$outbox_binary" replay --db "$db" --schema "$schema" --since 2026-01-01T00:00:00Z --until 2026-01-01T00:00:00Z --reason r --actor ci
+expect_refusal "replay of a future window" "is in the future" \
+  "$outbox_binary" replay --db "$db" --schema "$schema" --since 2999-01-01T00:00:00Z --reason r --actor ci
+expect_refusal "replay with a newline in the reason" "the reason holds a control character (byte 0x0a" \
+  "$outbox_binary" replay --db "$db" --schema "$schema" --since 1h --reason $'one\nforged line' --actor ci
+if [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE event_id = '$replayable' AND published_at IS NOT NULL")" == 1 ]]; then
+  pass
+else
+  fail "a refused replay changed the event"
+fi
+
+# --- signals: a service stops in order and exits 0; a one-job command says it was interrupted ----------
+: >"$work_dir/admin.err"
+"$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 >/dev/null 2>"$work_dir/admin.err" &
+admin_pid=$!
+track_background "$admin_pid" "admin for SIGTERM"
+if listening_port "$work_dir/admin.err" "$admin_pid" >/dev/null; then
+  kill -TERM "$admin_pid"
+  admin_rc=0
+  wait "$admin_pid" || admin_rc=$?
+  if ((admin_rc == 0)); then pass; else fail "admin after SIGTERM: exit $admin_rc, expected 0: $(cat "$work_dir/admin.err")"; fi
+else
+  fail "admin did not start: $(cat "$work_dir/admin.err")"
+fi
+: >"$work_dir/mock2.out"
+"$outbox_binary" kafka-mock >"$work_dir/mock2.out" 2>/dev/null &
+mock2_pid=$!
+track_background "$mock2_pid" "kafka-mock for SIGHUP"
+if wait_for_first_line "$mock2_pid" "$work_dir/mock2.out" 30 >/dev/null; then
+  kill -HUP "$mock2_pid"
+  mock2_rc=0
+  wait "$mock2_pid" || mock2_rc=$?
+  if ((mock2_rc == 0)); then pass; else fail "kafka-mock after SIGHUP: exit $mock2_rc, expected 0"; fi
+else
+  fail "the second kafka-mock did not start"
+fi
+# replay --wait with no relay running waits; SIGINT interrupts it: exit 130 and a line saying so.
+: >"$work_dir/replay.err"
+"$outbox_binary" replay --db "$db" --schema "$schema" --since 1h --reason "hostile input test" --actor ci \
+  --wait 10m >"$work_dir/replay.out" 2>"$work_dir/replay.err" &
+replay_pid=$!
+track_background "$replay_pid" "replay --wait"
+for _ in $(seq 100); do
+  grep -q "pending again" "$work_dir/replay.out" 2>/dev/null && break
+  sleep 0.1
+done
+kill -INT "$replay_pid"
+replay_rc=0
+wait "$replay_pid" || replay_rc=$?
+if ((replay_rc == 130)) && grep -q "outbox replay: interrupted by SIGINT before it finished" "$work_dir/replay.err"; then
+  pass
+else
+  fail "replay --wait after SIGINT: exit $replay_rc, expected 130 and a message: $(cat "$work_dir/replay.out" "$work_dir/replay.err")"
+fi
+sql -c "UPDATE $schema.outbox_events SET published_at = now() WHERE published_at IS NULL AND quarantined_at IS NULL" >/dev/null
+
+# --- a closed stdout ends a foreground command (item 12) -----------------------------------------------
+watch_rc=0
+timeout --kill-after=5 20 bash -c 'set -o pipefail; "$1" status --db "$2" --schema "$3" --watch 200ms | head -c 50 >/dev/null' \
+  _ "$outbox_binary" "$db" "$schema" 2>"$work_dir/watch.err" || watch_rc=$?
+if ((watch_rc == 0)) && grep -q "stdout is closed; stopping" "$work_dir/watch.err"; then
+  pass
+else
+  fail "status --watch 200ms | head -c 50: exit $watch_rc (124: never ended): $(cat "$work_dir/watch.err")"
 fi
 
 # --- nothing above printed a planted secret ----------------------------------------------------------

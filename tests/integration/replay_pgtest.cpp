@@ -108,9 +108,20 @@ TEST_F(ReplayTest, PendingSkippedAndOutOfWindowEventsAreNotReplayed) {
   pg::exec(conn(), "UPDATE " + events +
                        " SET skipped_at = now() WHERE aggregate_id = 'agg-1'");  // as skipped
   EXPECT_EQ(plan_replay(conn(), schema_, since_2000()).events, 1);  // agg-0 #1 only
+  // A window that can hold nothing is refused, not planned as 0 events: since in the future,
+  // until not after since.
   ReplayFilter future = since_2000();
   future.since = "2999-01-01T00:00:00Z";
-  EXPECT_EQ(plan_replay(conn(), schema_, future).events, 0);
+  try {
+    plan_replay(conn(), schema_, future);
+    ADD_FAILURE() << "a window starting in the future was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(contains(e.what(), "is in the future")) << e.what();
+  }
+  ReplayFilter reversed = since_2000();
+  reversed.until = "1999-01-01T00:00:00Z";
+  EXPECT_THROW(plan_replay(conn(), schema_, reversed), InvalidArgument);
+  EXPECT_THROW(replay_published(conn(), schema_, reversed, "tester", "why"), InvalidArgument);
   ReplayFilter before = since_2000();
   before.until = "2001-01-01T00:00:00Z";
   EXPECT_EQ(plan_replay(conn(), schema_, before).events, 0);
@@ -133,6 +144,11 @@ TEST_F(ReplayTest, BadInputIsNamedAndChangesNothing) {
   }
   EXPECT_THROW(replay_published(conn(), schema_, garbage, "tester", "why"), InvalidArgument);
   EXPECT_THROW(replay_published(conn(), schema_, ReplayFilter{}, "tester", "why"), InvalidArgument);
+  // The audit record takes one line of printable text.
+  EXPECT_THROW(replay_published(conn(), schema_, since_2000(), "tester", "one\nforged line"),
+               InvalidArgument);
+  EXPECT_THROW(replay_published(conn(), schema_, since_2000(), "tes\x1b[2Jter", "why"),
+               InvalidArgument);
   EXPECT_THROW(replay_published(conn(), schema_, since_2000(), "", "why"), InvalidArgument);
   EXPECT_THROW(replay_published(conn(), schema_, since_2000(), "tester", ""), InvalidArgument);
   pg::exec(conn(), "BEGIN");

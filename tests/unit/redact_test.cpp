@@ -34,6 +34,23 @@ TEST(Redact, KeywordValuesQuotedOrBareAreRedacted) {
   EXPECT_EQ(redact_connection_string("host=h password s3cret"), "host=h password ********");
 }
 
+// A keyword libpq does not know may be a misspelt password: in a connection string its value is
+// hidden (libpq refuses the string, and the message quoting it must not print the password).
+TEST(Redact, AnUnknownKeywordsValueInAConnectionStringIsRedacted) {
+  EXPECT_EQ(redact_connection_string("host=h passwor=S3cretPw9 dbname=x"),
+            "host=h passwor=******** dbname=x");
+  EXPECT_EQ(redact_connection_string("postgresql://h/db?passwrd=S3cretPw9&sslmode=require"),
+            "postgresql://h/db?passwrd=********&sslmode=require");
+  const auto secrets = connection_secrets("user=u pasword='S3cret Pw9'");
+  EXPECT_NE(std::find(secrets.begin(), secrets.end(), "S3cret Pw9"), secrets.end());
+  // Known keywords stay readable, and text naming no libpq keyword is no connection string:
+  // any command-line argument is searched, and "--max-attempts=0x10" hides nothing.
+  EXPECT_EQ(redact_connection_string("host=h sslmode=require options='-c x=y'"),
+            "host=h sslmode=require options='-c x=y'");
+  EXPECT_TRUE(connection_secrets("--max-attempts=0x10").empty());
+  EXPECT_TRUE(connection_secrets("linger.ms=5000").empty());
+}
+
 TEST(Redact, SecretsAreFoundInTheFormsLibpqReadsThem) {
   const auto secrets = connection_secrets("postgresql://app:p%40ssword@h/db");
   EXPECT_NE(std::find(secrets.begin(), secrets.end(), "p%40ssword"), secrets.end());

@@ -88,6 +88,14 @@ TEST(RelayOptionsCheck, EachUnworkableValueIsRefusedByName) {
             std::string::npos);
   EXPECT_NE(with([](RelayOptions& o) { o.lease = milliseconds(99); }).find("lease"),
             std::string::npos);
+  // --backoff-base-ms 100000 --backoff-max-ms 10: a first delay longer than the longest.
+  const std::string reversed = with([](RelayOptions& o) {
+    o.backoff_base = milliseconds(100000);
+    o.backoff_max = milliseconds(10);
+  });
+  EXPECT_NE(reversed.find("backoff_base (--backoff-base-ms) is 1m40s and backoff_max"),
+            std::string::npos)
+      << reversed;
   EXPECT_NE(with([](RelayOptions& o) { o.reconnect_backoff_base = milliseconds(0); })
                 .find("reconnect_backoff_base"),
             std::string::npos);

@@ -72,6 +72,14 @@ TEST(SchemaName, RejectsLeadingDigit) {
   EXPECT_TRUE(contains(rejection_of("0"), "start with"));
 }
 
+// The advice every refusal gives states the rule the check applies: "_x" is accepted, so the
+// advice may not say "starting with a letter" alone.
+TEST(SchemaName, TheAdviceStatesTheRuleTheCheckApplies) {
+  EXPECT_EQ(SchemaName("_x").name(), "_x");
+  EXPECT_TRUE(contains(rejection_of("Outbox"), "starting with a letter or '_'"));
+  EXPECT_TRUE(contains(rejection_of("1outbox"), "starting with a letter or '_'"));
+}
+
 TEST(SchemaName, RejectsPgPrefix) {
   EXPECT_TRUE(contains(rejection_of("pg_"), "reserved by PostgreSQL"));
   EXPECT_TRUE(contains(rejection_of("pg_catalog"), "reserved by PostgreSQL"));
