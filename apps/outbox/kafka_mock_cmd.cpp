@@ -7,6 +7,8 @@
 
 #include "cli_common.hpp"
 #include "command.hpp"
+#include "common/printable.hpp"
+#include "kafka/kafka_topic.hpp"
 #include "outbox/testing/kafka_mock.hpp"
 
 namespace outbox::cli {
@@ -42,8 +44,16 @@ void register_kafka_mock(Commands& commands) {
       "kafka-mock", "run librdkafka's mock Kafka cluster until stopped", run_kafka_mock);
   mock->add_option("--brokers", flags->brokers, "number of brokers")
       ->check(CLI::Range(1, KafkaMockCluster::kMaxBrokers));
+  // What a real cluster refuses, refused here too (an internal topic such as __consumer_offsets
+  // would also take the mock's own offsets), so a demo does not teach a name production rejects.
   mock->add_option("--topic", flags->topics,
-                   "create this topic up front with --partitions partitions (repeatable)");
+                   "create this topic up front with --partitions partitions (repeatable)")
+      ->check([](const std::string& topic) -> std::string {
+        const std::string problem = kafka::topic_problem(topic);
+        if (problem.empty()) return "";
+        return "\"" + detail::printable(topic, 300) + "\" is not a topic Kafka accepts: it " +
+               problem;
+      });
   mock->add_option("--partitions", flags->partitions,
                    "partitions of each --topic; each keeps at most 5 MiB, oldest dropped first")
       ->check(CLI::Range(1, 10000));

@@ -72,6 +72,11 @@ expect_refusal "a hexadecimal number" "whole decimal number" \
   "$outbox_binary" relay --db "$db" --kafka-brokers "$brokers" --max-attempts 0x10
 # kafka-mock says what it forgets.
 if grep -q "at most 5 MiB" "$work_dir/kafka.err"; then pass; else fail "kafka-mock should state its 5 MiB per partition limit"; fi
+# kafka-mock refuses what a real cluster refuses (it started with an internal topic before).
+expect_refusal "kafka-mock --topic __consumer_offsets" "internal topics" \
+  "$outbox_binary" kafka-mock --topic __consumer_offsets
+expect_refusal "kafka-mock --topic with a space" "has the byte 0x20" \
+  "$outbox_binary" kafka-mock --topic "a b"
 # --help shows the defaults.
 help="$("$outbox_binary" relay --help)"
 if [[ "$help" == *"=500"* && "$help" == *"=30000"* ]]; then pass; else fail "relay --help should show the defaults (batch 500, lease 30000): $help"; fi
