@@ -33,7 +33,8 @@ std::vector<QuarantinedEvent> list_quarantined(PGconn* conn, const SchemaName& s
 
 // Makes quarantined events due again with a fresh attempt budget, and records who did it.
 // Events not quarantined (any more) are left alone. Returns how many were released.
-// `conn` must be idle; runs one transaction. Throws InvalidArgument (empty actor) or DatabaseError.
+// `conn` must be idle; runs one transaction. Throws InvalidArgument (empty actor, or one with a
+// control character, a bidirectional override or bytes that are not UTF-8) or DatabaseError.
 std::size_t retry_quarantined(PGconn* conn, const SchemaName& schema,
                               std::span<const EventId> event_ids, const std::string& actor);
 

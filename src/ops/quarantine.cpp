@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "ops/audit_text.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
@@ -12,6 +13,7 @@ void check_actor(const std::string& actor) {
   if (actor.empty()) {
     throw InvalidArgument("an operator action needs an actor (who did it) for the audit record");
   }
+  detail::check_audit_text("quarantine", "actor", actor);
 }
 
 void check_idle(PGconn* conn) {
@@ -98,6 +100,7 @@ void skip_quarantined(PGconn* conn, const SchemaName& schema, const EventId& eve
         "skipping an event needs a reason: it is never published, and the "
         "audit record must say why");
   }
+  detail::check_audit_text("quarantine skip", "reason", reason);
   const std::string id = event_id.to_string();
   pg::exec(conn, "BEGIN");
   try {

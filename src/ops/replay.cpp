@@ -8,6 +8,7 @@
 #include "common/printable.hpp"
 #include "outbox/error.hpp"
 #include "pg/array_literal.hpp"
+#include "ops/audit_text.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -79,20 +80,6 @@ void check_window(PGconn* conn, const FilterParams& params, const ReplayFilter& 
   }
 }
 
-// The audit record is read by people and tools: a reason or actor that could forge a line or
-// hide text (a newline, an escape sequence) is refused rather than stored.
-void check_audit_text(std::string_view what, std::string_view text) {
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    if (byte < 0x20 || byte == 0x7F) {
-      throw InvalidArgument(fmt::format(
-          "replay: the {} holds a control character (byte 0x{:02x} at position {}); the audit "
-          "record takes one line of printable text",
-          what, byte, i + 1));
-    }
-  }
-}
-
 }  // namespace
 
 ReplayPlan plan_replay(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter) {
@@ -119,8 +106,8 @@ ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const Repl
                               std::size_t batch_events) {
   if (actor.empty()) throw InvalidArgument("replay needs an actor (who did it) for the audit");
   if (reason.empty()) throw InvalidArgument("replay needs a reason for the audit record");
-  check_audit_text("actor", actor);
-  check_audit_text("reason", reason);
+  detail::check_audit_text("replay", "actor", actor);
+  detail::check_audit_text("replay", "reason", reason);
   if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
     throw InvalidArgument("replay needs an idle connection; it runs its own transactions");
   }

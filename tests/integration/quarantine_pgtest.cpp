@@ -61,6 +61,22 @@ TEST_F(QuarantineTest, SkippingIsAuditedAndLetsTheAggregateMoveOn) {
   EXPECT_THROW(skip_quarantined(conn(), schema_, poison, "", "bad data"), InvalidArgument);
   EXPECT_THROW(skip_quarantined(conn(), schema_, EventId::generate(), "alice", "x"),
                InvalidArgument);
+  // The audit takes one line of printable text: no forged line, escape sequence or override.
+  for (const auto& [actor, reason] :
+       std::vector<std::pair<std::string, std::string>>{{"alice", "one\nforged line"},
+                                                        {"ali\x1b[2Jce", "why"},
+                                                        {"alice", "fine \xe2\x80\xae enif"},
+                                                        {"alice", "\xff"}}) {
+    try {
+      skip_quarantined(conn(), schema_, poison, actor, reason);
+      ADD_FAILURE() << "stored an audit text with a control character";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find("one line of printable text"), std::string::npos)
+          << error.what();
+    }
+  }
+  const std::vector<EventId> ids{poison};
+  EXPECT_THROW(retry_quarantined(conn(), schema_, ids, "bob\r\nalice"), InvalidArgument);
   EXPECT_EQ(unfinished("big"), 2) << "refused skips must change nothing";
 
   skip_quarantined(conn(), schema_, poison, "alice", "payload exceeds the broker limit; ticket 42");
