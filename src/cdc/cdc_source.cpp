@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "common/printable.hpp"
 #include "outbox/error.hpp"
+#include "outbox/producer.hpp"
 #include "pg/array_literal.hpp"
 #include "relay/relay_sql.hpp"
 
@@ -25,6 +26,9 @@ using std::chrono::milliseconds;
 
 // Reading stops here until the loop has taken what was read: the stream's own memory bound.
 constexpr std::size_t kMostMessagesPerRead = 20000;
+// The largest message a producer's statement writes: its events' text is at most
+// kMaxEnqueueStatementBytes, and each byte of a payload may take six in a JSON string (\u001f).
+constexpr std::size_t kMaxTableLessMessageBytes = 6 * kMaxEnqueueStatementBytes + 1024 * 1024;
 
 }  // namespace
 
@@ -313,17 +317,19 @@ bool CdcSource::outlived_publication() {
 
 // The slot the stream failed on (outlived_publication); its walsender may take a moment to exit.
 void CdcSource::drop_outlived_slot() {
+  // Once: a drop that fails (another relay streams the slot now) is not tried again later, when
+  // the slot may be a new one; the next stream that fails on the publication asks again.
+  drop_slot_first_ = false;
   for (int attempt = 1;; ++attempt) {
     try {
       stream_->drop_slot(slot_);
       break;
     } catch (const cdc::ReplicationError& error) {
       if (error.failure() == cdc::ReplicationFailure::slot_missing) break;
-      if (error.failure() != cdc::ReplicationFailure::slot_in_use || attempt == 50) throw;
+      if (error.failure() != cdc::ReplicationFailure::slot_in_use || attempt == 20) throw;
     }
     std::this_thread::sleep_for(milliseconds(100));
   }
-  drop_slot_first_ = false;
 }
 
 // start_stream(), or false when another relay streams from the slot (it may let go).
@@ -540,8 +546,13 @@ void CdcSource::take_change(std::string_view payload) {
   if (const auto* message = std::get_if<cdc::LogicalMessage>(&change)) {
     if (message->prefix == message_prefix_) {
       if (!options_.cdc.table_less) {
-        // Written by hand or by a forger (a table-less producer writes only while a table-less
-        // relay's slot is registered, and this relay refuses such a slot): it stops nothing.
+        // A table-less producer writes only while a table-less relay's slot is registered, and a
+        // relay without --table-less refuses a registered slot at start. The slot may have been
+        // registered since (a table-less relay started as this one's standby, during a switch
+        // to table-less): then this relay stops as it would at start, holding the position, and
+        // the table-less relay takes the slot. Looked up once per transaction: a forger cannot
+        // register a slot, and its messages cost one query per transaction.
+        if (message->transactional()) check_still_unregistered();
         reject_message(*message,
                        "this relay was not started with --table-less, and no table-less "
                        "producer writes to its slot (its slot is not registered for them)");
@@ -1036,9 +1047,39 @@ void CdcSource::check_table_less_registration() {
 
 // One producer statement's events (ProducerOptions::table_less): read like inserted rows, or,
 // in a transaction too large to hold, written to the table at once.
+void CdcSource::check_still_unregistered() {
+  if (registration_checked_xid_ == reading_xid_) return;
+  registration_checked_xid_ = reading_xid_;
+  const auto found = pg::exec(table_.connection(),
+                              "SELECT relay_id FROM " +
+                                  options_.schema.table("outbox_table_less_slots") +
+                                  " WHERE slot_name = $1",
+                              {slot_.c_str()});
+  if (found.rows() == 0) return;
+  hold_position_ = true;  // the slot keeps the message for the table-less relay
+  throw ConfigError(fmt::format(
+      "relay --source cdc: slot {} was registered for table-less events (by relay {}) while this "
+      "relay, started without --table-less, streamed it, and table-less events arrive: stopping "
+      "without confirming them, so the table-less relay takes the slot and publishes them",
+      slot_, printable(found.text(0, 0))));
+}
+
 void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
   if (!message.transactional() || !book_.in_transaction()) {
     reject_message(message, "it is not transactional");
+    return;
+  }
+  // Before it is parsed (any role may emit a message of up to 1 GB, and parsing one takes many
+  // times that): a transaction that moved no counter carries no producer's message.
+  if (unproven_until_ == 0 && witness_.empty()) {
+    reject_message(message, "nothing proves a producer wrote it: its transaction moved no counter "
+                            "of outbox_aggregate_sequences (which only producers may write, where "
+                            "any role may emit a message: forged, or written by hand)");
+    return;
+  }
+  if (message.content.size() > kMaxTableLessMessageBytes) {
+    reject_message(message, fmt::format("it is {} bytes long; a producer writes at most {}",
+                                        message.content.size(), kMaxTableLessMessageBytes));
     return;
   }
   std::vector<std::pair<Event, std::uint64_t>> events;

@@ -117,6 +117,10 @@ class CdcSource final : public RelaySourceBase {
   // events of one message, and the writing of those the book left to the table.
   void check_table_less_registration();
   void take_table_less(const cdc::LogicalMessage& message);
+  // A relay without --table-less met a table-less message: throws ConfigError (holding the
+  // position) when its slot has been registered for table-less events since it started.
+  void check_still_unregistered();
+  std::uint32_t registration_checked_xid_ = 0;
   // Logs and counts a message with the outbox prefix that is not published; never stops.
   void reject_message(const cdc::LogicalMessage& message, const std::string& why);
   // The publications the stream reads: the outbox table's, and for a table-less relay the

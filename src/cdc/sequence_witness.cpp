@@ -31,12 +31,30 @@ void SequenceWitness::note(std::uint32_t relation_id, const std::vector<TupleCol
   const std::string_view digits = sequence->value;
   const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), last);
   if (error != std::errc() || end != digits.data() + digits.size() || last < 1) return;
-  ++writes_[{std::string(type->value), std::string(id->value), last}];
+  ++writes_[digest(type->value, id->value, last)];
+}
+
+// FNV-1a over the type, a NUL (names hold none), the id, a NUL and the sequence's 8 bytes.
+std::uint64_t SequenceWitness::digest(std::string_view type, std::string_view id,
+                                      std::int64_t sequence) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  const auto mix = [&hash](unsigned char byte) {
+    hash ^= byte;
+    hash *= 0x100000001b3ULL;
+  };
+  for (const char c : type) mix(static_cast<unsigned char>(c));
+  mix(0);
+  for (const char c : id) mix(static_cast<unsigned char>(c));
+  mix(0);
+  for (int shift = 0; shift < 64; shift += 8) {
+    mix(static_cast<unsigned char>(static_cast<std::uint64_t>(sequence) >> shift));
+  }
+  return hash;
 }
 
 bool SequenceWitness::vouch(const std::string& aggregate_type, const std::string& aggregate_id,
                             std::int64_t last_sequence) {
-  const auto found = writes_.find({aggregate_type, aggregate_id, last_sequence});
+  const auto found = writes_.find(digest(aggregate_type, aggregate_id, last_sequence));
   if (found == writes_.end()) return false;
   if (--found->second == 0) writes_.erase(found);
   return true;

@@ -11,10 +11,10 @@
 // one message. No I/O (tests/unit/sequence_witness_test.cpp).
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
-#include <tuple>
+#include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -38,6 +38,9 @@ class SequenceWitness {
   // whose values are not text (null, unchanged TOAST, binary) or not a number vouches for nothing.
   void note(std::uint32_t relation_id, const std::vector<TupleColumn>& row);
 
+  // Nothing noted in this transaction (or all used): no message of it can be a producer's.
+  [[nodiscard]] bool empty() const noexcept { return writes_.empty(); }
+
   // Whether a change of (aggregate_type, aggregate_id)'s counter to `last_sequence` was noted in
   // this transaction and not yet used; uses it when so.
   bool vouch(const std::string& aggregate_type, const std::string& aggregate_id,
@@ -47,8 +50,12 @@ class SequenceWitness {
   bool mapped_ = false;
   std::uint32_t relation_id_ = 0;
   std::size_t type_column_ = 0, id_column_ = 0, sequence_column_ = 0;
-  // (type, id, sequence) -> changes not yet used.
-  std::map<std::tuple<std::string, std::string, std::int64_t>, int> writes_;
+  // A digest of (type, id, sequence) -> changes not yet used. A digest, not the names: a
+  // transaction may move millions of counters (a backfill), each an entry until its commit
+  // (about 40 bytes each, whatever the names' length). Two changes with one digest only make one
+  // vouch for the other's message, and both are the producer's; a forger's transaction has none.
+  static std::uint64_t digest(std::string_view type, std::string_view id, std::int64_t sequence);
+  std::unordered_map<std::uint64_t, std::uint32_t> writes_;
 };
 
 }  // namespace outbox::cdc

@@ -179,9 +179,12 @@ GuardedServer::GuardedServer(ListenerLimits limits) : limits_(limits) {
   if (::pipe2(wake_, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category());
   new_task_queue = [this] { return new Queue(*this, limits_.max_connections); };
   set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-    // The request line and headers have arrived: no longer a reader to evict. This runs on
-    // the worker thread Queue set serving_ on.
-    if (serving_) enter(**serving_, Phase::handling);
+    // The request line and headers have arrived. A GET or HEAD has no body to read: no longer a
+    // reader to evict. Any other method's body is read after this (httplib reads it before it
+    // routes), so it stays evictable while its body comes: a body trickled to any path would
+    // otherwise hold a thread past every eviction. Its handler calls handling() once it runs.
+    // This runs on the worker thread Queue set serving_ on.
+    if (request.method == "GET" || request.method == "HEAD") handling();
     return request_check_ ? request_check_(request, response) : HandlerResponse::Unhandled;
   });
 }
@@ -253,6 +256,10 @@ bool GuardedServer::begin(Connections::iterator connection) {
 void GuardedServer::leave(Connections::iterator connection) {
   std::lock_guard lock(mutex_);
   connections_.erase(connection);
+}
+
+void GuardedServer::handling() {
+  if (serving_) enter(**serving_, Phase::handling);
 }
 
 void GuardedServer::enter(Connection& connection, Phase phase) {

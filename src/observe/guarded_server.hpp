@@ -61,6 +61,10 @@ class GuardedServer : public httplib::Server {
   // second listen() on a listening socket as a new backlog. False when not bound.
   bool widen_backlog(int backlog);
 
+  // From a handler of a request with a body (POST), once it runs: its body has arrived, and the
+  // connection is no longer a reader to evict. GET and HEAD handlers need not call it.
+  void handling();
+
   // Wakes every connection (each is closed without its answer), then stops the accept loop; the
   // listening thread returns as soon as the handlers running now return. Blocks for nothing.
   void stop_now();

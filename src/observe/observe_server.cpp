@@ -152,6 +152,16 @@ class ObserveServer::Impl {
         response.set_content("this listener answers only to loopback host names\n", "text/plain");
         return httplib::Server::HandlerResponse::Handled;
       }
+      // Only the admin actions take a body; anything else with another method is answered
+      // before httplib reads a body (which a client could trickle).
+      if (request.method != "GET" && request.method != "HEAD" &&
+          !(request.method == "POST" && request.path.starts_with("/api/quarantine/"))) {
+        response.status = 405;
+        response.set_header("Allow", "GET, HEAD");
+        response.set_header("Connection", "close");
+        response.set_content("method not allowed\n", "text/plain");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       // The page holds no data (its script asks for the token): it and the probes need none.
       if (options_.token.empty() || request.path == "/healthz" || request.path == "/readyz" ||
           request.path == "/") {
@@ -247,6 +257,7 @@ class ObserveServer::Impl {
     });
     server_.Post("/api/quarantine/retry",
                  [this](const httplib::Request& request, httplib::Response& response) {
+                   server_.handling();
                    answer(response, [&] {
                      const auto [id, body] = admin_post(request);
                      std::lock_guard lock(api_mutex_);
@@ -258,6 +269,7 @@ class ObserveServer::Impl {
                  });
     server_.Post("/api/quarantine/skip", [this](const httplib::Request& request,
                                                 httplib::Response& response) {
+      server_.handling();
       answer(response, [&] {
         const auto [id, body] = admin_post(request);
         const std::string reason = body.value("reason", std::string());

@@ -1091,6 +1091,53 @@ TEST_F(TableLessTest, ASlotFromBeforeTheWitnessIsReadAsBeforeThenWithTheWitness)
   EXPECT_EQ(relay.stats().published, ids.size());
 }
 
+// A switch to table-less while a relay without it streams the slot: once the slot is registered
+// (by a table-less relay waiting as its standby, here by hand), producers write table-less
+// events; the relay without it must not confirm past them. It stops as it would at start, and
+// the table-less relay publishes them.
+TEST_F(TableLessTest, ARelayWithoutItStopsWhenItsSlotIsRegisteredMeanwhileAndLosesNothing) {
+  RelayOptions plain = cdc_options("plain");
+  std::vector<EventId> ids;
+  std::string before;
+  {
+    Relay relay(plain, sink());
+    std::string stopped_with;
+    std::thread thread([&] {
+      try {
+        relay.run();
+      } catch (const std::exception& error) {
+        stopped_with = error.what();
+      }
+    });
+    ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+        << relay.stats().last_error;
+    pg::exec(conn(),
+             "INSERT INTO " + schema_.table("outbox_table_less_slots") +
+                 " (slot_name, relay_id) VALUES ($1, 'switching')",
+             {plain.cdc.slot.c_str()});
+    before = wal_now();
+    ids = enqueue_table_less(2, 2);
+    EXPECT_TRUE(wait_until([&] { return relay.stats().health == Health::stopped; }, 10s));
+    relay.request_stop();
+    thread.join();
+    EXPECT_NE(stopped_with.find("was registered for table-less events"), std::string::npos)
+        << stopped_with;
+    EXPECT_EQ(relay.stats().published, 0U);
+    EXPECT_EQ(relay.stats().messages_rejected, 0U);
+  }
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
+                          "confirmed_flush_lsn > $2::pg_lsn",
+                  {plain.cdc.slot.c_str(), before.c_str()}),
+            0)
+      << "the slot was confirmed past the table-less events";
+  Relay table_less(table_less_options("tl"), sink());
+  Running running(table_less);
+  ASSERT_TRUE(wait_until([&] { return table_less.stats().published == ids.size(); }, 20s))
+      << table_less.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+}
+
 // Issue 23, item 3: the same message at a relay without --table-less stopped it ("a table-less
 // event"), on every restart, since the slot keeps the message: any login could stop every CDC
 // relay for good. It is skipped, counted and logged; the relay goes on.
