@@ -90,8 +90,25 @@ void CdcSource::ensure_publications() {
   ensure_publication(publication_, table, "insert", filter);
   if (!witness_publication_.empty()) {
     // Every statement of a table-less producer inserts or updates its aggregate's counter.
-    ensure_publication(witness_publication_,
-                       options_.schema.table("outbox_aggregate_sequences"), "insert, update", "");
+    const std::string counters = options_.schema.table("outbox_aggregate_sequences");
+    ensure_publication(witness_publication_, counters, "insert, update", "");
+    // One made by hand may leave out what the proof needs: every message of an aggregate that
+    // had a counter already would be refused, and a table-less event has no other copy.
+    const auto shape = pg::exec(
+        table_.connection(),
+        "SELECT p.pubinsert AND p.pubupdate AND r.prqual IS NULL AND r.prattrs IS NULL "
+        "FROM pg_publication p JOIN pg_publication_rel r ON r.prpubid = p.oid "
+        "WHERE p.pubname = $1 AND r.prrelid = $2::regclass",
+        {witness_publication_.c_str(), counters.c_str()});
+    if (shape.rows() == 1 && shape.text(0, 0) != "t") {
+      throw ConfigError(fmt::format(
+          "relay --source cdc --table-less: publication {} must publish inserts and updates of "
+          "every row and column of {} (it proves which messages are a producer's); it has a "
+          "row filter, a column list or leaves inserts or updates out. Drop it and let the relay "
+          "make it again: DROP PUBLICATION {}",
+          printable(witness_publication_), counters,
+          pg::quote_identifier(table_.connection(), witness_publication_)));
+    }
   }
 }
 
@@ -304,14 +321,28 @@ bool CdcSource::outlived_publication() {
         "publication the slot was made with (--publication)",
         slot_, printable(publication_)));
   }
-  const std::optional<cdc::Lsn> now = cdc::parse_lsn(found.text(0, 1));
-  if (!now) return false;
-  unproven_until_ = *now;
+  // Unproven up to where the witness began for this slot; if the stream fails again past that
+  // (a transaction open across the publication's creation has changes from before it), up to
+  // the WAL of now, which that transaction is behind.
+  std::optional<cdc::Lsn> until = cdc::parse_lsn(found.text(0, 1));
+  if (!witness_retried_) {
+    const auto since = pg::exec(table_.connection(),
+                                "SELECT witness_since::text FROM " +
+                                    options_.schema.table("outbox_table_less_slots") +
+                                    " WHERE slot_name = $1 AND witness_since IS NOT NULL",
+                                {slot_.c_str()});
+    if (since.rows() == 1) {
+      if (const auto lsn = cdc::parse_lsn(since.text(0, 0))) until = lsn;
+    }
+  }
+  if (!until) return false;
+  witness_retried_ = true;
+  unproven_until_ = *until;
   log().warn("relay {}: slot {} holds WAL from before publication {} (the proof that a "
              "table-less message is a producer's) existed; its table-less messages up to {} are "
              "taken unproven, as before this version, and the stream starts again with the proof "
              "from there",
-             options_.relay_id, slot_, printable(witness_publication_), cdc::format_lsn(*now));
+             options_.relay_id, slot_, printable(witness_publication_), cdc::format_lsn(*until));
   return true;
 }
 
@@ -1039,8 +1070,12 @@ void CdcSource::check_table_less_registration() {
   }
   const auto registered = pg::exec(
       conn,
-      "INSERT INTO " + table + " (slot_name, relay_id) VALUES ($1, $2) ON CONFLICT (slot_name) "
-      "DO UPDATE SET relay_id = EXCLUDED.relay_id RETURNING (xmax <> 0)::text",
+      // witness_since: the first time a relay of this version saw the slot (the witness
+      // publication exists by now): WAL before it may predate the publication.
+      "INSERT INTO " + table + " AS t (slot_name, relay_id, witness_since) VALUES ($1, $2, "
+      "pg_current_wal_insert_lsn()) ON CONFLICT (slot_name) DO UPDATE SET relay_id = "
+      "EXCLUDED.relay_id, witness_since = coalesce(t.witness_since, EXCLUDED.witness_since) "
+      "RETURNING (t.xmax <> 0)::text",
       {slot_.c_str(), options_.relay_id.c_str()});
   registered_before_ = registered.text(0, 0) == "true";
 }

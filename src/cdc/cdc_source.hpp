@@ -152,6 +152,7 @@ class CdcSource final : public RelaySourceBase {
   // this position (the server's WAL when that was found); then it starts again with the witness.
   cdc::Lsn unproven_until_ = 0;
   bool witness_due_ = false;  // reading stopped at unproven_until_; restart once all is confirmed
+  bool witness_retried_ = false;  // unproven_until_ was witness_since once: next time, now
   bool drop_slot_first_ = false;  // the slot outlived its publication: made again (not table-less)
   PollingSource table_;  // the table path, and the session for marks and checks
   std::unique_ptr<cdc::ReplicationStream> stream_;

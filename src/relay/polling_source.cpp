@@ -42,11 +42,11 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
   return text.substr(0, cut);
 }
 
-// Refuses a schema without migration 12 (9: the relays' session locks; 10: the table-less slots a
-// CDC relay looks up; 12: the session's backend) with what to do, instead of a missing column or
-// table later.
+// Refuses a schema without migration 14 (9: the relays' session locks; 10: the table-less slots a
+// CDC relay looks up; 12: the session's backend; 14: where a table-less slot's proof begins) with
+// what to do, instead of a missing column or table later.
 void check_schema(PGconn* conn, const SchemaName& schema) {
-  constexpr int kNeeded = 12;
+  constexpr int kNeeded = 14;
   std::int64_t version = 0;
   try {
     version = pg::exec(conn, relay_sql::schema_version(schema)).int64(0, 0);

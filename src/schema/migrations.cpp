@@ -277,6 +277,9 @@ CREATE TRIGGER outbox_aggregate_sequences_forward
   WHEN (NEW.last_sequence < OLD.last_sequence OR NEW.aggregate_type <> OLD.aggregate_type
         OR NEW.aggregate_id <> OLD.aggregate_id)
   EXECUTE FUNCTION {s}.outbox_refuse_rewrite('an aggregate''s last_sequence');
+-- A horizon ahead of now (a clock that was wrong) would make every later cleanup's update, which
+-- keeps the greater of the old and new horizons, refused: brought back to now first.
+UPDATE {s}.outbox_cleanup_horizon SET deleted_before = now() WHERE deleted_before > now();
 CREATE TRIGGER outbox_cleanup_horizon_forward
   BEFORE UPDATE ON {s}.outbox_cleanup_horizon FOR EACH ROW
   WHEN (NEW.deleted_before < OLD.deleted_before OR NEW.deleted_before > now())
@@ -302,6 +305,32 @@ CREATE TABLE {s}.outbox_inbox_consumers (
   consumer_name text PRIMARY KEY,
   role_name     text NOT NULL
 );
+)SQL"},
+    Migration{14, "table-less messages proven by their counters", R"SQL(
+-- Any role may call pg_logical_emit_message: a table-less relay publishes a message only when
+-- the same transaction moved its aggregate's counter first, which it reads from a second
+-- publication, <publication>_seq (docs/ARCHITECTURE.md, "Table-less producers"). PostgreSQL 15
+-- cannot decode a slot's WAL from before a publication existed under its name: a relay that finds
+-- its slot older than <publication>_seq reads it without the proof up to witness_since (the WAL
+-- when the relay, or this migration, first saw the publication for that slot), then with it.
+ALTER TABLE {s}.outbox_table_less_slots ADD COLUMN witness_since pg_lsn;
+-- Where table-less events are in use, the default publication's companion is made here, by the
+-- schema's owner (a relay role may not create a publication of a table it does not own), so the
+-- relays of this version find it. Without the right to, the relay names the statement to run.
+DO $migration$
+BEGIN
+  IF current_setting('wal_level') = 'logical'
+     AND EXISTS (SELECT 1 FROM {s}.outbox_table_less_slots)
+     AND NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = {witness_literal}) THEN
+    CREATE PUBLICATION {witness} FOR TABLE {s}.outbox_aggregate_sequences
+      WITH (publish = 'insert, update');
+    UPDATE {s}.outbox_table_less_slots SET witness_since = pg_current_wal_insert_lsn();
+  END IF;
+EXCEPTION WHEN insufficient_privilege THEN
+  RAISE WARNING 'outbox: publication % not created (%): a table-less relay creates it, or names the statement to run',
+    {witness_literal}, SQLERRM;
+END
+$migration$;
 )SQL"},
 };
 
@@ -344,7 +373,9 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema,
     for (const Migration& m : kMigrations) {
       if (m.version <= report.from_version) continue;
       pg::exec(conn, fmt::format(fmt::runtime(m.sql), fmt::arg("s", s),
-                                 fmt::arg("channel", schema.notify_channel())));
+                                 fmt::arg("channel", schema.notify_channel()),
+                                 fmt::arg("witness", '"' + schema.name() + "_outbox_seq\""),
+                                 fmt::arg("witness_literal", "'" + schema.name() + "_outbox_seq'")));
       pg::exec(conn,
                "INSERT INTO " + schema.table("outbox_schema_migrations") +
                    " (version, name) VALUES ($1, $2)",

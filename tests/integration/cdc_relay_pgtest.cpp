@@ -1091,6 +1091,23 @@ TEST_F(TableLessTest, ASlotFromBeforeTheWitnessIsReadAsBeforeThenWithTheWitness)
   EXPECT_EQ(relay.stats().published, ids.size());
 }
 
+// A companion publication made by hand without updates would make every message of an aggregate
+// that had a counter already look forged, and table-less events have no other copy: refused.
+TEST_F(TableLessTest, AWitnessPublicationThatLeavesUpdatesOutIsRefused) {
+  const std::string witness = schema_.name() + "_outbox_seq";
+  pg::exec(conn(), "CREATE PUBLICATION \"" + witness + "\" FOR TABLE " +
+                       schema_.table("outbox_aggregate_sequences") + " WITH (publish = 'insert')");
+  try {
+    Relay relay(table_less_options("tl"), sink());
+    ADD_FAILURE() << "a table-less relay took a witness publication without updates";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("must publish inserts and updates"),
+              std::string::npos)
+        << error.what();
+  }
+  pg::exec(conn(), "DROP PUBLICATION \"" + witness + "\"");
+}
+
 // A switch to table-less while a relay without it streams the slot: once the slot is registered
 // (by a table-less relay waiting as its standby, here by hand), producers write table-less
 // events; the relay without it must not confirm past them. It stops as it would at start, and

@@ -140,9 +140,11 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
       << "migration 13 keeps counters and the horizon from going back";
 }
 
-// Migrations 12 and 13 on a database a build of version 11 has been using (events, counters, an
-// audit row, a horizon, inbox rows, a relay's row): rows kept, old rows left without what they
-// could not record (backend_pid, db_user), and the roles' grants apply, twice.
+// Migrations 12 to 14 on a database a build of version 11 has been using (events, counters, an
+// audit row, a horizon a wrong clock put ahead of now, inbox rows, a relay's row, a table-less
+// slot): rows kept, old rows left without what they could not record (backend_pid, db_user), the
+// horizon brought back to now (else every later cleanup would be refused), the table-less
+// proof's publication made with where it begins, and the roles' grants apply, twice.
 TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
   const SchemaName schema("migrate_from_eleven");
   auto connection = connect_without(schema);
@@ -156,13 +158,17 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
     DROP FUNCTION migrate_from_eleven.outbox_refuse_rewrite();
     ALTER TABLE migrate_from_eleven.outbox_operator_audit DROP COLUMN db_user;
     ALTER TABLE migrate_from_eleven.outbox_relays DROP COLUMN backend_pid;
+    ALTER TABLE migrate_from_eleven.outbox_table_less_slots DROP COLUMN witness_since;
+    DROP PUBLICATION IF EXISTS migrate_from_eleven_outbox_seq;
     DELETE FROM migrate_from_eleven.outbox_schema_migrations WHERE version > 11;
     INSERT INTO migrate_from_eleven.outbox_events (event_id, aggregate_type, aggregate_id,
       aggregate_sequence, event_type, payload) VALUES (gen_random_uuid(), 'order', '1', 7, 'X', '{}');
     INSERT INTO migrate_from_eleven.outbox_aggregate_sequences VALUES ('order', '1', 7);
     INSERT INTO migrate_from_eleven.outbox_operator_audit (event_id, action, actor, reason)
       VALUES (gen_random_uuid(), 'retry', 'ops', 'before 12');
-    INSERT INTO migrate_from_eleven.outbox_cleanup_horizon VALUES (true, now() - interval '1 day');
+    INSERT INTO migrate_from_eleven.outbox_cleanup_horizon VALUES (true, now() + interval '1 day');
+    INSERT INTO migrate_from_eleven.outbox_table_less_slots (slot_name, relay_id)
+      VALUES ('from_eleven_tl', 'r');
     INSERT INTO migrate_from_eleven.processed_events (consumer_name, event_id)
       VALUES ('billing', gen_random_uuid());
     INSERT INTO migrate_from_eleven.outbox_relays (relay_id, listening, lock_key)
@@ -182,10 +188,22 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
             1);
   EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.processed_events"), 1);
   EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_events"), 1);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_cleanup_horizon"
+                        " WHERE deleted_before <= now()"),
+            1);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_table_less_slots"
+                        " WHERE witness_since IS NOT NULL"),
+            1);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM pg_publication p JOIN pg_publication_rel r ON "
+                        "r.prpubid = p.oid WHERE p.pubname = 'migrate_from_eleven_outbox_seq' "
+                        "AND p.pubinsert AND p.pubupdate AND r.prrelid = "
+                        "'migrate_from_eleven.outbox_aggregate_sequences'::regclass"),
+            1);
   EXPECT_THROW(pg::exec(conn, "UPDATE migrate_from_eleven.outbox_aggregate_sequences"
                               " SET last_sequence = 6"),
                DatabaseError);
   pg::exec(conn, "UPDATE migrate_from_eleven.outbox_aggregate_sequences SET last_sequence = 8");
+  pg::exec(conn, "DROP PUBLICATION migrate_from_eleven_outbox_seq");
 }
 
 // A migration whose DDL waits behind a writer's open transaction gives up after its lock timeout,
