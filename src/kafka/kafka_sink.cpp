@@ -42,13 +42,24 @@ constexpr const char* kDefaultMessageTimeoutMs = "20000";
 // The value librdkafka will apply for `name` (a global property, or one of the default topic
 // configuration), as it prints it; empty when it has none.
 std::string effective_value(rd_kafka_conf_t* conf, const char* name) {
-  char value[512] = {};
-  std::size_t size = sizeof(value);
-  if (rd_kafka_conf_get(conf, name, value, &size) == RD_KAFKA_CONF_OK) return value;
+  // Asked once for the size (a value longer than any buffer, such as a long transactional.id,
+  // must not read back as empty), then for the value.
+  std::size_t size = 0;
+  if (rd_kafka_conf_get(conf, name, nullptr, &size) == RD_KAFKA_CONF_OK) {
+    std::string value(size, '\0');
+    if (rd_kafka_conf_get(conf, name, value.data(), &size) == RD_KAFKA_CONF_OK) {
+      value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
+      return value;
+    }
+  }
   rd_kafka_topic_conf_t* topic = rd_kafka_conf_get_default_topic_conf(conf);
-  size = sizeof(value);
-  if (topic != nullptr && rd_kafka_topic_conf_get(topic, name, value, &size) == RD_KAFKA_CONF_OK) {
-    return value;
+  size = 0;
+  if (topic != nullptr && rd_kafka_topic_conf_get(topic, name, nullptr, &size) == RD_KAFKA_CONF_OK) {
+    std::string value(size, '\0');
+    if (rd_kafka_topic_conf_get(topic, name, value.data(), &size) == RD_KAFKA_CONF_OK) {
+      value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
+      return value;
+    }
   }
   return {};
 }

@@ -72,10 +72,11 @@ ALTER TABLE {s}.processed_events ENABLE ROW LEVEL SECURITY;
 // role the current user is a member of (a login granted it, or the role itself). A listed role
 // that does not exist admits nobody. One primary-key probe per row and a catalog-cache lookup
 // (to_regrole): +5 us per inserted row against no policy (20,000 single-row inserts; joining
-// pg_roles, a view that also reads pg_db_role_setting, cost +16 us).
+// pg_roles, a view that also reads pg_db_role_setting, cost +16 us). to_regrole parses an
+// identifier (folds case, reads a '.'): the name is quoted first, so it is matched as written.
 constexpr const char* kMayUseConsumerName = R"SQL(coalesce((
-    SELECT coalesce(pg_catalog.pg_has_role(current_user, pg_catalog.to_regrole(c.role_name),
-                                           'MEMBER'), false)
+    SELECT coalesce(pg_catalog.pg_has_role(current_user,
+                      pg_catalog.to_regrole(pg_catalog.quote_ident(c.role_name)), 'MEMBER'), false)
     FROM {s}.outbox_inbox_consumers c
     WHERE c.consumer_name = processed_events.consumer_name), true))SQL";
 
@@ -95,6 +96,9 @@ RoleNames create_roles(PGconn* conn, const SchemaName& schema) {
   const RoleNames roles = role_names(schema);
   pg::exec(conn, "BEGIN");
   try {
+    // The policies need processed_events' ACCESS EXCLUSIVE lock: waiting behind a consumer's long
+    // transaction would hold every inbox insert queued behind this request meanwhile.
+    pg::exec(conn, "SET LOCAL lock_timeout = '5s'");
     const auto version = pg::exec(
         conn, "SELECT coalesce(max(version), 0) FROM " + schema.table("outbox_schema_migrations"));
     if (version.int64(0, 0) != latest_schema_version()) {
@@ -119,6 +123,16 @@ RoleNames create_roles(PGconn* conn, const SchemaName& schema) {
                                fmt::arg("inbox", quoted(roles.inbox)),
                                fmt::arg("admin", quoted(roles.admin))));
     pg::commit(conn);
+  } catch (const DatabaseError& error) {
+    pg::rollback_quietly(conn);
+    if (error.sqlstate() != "55P03") throw;
+    throw DatabaseError(
+        fmt::format("create_roles: schema {} unchanged: waited 5 s for a lock on its tables (a "
+                    "consumer's or producer's long transaction; see pg_locks). Every inbox insert "
+                    "would queue behind a longer wait; run it again when that transaction ends "
+                    "({})",
+                    schema.name(), error.what()),
+        error.sqlstate(), true);
   } catch (...) {
     pg::rollback_quietly(conn);
     throw;

@@ -213,6 +213,20 @@ TEST_F(RolesTest, AnInboxLoginMarksEventsOnlyUnderItsOwnListedConsumerName) {
   // The admin's cleanup still sees every consumer's rows.
   auto admin = as(roles_.admin);
   EXPECT_EQ(count(admin.get(), "SELECT count(*) FROM " + processed), 2);
+  // A role's name is matched as written: mixed case and a '.' were folded, or failed, when the
+  // policy parsed it as an identifier.
+  pg::exec(conn(), "DO $$ BEGIN CREATE ROLE \"Roles_Mixed.Login\"; EXCEPTION WHEN "
+                   "duplicate_object THEN NULL; END $$");
+  pg::exec(conn(), "GRANT \"" + roles_.inbox + "\" TO \"Roles_Mixed.Login\"");
+  pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
+                       " VALUES ('mixed', 'Roles_Mixed.Login')");
+  auto mixed = as("Roles_Mixed.Login");
+  EXPECT_EQ(refusal(mixed.get(), "INSERT INTO " + processed + " VALUES ('mixed', '" +
+                                     EventId::generate().to_string() + "')"),
+            "");
+  EXPECT_EQ(refusal(shipping.get(), "INSERT INTO " + processed + " VALUES ('mixed', '" +
+                                        EventId::generate().to_string() + "')"),
+            "42501");
 }
 
 TEST_F(RolesTest, AnAdminRewritesNoPayloadForgesNoAuditLoginAndMovesTheHorizonOnlyForward) {

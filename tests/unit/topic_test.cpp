@@ -251,6 +251,9 @@ TEST(MakeKafkaSink, RejectsTheSamePropertiesUnderATopicPrefixOrAnAlias) {
   options.properties["topic.partitioner"] = "murmur2_random";
   EXPECT_TRUE(accepted(options));
   EXPECT_TRUE(accepted(with_property("topic.partitioner", "fnv1a")));
+  // A value longer than any fixed buffer still reads back as itself.
+  EXPECT_TRUE(contains(config_error_of(with_property("transactional.id", std::string(3000, 't'))),
+                       "is refused"));
   EXPECT_TRUE(accepted(with_property("topic.message.timeout.ms", "5000")));
 }
 
