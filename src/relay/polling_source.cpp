@@ -180,13 +180,17 @@ PollingSource::Clock::time_point PollingSource::next_duty() const {
 // undid, a claim whose answer the lost connection never brought) and is taken over once it
 // counts as dead. Deleting the row instead left such claims to their lease, since a token whose
 // session no row names is never found dead: the last event of a hot aggregate then reached the
-// broker 13-15 s after the last commit (`outbox_campaign paused-across-restart`).
+// broker 12-23 s after the last commit (`outbox_campaign paused-across-restart`).
 void PollingSource::set_listening(bool listening) {
+  register_session(listening);
   if (!previous_session_id_.empty()) {
     pg::exec_prepared(session_.connection.get(), retire_relay_sql_,
                       {previous_session_id_.c_str()});
     previous_session_id_.clear();
   }
+}
+
+void PollingSource::register_session(bool listening) {
   const std::string key_text = std::to_string(session_.lock_key);
   const std::string lease_text = std::to_string(options_.lease.count());
   pg::exec_prepared(
@@ -204,6 +208,10 @@ bool PollingSource::reconnect(SendWindow& window) {
   }
   session_ = open_session(options_);
   begin_session();
+  // Registered before any claim moves to it: a token whose session no row names is never found
+  // dead (an adopt that committed but whose answer a broken connection lost would leave its rows
+  // so until their lease).
+  register_session(listening_);
   adopt_claims(window);
   return true;
 }
@@ -211,32 +219,44 @@ bool PollingSource::reconnect(SendWindow& window) {
 // What the relay holds (events in flight, outcomes not written yet) moves from the previous
 // session's tokens to one of this session, with a fresh lease: once the previous session is
 // retired and counts as dead, only what the relay no longer holds is taken over. A row someone
-// took over meanwhile stays theirs; its mark is fenced as any stale relay's.
+// took over meanwhile stays theirs; its mark is fenced as any stale relay's. As for completions
+// (complete()), rows the first statement passed over (changed since its snapshot: a statement
+// of the old session still running) get one more try.
 void PollingSource::adopt_claims(SendWindow& window) {
   last_renewal_ = Clock::now();
-  pg::ArrayLiteral ids, tokens;
-  std::size_t claimed = 0;
+  std::unordered_map<std::string, std::string> held;  // event id: the token it was claimed under
   const auto add = [&](const EventId& event_id, const std::string& token) {
-    if (token.empty()) return;  // streamed events hold no claim
-    ids.add(event_id);
-    tokens.add(token);
-    ++claimed;
+    if (!token.empty()) held.emplace(event_id.to_string(), token);  // streamed: no claim
   };
   for (const auto& [ticket, item] : window.in_flight()) add(item.event.event_id, item.token);
   for (const Outcome& outcome : window.published()) add(outcome.event_id, outcome.token);
   for (const Outcome& outcome : window.failed()) add(outcome.event_id, outcome.token);
-  if (claimed == 0) return;
+  if (held.empty()) return;
   const std::string token = next_token();
   const std::string lease_text = std::to_string(options_.lease.count());
-  const auto result = pg::exec_prepared(
-      session_.connection.get(), adopt_sql_,
-      {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str(), token.c_str()});
+  const std::size_t claimed = held.size();
   std::unordered_set<std::string> moved;
-  for (int row = 0; row < result.rows(); ++row) moved.emplace(result.text(row, 0));
+  for (int attempt = 0; attempt < 2 && !held.empty(); ++attempt) {
+    pg::ArrayLiteral ids, tokens;
+    for (const auto& [event_id, held_token] : held) {
+      ids.add_plain(event_id);
+      tokens.add(held_token);
+    }
+    const auto result = pg::exec_prepared(
+        session_.connection.get(), adopt_sql_,
+        {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str(), token.c_str()});
+    for (int row = 0; row < result.rows(); ++row) {
+      std::string event_id(result.text(row, 0));
+      held.erase(event_id);
+      moved.insert(std::move(event_id));
+    }
+  }
   window.retoken(moved, token);
-  if (moved.size() < claimed) {
-    log().warn("relay {}: {} row(s) it held lost their lease to another relay while it reconnected",
-               relay_id(), claimed - moved.size());
+  if (!held.empty()) {
+    log().warn(
+        "relay {}: {} of the {} row(s) it held were no longer its own after it reconnected "
+        "(taken over by another relay, or marked already); their marks will be fenced",
+        relay_id(), held.size(), claimed);
   }
 }
 

@@ -70,6 +70,8 @@ class PollingSource final : public RelaySourceBase {
   static Session open_session(const RelayOptions& options);
   void begin_session();
   void adopt_claims(SendWindow& window);
+  // The session's outbox_relays row: inserted by the first call, then state and heartbeat.
+  void register_session(bool listening);
   std::string next_token();
   // Runs one batched completion ($1 ids, $2 tokens, then `extra`) and hands each statement's
   // result to `read_rows`, which decodes it once, keeps what its caller needs and returns the ids

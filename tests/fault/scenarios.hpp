@@ -34,7 +34,8 @@ int run_stalled_relay(const ScenarioOptions& options);
 int run_hot_aggregates(const ScenarioOptions& options);
 int run_relay_kill(const ScenarioOptions& options);
 //  - paused across a restart: three relays, steady traffic with 15% on three hot aggregates; r1
-//    is SIGSTOPped while it holds a hot head, PostgreSQL is crash-restarted, r2 and r3 are
+//    is SIGSTOPped while it holds a hot head, PostgreSQL is crash-restarted (after 40 ms without
+//    synchronous commits, so the crash undoes relay marks whose claims are on disk), r2 and r3 are
 //    SIGKILLed (and started again) within the restart grace, then r1 resumes. Fails when the last
 //    event is published later than the restart grace (10 s) after the last commit, r1's rows
 //    later than the restart grace plus the reconnect backoff and 2 s (17 s) after the restart, or

@@ -188,7 +188,7 @@ TEST_F(RelayTakeoverTest, ARelayThatReconnectsWithinTheGraceKeepsItsClaims) {
 // one, so the rest is taken over once the old session counts as dead (the grace, 1 s), not after
 // the lease (60 s). Before, the reconnected relay deleted the old session's row: a token whose
 // session no row names was never found dead, and such a row blocked its aggregate for the whole
-// lease (outbox_campaign paused-across-restart: the last event 12-15 s after the last commit).
+// lease (outbox_campaign paused-across-restart: the last event 12-23 s after the last commit).
 TEST_F(RelayTakeoverTest, WhatAReconnectedRelayNoLongerHoldsIsTakenOverAfterTheGrace) {
   enqueue(11, 1);
   RelayRole blip_role(connection_, schema_, "takeover_orphan");
