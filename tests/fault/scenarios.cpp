@@ -796,7 +796,8 @@ int run_paused_across_restart(const ScenarioOptions& options) {
   std::this_thread::sleep_for(1s);
   // The crash is to undo marks (the relays commit them asynchronously) whose claims are on disk:
   // the writers' and the consumer's synchronous commits flush every earlier relay write, so for
-  // the last 40 ms none commits while the relays mark what they had in flight (10 ms round trips).
+  // the last 40 ms none commits while the relays mark what they had in flight (a broker round
+  // trip each).
   // The walwriter still flushes every 200 ms, so a run undoes such a mark most of the time, not
   // always (the relay binary from before the fix failed 4 runs in 7 without this hold).
   writers.hold(true);
