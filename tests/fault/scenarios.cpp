@@ -799,7 +799,7 @@ int run_paused_across_restart(const ScenarioOptions& options) {
   // the last 40 ms none commits while the relays mark what they had in flight (a broker round
   // trip each).
   // The walwriter still flushes every 200 ms, so a run undoes such a mark most of the time, not
-  // always (the relay binary from before the fix failed 4 runs in 7 without this hold).
+  // always (the relay binary from before the fix failed 4 runs in 8 without this hold).
   writers.hold(true);
   stage.consumer.signal(SIGSTOP);
   std::this_thread::sleep_for(40ms);
