@@ -915,7 +915,7 @@ CdcSource::Clock::time_point CdcSource::next_duty() const {
                    Clock::now() + stream_->until_status_due()});
 }
 
-bool CdcSource::reconnect(const SendWindow& window) {
+bool CdcSource::reconnect(SendWindow& window) {
   const bool reconnected = table_.reconnect(window);
   if (polling()) return reconnected;  // streams again when it may (fallback_duties)
   if (try_start_stream()) {

@@ -75,7 +75,7 @@ class CdcSource final : public RelaySourceBase {
   [[nodiscard]] Clock::time_point next_duty() const override;
   void set_listening(bool listening) override;
   [[nodiscard]] bool listening() const override { return listening_; }
-  bool reconnect(const SendWindow& window) override;
+  bool reconnect(SendWindow& window) override;
   void leave() noexcept override;
 
   std::vector<SourcedEvent> record_published(std::vector<Outcome>& published,

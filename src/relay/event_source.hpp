@@ -63,8 +63,9 @@ class EventSource {
   [[nodiscard]] virtual bool listening() const = 0;
 
   // After a DatabaseError: a new connection when the old one is gone (true if it made one), then
-  // whatever keeps the events in `window` this relay's (polling: renews their leases).
-  virtual bool reconnect(const SendWindow& window) = 0;
+  // whatever keeps the events in `window` this relay's (polling: renews their leases; on a new
+  // connection moves their claims to the new session, and their tokens in `window` with them).
+  virtual bool reconnect(SendWindow& window) = 0;
   // The loop stops: it no longer counts among the live relays. Never throws.
   virtual void leave() noexcept = 0;
 };

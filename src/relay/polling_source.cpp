@@ -75,8 +75,10 @@ PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counter
       mark_published_sql_(relay_sql::mark_published(options.schema)),
       mark_failed_sql_(relay_sql::mark_failed(options.schema)),
       renew_sql_(relay_sql::renew(options.schema)),
+      adopt_sql_(relay_sql::adopt(options.schema)),
       set_listening_sql_(relay_sql::set_listening(options.schema)),
       forget_relay_sql_(relay_sql::forget_relay(options.schema)),
+      retire_relay_sql_(relay_sql::retire_relay(options.schema)),
       sweep_sql_(relay_sql::sweep(options.schema)),
       dead_sessions_(kSweepEvery),
       last_renewal_(Clock::now()) {
@@ -108,8 +110,8 @@ PollingSource::Session PollingSource::open_session(const RelayOptions& options) 
   return Session{std::move(connection), lock_key};
 }
 
-// A new connection is a new session: its own lock, row id and token prefix. The row of the
-// previous session goes with the first registration of this one.
+// A new connection is a new session: its own lock, row id and token prefix. The previous
+// session is retired with the first registration of this one (set_listening).
 void PollingSource::begin_session() {
   if (!session_id_.empty()) previous_session_id_ = session_id_;
   session_id_ = fmt::format("{}:{:016x}", options_.relay_id, session_.lock_key);
@@ -173,14 +175,23 @@ PollingSource::Clock::time_point PollingSource::next_duty() const {
 }
 
 // Records in outbox_relays whether producers must wake us (true) or we look by ourselves; the
-// first call of a session registers it (and drops the row of the session before it, whose
-// claims we still hold and renew: no other relay is to take them over).
+// first call of a session registers it, and retires the session before it (after a reconnect).
+// The row of that session stays until its leases are over: what we still hold of it moved to
+// this session (adopt_claims), so what is left under it is ours no longer (a mark the crash
+// undid, a claim whose answer the lost connection never brought) and is taken over once it
+// counts as dead. Deleting the row instead left such claims to their lease, since a token whose
+// session no row names is never found dead: the last event of a hot aggregate then reached the
+// broker 12-23 s after the last commit (`outbox_campaign paused-across-restart`).
 void PollingSource::set_listening(bool listening) {
+  register_session(listening);
   if (!previous_session_id_.empty()) {
-    pg::exec_prepared(session_.connection.get(), forget_relay_sql_,
+    pg::exec_prepared(session_.connection.get(), retire_relay_sql_,
                       {previous_session_id_.c_str()});
     previous_session_id_.clear();
   }
+}
+
+void PollingSource::register_session(bool listening) {
   const std::string key_text = std::to_string(session_.lock_key);
   const std::string lease_text = std::to_string(options_.lease.count());
   pg::exec_prepared(
@@ -190,14 +201,64 @@ void PollingSource::set_listening(bool listening) {
   last_heartbeat_ = Clock::now();
 }
 
-bool PollingSource::reconnect(const SendWindow& window) {
+bool PollingSource::reconnect(SendWindow& window) {
   const bool renewed_session = !session_.connection.healthy();
-  if (renewed_session) {
-    session_ = open_session(options_);
-    begin_session();
+  if (!renewed_session) {
+    renew_leases(window);
+    return false;
   }
-  renew_leases(window);
-  return renewed_session;
+  session_ = open_session(options_);
+  begin_session();
+  // Registered before any claim moves to it: a token whose session no row names is never found
+  // dead (an adopt that committed but whose answer a broken connection lost would leave its rows
+  // so until their lease).
+  register_session(listening_);
+  adopt_claims(window);
+  return true;
+}
+
+// What the relay holds (events in flight, outcomes not written yet) moves from the previous
+// session's tokens to one of this session, with a fresh lease: once the previous session is
+// retired and counts as dead, only what the relay no longer holds is taken over. A row someone
+// took over meanwhile stays theirs; its mark is fenced as any stale relay's. As for completions
+// (complete()), rows the first statement passed over (changed since its snapshot: a statement
+// of the old session still running) get one more try.
+void PollingSource::adopt_claims(SendWindow& window) {
+  last_renewal_ = Clock::now();
+  std::unordered_map<std::string, std::string> held;  // event id: the token it was claimed under
+  const auto add = [&](const EventId& event_id, const std::string& token) {
+    if (!token.empty()) held.emplace(event_id.to_string(), token);  // streamed: no claim
+  };
+  for (const auto& [ticket, item] : window.in_flight()) add(item.event.event_id, item.token);
+  for (const Outcome& outcome : window.published()) add(outcome.event_id, outcome.token);
+  for (const Outcome& outcome : window.failed()) add(outcome.event_id, outcome.token);
+  if (held.empty()) return;
+  const std::string token = next_token();
+  const std::string lease_text = std::to_string(options_.lease.count());
+  const std::size_t claimed = held.size();
+  std::unordered_set<std::string> moved;
+  for (int attempt = 0; attempt < 2 && !held.empty(); ++attempt) {
+    pg::ArrayLiteral ids, tokens;
+    for (const auto& [event_id, held_token] : held) {
+      ids.add_plain(event_id);
+      tokens.add(held_token);
+    }
+    const auto result = pg::exec_prepared(
+        session_.connection.get(), adopt_sql_,
+        {ids.text().c_str(), tokens.text().c_str(), lease_text.c_str(), token.c_str()});
+    for (int row = 0; row < result.rows(); ++row) {
+      std::string event_id(result.text(row, 0));
+      held.erase(event_id);
+      moved.insert(std::move(event_id));
+    }
+  }
+  window.retoken(moved, token);
+  if (!held.empty()) {
+    log().warn(
+        "relay {}: {} of the {} row(s) it held were no longer its own after it reconnected "
+        "(taken over by another relay, or marked already); their marks will be fenced",
+        relay_id(), held.size(), claimed);
+  }
 }
 
 // A relay that stops no longer counts as awake, so producers notify the others again.
@@ -230,8 +291,9 @@ bool PollingSource::sweep() {
   const std::vector<std::string> newly_dead = dead_sessions_.update(ended, Clock::now());
   for (const std::string& id : newly_dead) {
     log().warn(
-        "relay {}: relay session {} ended without stopping (killed, or cut off past the grace); "
-        "its claims are taken over now, not when their leases run out",
+        "relay {}: relay session {} ended without stopping (killed, cut off past the grace, or "
+        "replaced by its relay's reconnect); what is still claimed under it is taken over now, "
+        "not when the leases run out",
         relay_id(), id);
   }
   return !newly_dead.empty();

@@ -35,7 +35,7 @@ class PollingSource final : public RelaySourceBase {
   [[nodiscard]] Clock::time_point next_duty() const override;
   void set_listening(bool listening) override;
   [[nodiscard]] bool listening() const override { return listening_; }
-  bool reconnect(const SendWindow& window) override;
+  bool reconnect(SendWindow& window) override;
   void leave() noexcept override;
 
   std::vector<SourcedEvent> record_published(std::vector<Outcome>& published,
@@ -52,7 +52,7 @@ class PollingSource final : public RelaySourceBase {
                                  std::vector<Outcome>& unwritten);
   void record_streamed_failed(std::vector<Outcome>& failed, std::vector<Outcome>& unwritten);
 
-  // Extends the leases of everything in flight (also after a reconnect: our claims are ours).
+  // Extends the leases of everything in flight.
   void renew_leases(const SendWindow& window);
 
   // For a change-data-capture relay's table path: claims take rows no relay has touched only
@@ -69,6 +69,9 @@ class PollingSource final : public RelaySourceBase {
   };
   static Session open_session(const RelayOptions& options);
   void begin_session();
+  void adopt_claims(SendWindow& window);
+  // The session's outbox_relays row: inserted by the first call, then state and heartbeat.
+  void register_session(bool listening);
   std::string next_token();
   // Runs one batched completion ($1 ids, $2 tokens, then `extra`) and hands each statement's
   // result to `read_rows`, which decodes it once, keeps what its caller needs and returns the ids
@@ -92,14 +95,16 @@ class PollingSource final : public RelaySourceBase {
   RelayCounters& counters_;
   Session session_;
   std::string session_id_;           // "<relay id>:<session>": its outbox_relays row, token prefix
-  std::string previous_session_id_;  // a row to drop at the next registration (after a reconnect)
+  std::string previous_session_id_;  // a row to retire at the next registration (a reconnect)
   std::uint64_t claim_epoch_ = 0;
   const std::string claim_sql_;
   const std::string mark_published_sql_;
   const std::string mark_failed_sql_;
   const std::string renew_sql_;
+  const std::string adopt_sql_;
   const std::string set_listening_sql_;
   const std::string forget_relay_sql_;
+  const std::string retire_relay_sql_;
   const std::string sweep_sql_;
   DeadSessions dead_sessions_;  // their claims are claimable at once
   bool listening_ = false;      // what outbox_relays says about us: waiting for a NOTIFY

@@ -385,6 +385,18 @@ RETURNING e.event_id)SQL",
                      fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[]", "token")));
 }
 
+std::string adopt(const SchemaName& schema) {
+  return fmt::format(R"SQL(WITH {sent}
+UPDATE {events} e
+SET claimed_by = $4, claim_until = now() + $3::bigint * interval '1 millisecond'
+FROM sent d
+WHERE e.ctid = d.row_ctid AND e.event_id = d.event_id AND e.claimed_by = d.token
+  AND e.published_at IS NULL AND e.skipped_at IS NULL
+RETURNING e.event_id::text)SQL",
+                     fmt::arg("events", schema.table("outbox_events")),
+                     fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[]", "token")));
+}
+
 std::string set_listening(const SchemaName& schema) {
   // The insert (a new session, or a row someone deleted) also records the session's lock, its
   // backend (the sweep counts the lock only there) and lease; an update only the state and the
@@ -398,6 +410,11 @@ ON CONFLICT (relay_id) DO UPDATE SET listening = EXCLUDED.listening, seen_at = n
 
 std::string forget_relay(const SchemaName& schema) {
   return "DELETE FROM " + schema.table("outbox_relays") + " WHERE relay_id = $1";
+}
+
+std::string retire_relay(const SchemaName& schema) {
+  return "UPDATE " + schema.table("outbox_relays") +
+         " SET ended_at = coalesce(ended_at, now()), seen_at = '-infinity' WHERE relay_id = $1";
 }
 
 std::string take_session_lock() { return "SELECT pg_try_advisory_lock($1::bigint)"; }
@@ -418,8 +435,10 @@ std::string sweep(const SchemaName& schema) {
   // the key alone, as before.
   //
   // A row whose session is gone may belong to a relay that is reconnecting (a network blip, an
-  // operator's pg_terminate_backend): it registers a new row and deletes this one within the
-  // grace $1, so nothing of it is taken. A session from before the server's start died in a
+  // operator's pg_terminate_backend): within the grace $1 it moves what it still holds to its
+  // new session (adopt) and retires this row, so nothing it holds is taken; what stays under
+  // this session (a mark a crash undid, a claim whose answer the lost connection never brought)
+  // is taken over once the grace is over. A session from before the server's start died in a
   // restart, which every relay goes through at once; those get $2, enough for a relay in its
   // longest reconnect backoff. Rows without lock_key (relays of an older build) are never judged.
   return fmt::format(R"SQL(WITH held AS MATERIALIZED (

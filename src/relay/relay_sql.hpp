@@ -47,14 +47,21 @@ std::string mark_published(const SchemaName& schema);
 std::string mark_failed(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.
 std::string renew(const SchemaName& schema);
+// $1 uuid[], $2 token[] (of the previous session), $3 lease ms, $4 a token of the new session:
+// after a reconnect, moves the rows that still carry their token to the new token with a fresh
+// lease. Returns the event ids it moved.
+std::string adopt(const SchemaName& schema);
 // $1 the session's row id ("<relay id>:<session>"), $2 listening bool, $3 the session's advisory
 // lock key, $4 its lease in ms: records whether this relay waits for a NOTIFY (true) or is awake
 // and finds new rows by itself (false); also the heartbeat (seen_at). The first call of a session
 // registers it.
 std::string set_listening(const SchemaName& schema);
-// $1 a session's row id: a stopping relay no longer counts as awake; a reconnected one drops the
-// row of its previous session.
+// $1 a session's row id: a stopping relay no longer counts as awake.
 std::string forget_relay(const SchemaName& schema);
+// $1 a session's row id: a reconnected relay's previous session is over. Ended now (unless a
+// sweep saw it end already) and out of the producers' count; the claims still under it count
+// as dead after its grace, as a killed session's.
+std::string retire_relay(const SchemaName& schema);
 // $1 bigint: the session-level advisory lock a relay session holds while it lives; true when
 // taken.
 std::string take_session_lock();

@@ -50,6 +50,15 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
   return summary;
 }
 
+void SendWindow::retoken(const std::unordered_set<std::string>& moved, const std::string& token) {
+  const auto move = [&](const EventId& event_id, std::string& carried) {
+    if (!carried.empty() && moved.contains(event_id.to_string())) carried = token;
+  };
+  for (auto& [ticket, item] : in_flight_) move(item.event.event_id, item.token);
+  for (Outcome& outcome : published_) move(outcome.event_id, outcome.token);
+  for (Outcome& outcome : failed_) move(outcome.event_id, outcome.token);
+}
+
 void log_report(const std::string& relay_id, const Event& event, const DeliveryReport& report) {
   if (report.outcome == DeliveryOutcome::published) {
     log().debug("relay {}: event {} ({} {} #{}) acknowledged at [{}]@{}", relay_id,

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "outbox/event.hpp"
@@ -101,6 +102,11 @@ class SendWindow {
     const std::uint64_t bytes_room = byte_room();
     return bytes_room > 0 && bytes_room >= waiting_bytes_;
   }
+
+  // After a reconnect the claims of the events in `moved` (event ids as text), in flight or
+  // reported and not yet written, carry `token`: the relay moved them to its new session
+  // (relay_sql::adopt), and their marks must match the new token.
+  void retoken(const std::unordered_set<std::string>& moved, const std::string& token);
 
   // Outcomes reported and not yet written. The loop writes them and clears what it wrote; a
   // write that failed leaves them here for the next try.

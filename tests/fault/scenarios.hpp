@@ -33,6 +33,15 @@ struct ScenarioOptions {
 int run_stalled_relay(const ScenarioOptions& options);
 int run_hot_aggregates(const ScenarioOptions& options);
 int run_relay_kill(const ScenarioOptions& options);
+//  - paused across a restart: three relays, steady traffic with 15% on three hot aggregates; r1
+//    is SIGSTOPped while it holds a hot head, PostgreSQL is crash-restarted (after 40 ms without
+//    synchronous commits, so the crash undoes relay marks whose claims are on disk), r2 and r3 are
+//    SIGKILLed (and started again) within the restart grace, then r1 resumes. Fails when the last
+//    event is published later than the restart grace (10 s) after the last commit, r1's rows
+//    later than the restart grace plus the reconnect backoff and 2 s (17 s) after the restart, or
+//    a claim stays 2 s or more under a session no outbox_relays row names (only its lease, 30 s,
+//    would free it).
+int run_paused_across_restart(const ScenarioOptions& options);
 //  - cdc: two change-data-capture relays on one slot (one streams, one waits), steady traffic,
 //    and faults in turn: a relay SIGKILLed (between publishes and confirms), a relay paused past
 //    the takeover, PostgreSQL crash-restarted, the slot dropped mid-stream, the slot invalidated

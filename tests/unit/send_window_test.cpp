@@ -71,6 +71,30 @@ TEST(SendWindow, ReportsBecomeOutcomesWithTheTokenTheEventWasSentUnder) {
   EXPECT_FALSE(summary.broker_error.has_value());
 }
 
+// After a reconnect the relay moves its claims to the new session: what it moved carries the new
+// token, in flight or reported; what it could not move (taken over meanwhile) and streamed
+// events (no token) keep theirs.
+TEST(SendWindow, RetokenMovesOnlyTheNamedClaimsInFlightAndReported) {
+  SendWindow window(10, 1000);
+  const Event moved_in_flight = event_of(10);
+  const Event lost = event_of(10);
+  const Event streamed = event_of(10);
+  const Event reported = event_of(10);
+  const auto t_moved = window.add(moved_in_flight, "old:1").first;
+  const auto t_lost = window.add(lost, "old:1").first;
+  const auto t_streamed = window.add(streamed, "").first;
+  const auto t_reported = window.add(reported, "old:2").first;
+  window.take({report(t_reported, DeliveryOutcome::published)});
+  window.retoken({moved_in_flight.event_id.to_string(), streamed.event_id.to_string(),
+                  reported.event_id.to_string()},
+                 "new:1");
+  EXPECT_EQ(window.in_flight().at(t_moved).token, "new:1");
+  EXPECT_EQ(window.in_flight().at(t_lost).token, "old:1");
+  EXPECT_EQ(window.in_flight().at(t_streamed).token, "") << "a streamed event holds no claim";
+  ASSERT_EQ(window.published().size(), 1U);
+  EXPECT_EQ(window.published()[0].token, "new:1");
+}
+
 TEST(SendWindow, OnlyTransientFailuresWithoutAnAckBlameTheBroker) {
   SendWindow window(10, 1000);
   const auto t1 = window.add(event_of(1), "t").first;
