@@ -317,7 +317,7 @@ expect_refusal "replay with an empty window" "the window is empty" \
   "$outbox_binary" replay --db "$db" --schema "$schema" --since 2026-01-01T00:00:00Z --until 2026-01-01T00:00:00Z --reason r --actor ci
 expect_refusal "replay of a future window" "is in the future" \
   "$outbox_binary" replay --db "$db" --schema "$schema" --since 2999-01-01T00:00:00Z --reason r --actor ci
-expect_refusal "replay with a newline in the reason" "the reason holds a control character (byte 0x0a" \
+expect_refusal "replay with a newline in the reason" "the reason holds the control character U+000A at byte 3" \
   "$outbox_binary" replay --db "$db" --schema "$schema" --since 1h --reason $'one\nforged line' --actor ci
 if [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE event_id = '$replayable' AND published_at IS NOT NULL")" == 1 ]]; then
   pass
