@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <optional>
 #include <unordered_set>
 
 #include "common/log.hpp"
@@ -44,24 +46,17 @@ constexpr const char* kDefaultMessageTimeoutMs = "20000";
 std::string effective_value(rd_kafka_conf_t* conf, const char* name) {
   // Asked once for the size (a value longer than any buffer, such as a long transactional.id,
   // must not read back as empty), then for the value.
-  std::size_t size = 0;
-  if (rd_kafka_conf_get(conf, name, nullptr, &size) == RD_KAFKA_CONF_OK) {
+  const auto read = [name](auto* config, auto get) -> std::optional<std::string> {
+    std::size_t size = 0;
+    if (config == nullptr || get(config, name, nullptr, &size) != RD_KAFKA_CONF_OK) return {};
     std::string value(size, '\0');
-    if (rd_kafka_conf_get(conf, name, value.data(), &size) == RD_KAFKA_CONF_OK) {
-      value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
-      return value;
-    }
-  }
-  rd_kafka_topic_conf_t* topic = rd_kafka_conf_get_default_topic_conf(conf);
-  size = 0;
-  if (topic != nullptr && rd_kafka_topic_conf_get(topic, name, nullptr, &size) == RD_KAFKA_CONF_OK) {
-    std::string value(size, '\0');
-    if (rd_kafka_topic_conf_get(topic, name, value.data(), &size) == RD_KAFKA_CONF_OK) {
-      value.resize(value.find('\0') == std::string::npos ? value.size() : value.find('\0'));
-      return value;
-    }
-  }
-  return {};
+    if (get(config, name, value.data(), &size) != RD_KAFKA_CONF_OK) return {};
+    value.resize(std::min(value.find('\0'), value.size()));
+    return value;
+  };
+  if (auto value = read(conf, &rd_kafka_conf_get)) return *value;
+  return read(rd_kafka_conf_get_default_topic_conf(conf), &rd_kafka_topic_conf_get)
+      .value_or(std::string());
 }
 
 // The caller's property that makes librdkafka apply `value` to `name`: a property can reach it
@@ -71,16 +66,15 @@ std::string effective_value(rd_kafka_conf_t* conf, const char* name) {
 std::pair<std::string, std::string> which_property(const KafkaSinkOptions& options,
                                                    const char* name, const std::string& value) {
   std::pair<std::string, std::string> found{name, value};
+  const kafka::ConfHandle plain(rd_kafka_conf_new());
+  if (effective_value(plain.get(), name) == value) return found;  // librdkafka's own default
   for (const auto& [key, given] : options.properties) {
     kafka::ConfHandle probe(rd_kafka_conf_new());
     char error[512] = {};
-    if (rd_kafka_conf_set(probe.get(), key.c_str(), given.c_str(), error, sizeof(error)) !=
-        RD_KAFKA_CONF_OK) {
-      continue;
-    }
-    if (effective_value(probe.get(), name) == value) {
-      kafka::ConfHandle plain(rd_kafka_conf_new());
-      if (effective_value(plain.get(), name) != value) found = {key, given};
+    if (rd_kafka_conf_set(probe.get(), key.c_str(), given.c_str(), error, sizeof(error)) ==
+            RD_KAFKA_CONF_OK &&
+        effective_value(probe.get(), name) == value) {
+      found = {key, given};
     }
   }
   return found;
