@@ -1,8 +1,12 @@
 #include "common/redact.hpp"
 
+#include <libpq-fe.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <string>
+#include <unordered_set>
 #include <utility>
 
 namespace outbox::detail {
@@ -17,19 +21,21 @@ bool is_password_keyword(std::string_view key) {
   return key == "password" || key == "sslpassword";
 }
 
-// libpq's keywords (PostgreSQL 16) other than the passwords.
+// A keyword of the libpq this process runs with (PQconndefaults: its own list, whatever its
+// version), other than the passwords. Read once; empty if libpq could not say (out of memory),
+// in which case every value of a connection string counts as secret.
 bool is_known_keyword(std::string_view key) {
-  static constexpr std::array<std::string_view, 44> kKnown = {
-      "host", "hostaddr", "port", "dbname", "user", "passfile", "channel_binding",
-      "connect_timeout", "client_encoding", "options", "application_name",
-      "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
-      "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
-      "requiressl", "sslcompression", "sslcert", "sslkey", "sslrootcert", "sslcrl", "sslcrldir",
-      "sslsni", "requirepeer", "ssl_min_protocol_version", "ssl_max_protocol_version",
-      "krbsrvname", "gsslib", "gssdelegation", "target_session_attrs", "load_balance_hosts",
-      "sslcertmode", "require_auth", "service", "sslkeylogfile", "scram_client_key",
-      "scram_server_key", "min_protocol_version", "max_protocol_version"};
-  return std::find(kKnown.begin(), kKnown.end(), key) != kKnown.end();
+  static const std::unordered_set<std::string> known = [] {
+    std::unordered_set<std::string> keywords;
+    if (PQconninfoOption* options = PQconndefaults()) {
+      for (const PQconninfoOption* option = options; option->keyword != nullptr; ++option) {
+        if (!is_password_keyword(option->keyword)) keywords.insert(option->keyword);
+      }
+      PQconninfoFree(options);
+    }
+    return keywords;
+  }();
+  return known.contains(std::string(key));
 }
 
 // In a connection string (a URI, or key=value text naming at least one libpq keyword), a
