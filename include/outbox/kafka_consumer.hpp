@@ -31,6 +31,23 @@ struct ConsumedEvent {
   std::int64_t offset = 0;
 };
 
+// What a consumer does when the next message of a partition is gone from the broker: its
+// committed offset is below the partition's log start, because the consumer fell behind the
+// topic's retention (retention.ms or retention.bytes) or the topic was recreated. The messages in
+// between were never applied; librdkafka's own answer (auto.offset.reset) would go on from the log
+// start without a word.
+enum class OffsetGapPolicy {
+  // The partition stops: nothing after the gap is applied, so no aggregate of that partition sees
+  // a later event before the missing ones. Health::partition_stopped and last_error say which
+  // partition, from which offset to which and how many messages; the other partitions go on.
+  // Recover with `outbox replay` (docs/OPERATIONS.md, OutboxConsumerOffsetGap), then restart the
+  // consumer once with `skip`.
+  stop,
+  // Go on from the log start. Logged as an error and counted like `stop`; the skipped events must
+  // be replayed from the outbox table, and come after later events of their aggregates.
+  skip,
+};
+
 struct KafkaConsumerOptions {
   std::string brokers;
   std::string group_id;
@@ -43,6 +60,7 @@ struct KafkaConsumerOptions {
   // failure up to the max.
   std::chrono::milliseconds retry_backoff_base{100};
   std::chrono::milliseconds retry_backoff_max{30000};
+  OffsetGapPolicy on_offset_gap = OffsetGapPolicy::stop;
 };
 
 struct KafkaConsumerStats {
@@ -50,13 +68,18 @@ struct KafkaConsumerStats {
   std::uint64_t applied = 0;
   std::uint64_t duplicates = 0;
   std::uint64_t rejected = 0;  // messages without a valid outbox event_id header (skipped, logged)
-  std::uint64_t failed_batches = 0;  // batches rolled back and rewound (effect or database failed)
-  std::uint64_t reconnects = 0;      // new PostgreSQL connections or Kafka clients after a failure
+  std::uint64_t failed_batches = 0;   // batches rolled back and rewound (effect or database failed)
+  std::uint64_t reconnects = 0;       // new PostgreSQL connections or Kafka clients after a failure
   std::uint64_t effect_failures = 0;  // of the failed batches: the effect threw
   // Messages on the assigned partitions not yet taken: the sum of each partition's high
   // watermark less the consumer's position (both as the client last heard them, refreshed at
   // most once a second by poll()); -1 while unknown (no assignment, nothing fetched yet).
   std::int64_t lag_messages = -1;
+  // Partitions whose next message was gone from the broker (OffsetGapPolicy), each counted once
+  // per gap, and the messages in those gaps (never applied; 0 where the count is unknown).
+  std::uint64_t offset_gaps = 0;
+  std::uint64_t offset_gap_messages = 0;
+  std::int64_t partitions_stopped = 0;  // stopped by OffsetGapPolicy::stop, now
   Health health = Health::starting;
   std::string last_error;  // latest failure (kept after recovery)
 };
@@ -64,7 +87,9 @@ struct KafkaConsumerStats {
 // Consumes outbox events and applies `effect` through an Inbox. What one poll() receives (up to
 // 500 messages) is applied in one inbox transaction; offsets are stored for commit only after it
 // committed, so a crash anywhere re-delivers, and the redelivery is a no-op. Messages of one
-// partition are applied in order.
+// partition are applied in order. A partition's first start, with no committed offset, is at
+// its log start; a committed offset that is no longer on the broker is an offset gap
+// (OffsetGapPolicy), never a silent jump.
 //
 // Thread safety: one thread calls poll()/run(); request_stop() and stats() from any thread.
 class KafkaInboxConsumer {

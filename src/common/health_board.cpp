@@ -17,6 +17,8 @@ std::string_view to_string(Health health) noexcept {
       return "broker_unavailable";
     case Health::effect_failing:
       return "effect_failing";
+    case Health::partition_stopped:
+      return "partition_stopped";
     case Health::stopped:
       return "stopped";
   }

@@ -4,6 +4,8 @@
 
 #include <charconv>
 #include <cstring>
+#include <map>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -55,13 +57,13 @@ class KafkaInboxConsumer::Impl {
   // Polls until stopped; every failure is reported through health_ and retried with backoff.
   void run() {
     detail::Backoff backoff(options_.retry_backoff_base, options_.retry_backoff_max);
-    health_.set(Health::running);
+    settle();
     while (!stopped()) {
       effect_threw_ = false;
       try {
         if (poll(std::chrono::milliseconds(100)) > 0) {
           backoff.reset();
-          if (health_.health() != Health::broker_unavailable) health_.set(Health::running);
+          if (health_.health() != Health::broker_unavailable) settle();
         }
         continue;
       } catch (const DatabaseError& error) {
@@ -79,10 +81,7 @@ class KafkaInboxConsumer::Impl {
         // The client is unusable (a rewind failed): a new one resumes at the committed offsets.
         health_.set(Health::broker_unavailable, error.what());
         try {
-          close_kafka();
-          handle_ = connect_kafka();
-          broken_.clear();
-          ++reconnects_;
+          replace_client();
         } catch (const Error& again) {
           health_.set(Health::broker_unavailable, again.what());
         }
@@ -105,8 +104,16 @@ class KafkaInboxConsumer::Impl {
     kafka::ConfHandle conf(rd_kafka_conf_new());
     kafka::set(conf.get(), "bootstrap.servers", options_.brokers);
     kafka::set(conf.get(), "group.id", options_.group_id);
-    kafka::set(conf.get(), "auto.offset.reset", "earliest");
+    // No silent jumps: librdkafka reports a committed offset the broker no longer holds (and a
+    // partition without one) instead of moving on; on_offset_reset() decides.
+    kafka::set(conf.get(), "auto.offset.reset", "error");
     for (const auto& [key, value] : options_.properties) {
+      if (key == "auto.offset.reset") {
+        throw ConfigError(
+            "Kafka property auto.offset.reset is refused: the consumer starts a new group at "
+            "each partition's log start, and handles a committed offset that is no longer on the "
+            "broker by on_offset_gap (stop or skip), never by a silent jump; remove the property");
+      }
       if (key == "enable.auto.offset.store" && value != "false" && value != "0") {
         throw ConfigError("Kafka property " + key + "=" + value +
                           " is refused: an offset stored before the inbox transaction that "
@@ -118,6 +125,10 @@ class KafkaInboxConsumer::Impl {
     // ever sends stored offsets.
     kafka::set(conf.get(), "enable.auto.offset.store", "false");
     kafka::set(conf.get(), "enable.auto.commit", "true");
+    // Each assigned partition starts where the group committed, at its log start for a new group,
+    // past an offset gap only when on_offset_gap=skip said so (assign()).
+    rd_kafka_conf_set_opaque(conf.get(), this);
+    rd_kafka_conf_set_rebalance_cb(conf.get(), &Impl::on_rebalance);
     kafka::KafkaHandle handle = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
     rd_kafka_poll_set_consumer(handle.get());
     kafka::PartitionListHandle topics(
@@ -129,6 +140,16 @@ class KafkaInboxConsumer::Impl {
       throw BrokerError(fmt::format("subscribe failed: {}", rd_kafka_err2str(err)), err, false);
     }
     return handle;
+  }
+
+  // A new client in the group: it resumes at the committed offsets.
+  void replace_client() {
+    close_kafka();
+    handle_ = connect_kafka();
+    broken_.clear();
+    stopped_partitions_.clear();  // the new client starts them again; a gap stops them again
+    partitions_stopped_.store(0);
+    ++reconnects_;
   }
 
   void close_kafka() noexcept {
@@ -151,7 +172,7 @@ class KafkaInboxConsumer::Impl {
       connection_ = pg::Connection::open(options_.database_url, "outbox-consumer");
       ++reconnects_;
       detail::log().info("kafka consumer {}: reconnected to PostgreSQL", options_.group_id);
-      health_.set(Health::running);
+      settle();
     }
     std::vector<kafka::MessageHandle> batch;
     int wait = static_cast<int>(max_wait.count());
@@ -160,7 +181,9 @@ class KafkaInboxConsumer::Impl {
       if (!message) break;
       wait = 0;
       if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        if (message->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+        if (message->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && message->rkt != nullptr) {
+          on_offset_reset(*message);
+        } else if (message->err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
           health_.set(Health::broker_unavailable, rd_kafka_message_errstr(message.get()));
         } else if (message->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
           detail::log().warn("kafka consumer: {}",
@@ -168,11 +191,17 @@ class KafkaInboxConsumer::Impl {
         }
         continue;
       }
-      if (health_.health() == Health::broker_unavailable) health_.set(Health::running);
+      if (health_.health() == Health::broker_unavailable) settle();
       batch.push_back(std::move(message));
     }
     measure_lag();  // before handle(): a batch that keeps failing must not freeze the gauge
     if (!batch.empty()) handle(batch);
+    if (restart_) {
+      // librdkafka does not fetch a partition again after its offset error; a new client's
+      // assignment starts it where assign() says.
+      restart_ = false;
+      replace_client();
+    }
     return batch.size();
   }
 
@@ -189,6 +218,9 @@ class KafkaInboxConsumer::Impl {
     s.reconnects = reconnects_.load();
     s.effect_failures = effect_failures_.load();
     s.lag_messages = lag_.load();
+    s.offset_gaps = offset_gaps_.load();
+    s.offset_gap_messages = offset_gap_messages_.load();
+    s.partitions_stopped = partitions_stopped_.load();
     std::tie(s.health, s.last_error) = health_.snapshot();
     return s;
   }
@@ -300,6 +332,128 @@ class KafkaInboxConsumer::Impl {
     lag_.store(known ? lag : -1);
   }
 
+  // Running, unless an offset gap stopped a partition: that stays visible until a new client.
+  void settle() {
+    if (stopped_partitions_.empty()) {
+      health_.set(Health::running);
+    } else {
+      health_.set(Health::partition_stopped, stopped_partitions_.begin()->second);
+    }
+  }
+
+  // librdkafka could not fetch a partition from the offset it had (auto.offset.reset=error) and
+  // stopped fetching it: either the group has no committed offset for it (offset < 0: a new
+  // group, which starts at the log start) or the broker no longer holds that offset.
+  void on_offset_reset(const rd_kafka_message_t& error) {
+    const std::string topic = rd_kafka_topic_name(error.rkt);
+    const std::int32_t partition = error.partition;
+    const std::string where = fmt::format("{}[{}]", detail::printable(topic), partition);
+    if (error.offset < 0) {
+      // assign() found no committed offset and could not say so (the lookup failed): a new
+      // client looks again.
+      detail::log().warn(
+          "kafka consumer {}: {}: the committed offset is unknown ({}); starting "
+          "a new client",
+          options_.group_id, where, detail::printable(rd_kafka_message_errstr(&error)));
+      restart_ = true;
+      return;
+    }
+    std::int64_t low = -1;
+    std::int64_t high = -1;
+    const auto err = rd_kafka_query_watermark_offsets(handle_.get(), topic.c_str(), partition, &low,
+                                                      &high, 5000);
+    std::string gap;
+    std::int64_t missing = 0;
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      gap = fmt::format(
+          "{}: offset {} is not on the broker ({}), and the partition's bounds could not be read "
+          "({}): messages the consumer had not applied may be gone",
+          where, error.offset, detail::printable(rd_kafka_message_errstr(&error)),
+          rd_kafka_err2str(err));
+    } else if (error.offset < low) {
+      missing = low - error.offset;
+      gap = fmt::format(
+          "{}: the next message to apply, offset {}, is gone from the broker; the partition now "
+          "starts at offset {}: {} messages (offsets {} to {}) were never applied, the consumer "
+          "fell behind the topic's retention",
+          where, error.offset, low, missing, error.offset, low - 1);
+    } else if (error.offset > high) {
+      gap = fmt::format(
+          "{}: the next message to apply, offset {}, is past the partition's end {} (was the "
+          "topic deleted and created again?): messages the consumer had not applied may be gone",
+          where, error.offset, high);
+    } else {
+      // In range again (the broker's answer was about an older state): fetch from there.
+      detail::log().warn(
+          "kafka consumer {}: {}: offset {} was out of range and is not now ({} to "
+          "{}); starting a new client to fetch from it again",
+          options_.group_id, where, error.offset, low, high);
+      restart_ = true;
+      return;
+    }
+    if (counted_gaps_.insert({topic, partition, error.offset}).second) {
+      ++offset_gaps_;
+      offset_gap_messages_ += static_cast<std::uint64_t>(missing);
+    }
+    if (options_.on_offset_gap == OffsetGapPolicy::skip) {
+      detail::log().error("kafka consumer {}: {}; on_offset_gap=skip: going on from the log start",
+                          options_.group_id, gap);
+      health_.set(health_.health(), gap);  // last_error says what was skipped
+      skip_from_[{topic, partition}] = {
+          error.offset, low >= 0 && error.offset < low ? low : RD_KAFKA_OFFSET_BEGINNING};
+      restart_ = true;
+      return;
+    }
+    detail::log().error(
+        "kafka consumer {}: {}; the partition stops (on_offset_gap=stop): restart the consumer "
+        "once with on_offset_gap=skip and replay the missing events with `outbox replay` "
+        "(docs/OPERATIONS.md, OutboxConsumerOffsetGap)",
+        options_.group_id, gap);
+    stopped_partitions_[{topic, partition}] = gap;
+    partitions_stopped_.store(static_cast<std::int64_t>(stopped_partitions_.size()));
+    settle();
+  }
+
+  static void on_rebalance(rd_kafka_t* handle, rd_kafka_resp_err_t err,
+                           rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+    auto* self = static_cast<Impl*>(opaque);
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+      self->assign(handle, partitions);
+    } else {
+      rd_kafka_assign(handle, nullptr);  // stored offsets are committed as they go (auto commit)
+    }
+  }
+
+  // Called from rd_kafka_consumer_poll() on the polling thread. Each partition starts at the
+  // group's committed offset; without one (a new group) at its log start; where this consumer
+  // met an offset gap with on_offset_gap=skip and the group is still at the gap, past it. When
+  // the lookup fails, the partitions start without an offset: librdkafka's error comes back to
+  // on_offset_reset(), which starts a new client.
+  void assign(rd_kafka_t* handle, rd_kafka_topic_partition_list_t* partitions) {
+    if (const auto err = rd_kafka_committed(handle, partitions, 10000)) {
+      detail::log().warn("kafka consumer {}: committed offsets could not be read: {}",
+                         options_.group_id, rd_kafka_err2str(err));
+      for (int i = 0; i < partitions->cnt; ++i)
+        partitions->elems[i].offset = RD_KAFKA_OFFSET_INVALID;
+    } else {
+      for (int i = 0; i < partitions->cnt; ++i) {
+        rd_kafka_topic_partition_t& entry = partitions->elems[i];
+        if (entry.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+          entry.offset = RD_KAFKA_OFFSET_INVALID;
+          continue;
+        }
+        if (entry.offset < 0) entry.offset = RD_KAFKA_OFFSET_BEGINNING;
+        const auto skip = skip_from_.find({entry.topic, entry.partition});
+        if (skip != skip_from_.end() && entry.offset == skip->second.first) {
+          entry.offset = skip->second.second;
+        }
+      }
+    }
+    if (const auto err = rd_kafka_assign(handle, partitions)) {
+      broken_ = std::string("assigning partitions failed: ") + rd_kafka_err2str(err);
+    }
+  }
+
   enum class Edge { first_message, after_last_message };
 
   // One entry per partition of the batch, at the offset of its first message in the batch or
@@ -369,6 +523,17 @@ class KafkaInboxConsumer::Impl {
   std::atomic<std::uint64_t> reconnects_{0};
   std::atomic<std::uint64_t> effect_failures_{0};
   std::atomic<std::int64_t> lag_{-1};
+  std::atomic<std::uint64_t> offset_gaps_{0};
+  std::atomic<std::uint64_t> offset_gap_messages_{0};
+  std::atomic<std::int64_t> partitions_stopped_{0};
+  // Offset gaps seen by this consumer, (topic, partition, offset), so that one gap met again
+  // after a rebalance or a new client counts once.
+  std::set<std::tuple<std::string, std::int32_t, std::int64_t>> counted_gaps_;
+  // What stopped each stopped partition (on_offset_gap=stop), until a new client.
+  std::map<std::pair<std::string, std::int32_t>, std::string> stopped_partitions_;
+  // on_offset_gap=skip: (topic, partition) -> (the gap's first offset, where to go on instead).
+  std::map<std::pair<std::string, std::int32_t>, std::pair<std::int64_t, std::int64_t>> skip_from_;
+  bool restart_ = false;  // poll() starts a new client after its batch
   std::chrono::steady_clock::time_point next_lag_{};
   bool effect_threw_ = false;  // the last batch failed in the effect, not in the inbox
   detail::HealthBoard health_;

@@ -77,9 +77,13 @@ std::string label_value(std::string_view value) {
 constexpr std::array kRelayStates = {Health::starting, Health::running,
                                      Health::database_unavailable, Health::broker_unavailable,
                                      Health::stopped};
-constexpr std::array kConsumerStates = {
-    Health::starting,           Health::running,        Health::database_unavailable,
-    Health::broker_unavailable, Health::effect_failing, Health::stopped};
+constexpr std::array kConsumerStates = {Health::starting,
+                                        Health::running,
+                                        Health::database_unavailable,
+                                        Health::broker_unavailable,
+                                        Health::effect_failing,
+                                        Health::partition_stopped,
+                                        Health::stopped};
 
 template <std::size_t N>
 void health(Families& out, const std::string& name, const std::string& help, Health current,
@@ -196,6 +200,16 @@ void add_consumer(Families& out, const std::string& consumer, const KafkaConsume
           labels);
   counter(out, "outbox_consumer_reconnects_total",
           "New PostgreSQL connections or Kafka clients after a failure.", d(s.reconnects), labels);
+  counter(out, "outbox_consumer_offset_gaps_total",
+          "Partitions whose next message was gone from the broker (the consumer fell behind the "
+          "topic's retention): stopped or skipped as on_offset_gap says.",
+          d(s.offset_gaps), labels);
+  counter(out, "outbox_consumer_offset_gap_messages_total",
+          "Messages in those gaps: never applied by this consumer.", d(s.offset_gap_messages),
+          labels);
+  gauge(out, "outbox_consumer_partitions_stopped",
+        "Partitions stopped at an offset gap (on_offset_gap=stop) until the consumer restarts.",
+        static_cast<double>(s.partitions_stopped), labels);
   gauge(out, "outbox_consumer_lag_messages",
         "Messages on the assigned partitions not yet taken; -1 while unknown.",
         static_cast<double>(s.lag_messages), labels);

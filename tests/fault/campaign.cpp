@@ -28,9 +28,9 @@
 #include "fault/process.hpp"
 #include "fault/scenarios.hpp"
 #include "fault/workers.hpp"
+#include "outbox/schema.hpp"
 #include "outbox/testing/embedded_postgres.hpp"
 #include "outbox/testing/kafka_mock.hpp"
-#include "outbox/schema.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox::campaign {
@@ -279,6 +279,32 @@ struct Campaign {
   }
 };
 
+// What the consumer processes' logs say about the broker: the largest lag any of them reported
+// (workers.cpp writes a consumer-stats line every 5 s) and the offset gaps they met (every gap is
+// logged with the policy applied, "on_offset_gap=..."): messages the broker dropped before the
+// consumer applied them. A gap is a failure of the campaign's sizing, not of the relays, and the
+// campaign says so instead of counting lost effects.
+struct ConsumerLog {
+  long long lag_max = 0;
+  long long offset_gaps = 0;
+  std::string first_gap;
+};
+
+ConsumerLog read_consumer_log(const std::string& path) {
+  ConsumerLog out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (const auto at = line.find("consumer-stats lag="); at != std::string::npos) {
+      out.lag_max = std::max(out.lag_max, std::atoll(line.c_str() + at + 19));
+    }
+    if (line.find("on_offset_gap=") != std::string::npos) {
+      if (++out.offset_gaps == 1) out.first_gap = line;
+    }
+  }
+  return out;
+}
+
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -372,12 +398,14 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   }
   for (auto& r : c.relays) r.stop(15s);
   c.consumer.stop(10s);
+  const ConsumerLog consumer_log = read_consumer_log(c.log("consumer"));
 
   std::cout << fmt::format(
                    "seed={} trials={} per_fault_point={} not_fired={} ok={} fail={} unknown={} "
                    "intents={} lost={} phantom={} rolled_back_intents={} duplicate_publishes={} "
                    "({:.2f}%) duplicate_effects={} inversions={} fenced={} stuck={} cleaned={} "
-                   "cleaned_early={} recovery_p50={:.0f}ms recovery_p99={:.0f}ms",
+                   "cleaned_early={} recovery_p50={:.0f}ms recovery_p99={:.0f}ms "
+                   "consumer_lag_max={} offset_gaps={}",
                    seed, trials, trials / kFaultKinds, not_fired, report.ok, report.failed,
                    report.unknown, report.intents, report.lost, report.phantom,
                    report.rolled_back_intents, report.duplicate_publishes,
@@ -386,10 +414,15 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
                                              static_cast<double>(report.intents),
                    report.duplicate_effects, report.inversions, report.fenced, report.stuck,
                    report.cleaned, report.cleaned_early, percentile(recoveries, 0.5),
-                   percentile(recoveries, 0.99))
+                   percentile(recoveries, 0.99), consumer_log.lag_max, consumer_log.offset_gaps)
             << std::endl;
   for (const std::string& example : report.examples) std::cout << "  " << example << "\n";
-  const bool ok = report.violations() == 0;
+  if (consumer_log.offset_gaps > 0) {
+    std::cout << "  the broker dropped messages the consumer had not applied (the mock's 5 MiB per "
+                 "partition): "
+              << consumer_log.first_gap << "\n";
+  }
+  const bool ok = report.violations() == 0 && consumer_log.offset_gaps == 0;
   if (!keep && ok) std::filesystem::remove_all(dir);
   std::cout << (ok ? "campaign: 1 passed, 0 failed" : "campaign: 0 passed, 1 failed") << std::endl;
   if (!ok)
@@ -428,6 +461,10 @@ int main(int argc, char** argv) {
   auto* consumer = app.add_subcommand("consumer", "worker: apply effects");
   consumer->add_option("--db", worker.database_url)->required();
   consumer->add_option("--brokers", worker.brokers)->required();
+  consumer->add_option("--topic", worker.topic);
+  consumer->add_option("--metrics-listen", worker.metrics_listen);
+  consumer->add_option("--on-offset-gap", worker.on_offset_gap)
+      ->check(CLI::IsMember({"stop", "skip"}));
   ScenarioOptions scenario;
   auto* stalled = app.add_subcommand("stalled-relay", "drain a backlog built while no relay ran");
   stalled->add_option("--outbox", scenario.outbox_binary)->required();
@@ -459,8 +496,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 5000));
   paused->add_flag("--keep", scenario.keep);
   auto* cdc = app.add_subcommand(
-      "cdc", "change-data-capture relays: kill, pause, PostgreSQL restart, slot dropped, slot "
-             "invalidated, in turn");
+      "cdc",
+      "change-data-capture relays: kill, pause, PostgreSQL restart, slot dropped, slot "
+      "invalidated, in turn");
   cdc->add_option("--outbox", scenario.outbox_binary)->required();
   cdc->add_option("--trials-per-fault", scenario.trials_per_fault)->check(CLI::Range(1, 10000));
   cdc->add_option("--broker-rtt-ms", scenario.broker_rtt_ms, "the mock brokers' answer time")
@@ -469,12 +507,16 @@ int main(int argc, char** argv) {
                 "table-less producers and relays (kill, pause and PostgreSQL restart only)");
   cdc->add_flag("--verbose", scenario.verbose);
   cdc->add_flag("--keep", scenario.keep);
+  auto* gap = app.add_subcommand("retention-gap",
+                                 "the broker drops messages a lagging consumer had not applied");
+  gap->add_option("--outbox", scenario.outbox_binary)->required();
+  gap->add_flag("--keep", scenario.keep);
   CLI11_PARSE(app, argc, argv);
   try {
     outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
-    if (*stalled || *hot || *kill || *cdc || *paused) {
+    if (*stalled || *hot || *kill || *cdc || *paused || *gap) {
       scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
       if (*kill) return run_relay_kill(scenario);
@@ -483,6 +525,7 @@ int main(int argc, char** argv) {
         return run_paused_across_restart(scenario);
       }
       if (*cdc) return run_cdc_faults(scenario);
+      if (*gap) return run_retention_gap(scenario);
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,

@@ -50,5 +50,9 @@ int run_paused_across_restart(const ScenarioOptions& options);
 //    business table, campaign.intents, for the checker) and the relays run with --table-less;
 //    the slot faults are left out, since a lost slot loses such events by design.
 int run_cdc_faults(const ScenarioOptions& options);
+//  - retention gap (retention_gap.cpp): the broker drops messages a lagging consumer had not
+//    applied; the consumer must stop the partition, show it on /metrics and /readyz, and the
+//    audit must name the events as not applied.
+int run_retention_gap(const ScenarioOptions& options);
 
 }  // namespace outbox::campaign

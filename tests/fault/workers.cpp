@@ -1,6 +1,7 @@
 #include "fault/workers.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "outbox/kafka.hpp"
+#include "outbox/observe.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
@@ -141,7 +143,9 @@ int run_consumer(const WorkerOptions& options) {
   KafkaConsumerOptions consumer_options;
   consumer_options.brokers = options.brokers;
   consumer_options.group_id = "campaign";
-  consumer_options.topics = {kTopic};
+  consumer_options.topics = {options.topic};
+  consumer_options.on_offset_gap =
+      options.on_offset_gap == "skip" ? OffsetGapPolicy::skip : OffsetGapPolicy::stop;
   consumer_options.database_url = options.database_url;
   consumer_options.schema = SchemaName(kSchema);
   consumer_options.consumer_name = "projection";
@@ -177,8 +181,37 @@ int run_consumer(const WorkerOptions& options) {
     }
   }
   if (!consumer) return 0;
+  std::unique_ptr<ObserveServer> observe;
+  if (!options.metrics_listen.empty()) {
+    ObserveOptions observe_options;
+    observe_options.listen = options.metrics_listen;
+    observe_options.backlog = false;
+    observe = std::make_unique<ObserveServer>(observe_options);
+    observe->watch_consumer(consumer_options.consumer_name, *consumer);
+    observe->start();
+    std::cerr << "metrics port " << observe->port() << std::endl;
+  }
+  // Every 5 s, and once at the end: how far behind the consumer is, and any offset gap (the
+  // campaign reads the last line: a gap means the broker dropped messages it had not applied).
   std::thread stopper([&] {
-    while (!g_stop) std::this_thread::sleep_for(50ms);
+    const auto report = [&] {
+      const KafkaConsumerStats s = consumer->stats();
+      std::cerr << fmt::format(
+                       "consumer-stats lag={} applied={} offset_gaps={} gap_messages={} "
+                       "partitions_stopped={}",
+                       s.lag_messages, s.applied, s.offset_gaps, s.offset_gap_messages,
+                       s.partitions_stopped)
+                << std::endl;
+    };
+    auto next = std::chrono::steady_clock::now() + 5s;
+    while (!g_stop) {
+      std::this_thread::sleep_for(50ms);
+      if (std::chrono::steady_clock::now() >= next) {
+        report();
+        next += 5s;
+      }
+    }
+    report();
     consumer->request_stop();
   });
   try {

@@ -16,6 +16,11 @@ struct WorkerOptions {
   unsigned seed = 1;
   int aggregates = 40;
   int transactions_per_second = 100;
+  // consumer: the topic, where to serve /metrics and the probes ("" for nowhere; the port is
+  // written to the log as "metrics port N"), and on_offset_gap ("stop" or "skip").
+  std::string topic = kTopic;
+  std::string metrics_listen;
+  std::string on_offset_gap = "stop";
 };
 
 // Writes one line per step of each transaction to log_path, flushed by write(2) before the step

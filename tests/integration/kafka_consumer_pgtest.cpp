@@ -291,5 +291,101 @@ CREATE CONSTRAINT TRIGGER die_in_commit AFTER INSERT ON {s}.applied
   EXPECT_EQ(distinct_applied(), 10);
 }
 
+// librdkafka's mock keeps at most 5 MiB per partition and drops the oldest messages beyond that,
+// as a real broker drops them past retention.bytes or retention.ms. Makes partition 0 of the
+// topic lose what the group `group` committed and had not read yet: 3 small messages applied and
+// committed, then 32 of 256 KiB (8 MiB), of which the oldest are dropped unread.
+class OffsetGapTest : public KafkaConsumerTest {
+ protected:
+  std::vector<RawMessage> messages(int first_sequence, int n, std::size_t bytes) {
+    std::vector<RawMessage> out;
+    for (int i = 0; i < n; ++i) {
+      const EventId id = EventId::generate();
+      out.push_back({"o1", std::string(bytes, 'x'), headers(id, first_sequence + i)});
+      ids_.push_back(id);
+    }
+    return out;
+  }
+
+  // The group applies and commits 3 messages of partition 0 and 1 of partition 1, then partition
+  // 0 gets 8 MiB more; returns the partition's new log start.
+  long long lose_unread_messages(const std::string& group) {
+    produce_to_partition(kafka().bootstrap_servers(), topic_, 0, messages(1, 3, 10));
+    produce_to_partition(kafka().bootstrap_servers(), topic_, 1, messages(1, 1, 10));
+    {
+      KafkaInboxConsumer consumer(options(group), record());
+      poll_until(consumer, [&] { return consumer.stats().applied >= 4; });
+      EXPECT_EQ(consumer.stats().applied, 4U);
+    }  // commits its stored offsets as it closes
+    produce_to_partition(kafka().bootstrap_servers(), topic_, 0, messages(4, 32, 256 * 1024));
+    const auto [low, high] = watermarks(kafka().bootstrap_servers(), topic_, 0);
+    EXPECT_EQ(high, 35);
+    EXPECT_GT(low, 3) << "the mock kept every message: nothing to test";
+    return low;
+  }
+
+  std::vector<EventId> ids_;
+};
+
+// The group's next message on partition 0 is gone: the partition stops and says why, the other
+// partition goes on, nothing after the gap is applied.
+TEST_F(OffsetGapTest, AnOffsetGoneFromTheBrokerStopsItsPartitionAndSaysWhy) {
+  const long long low = lose_unread_messages("gap-stop");
+  KafkaInboxConsumer consumer(options("gap-stop"), record());
+  poll_until(consumer, [&] { return consumer.stats().partitions_stopped == 1; });
+  produce_to_partition(kafka().bootstrap_servers(), topic_, 1, messages(2, 1, 10));
+  poll_until(consumer, [&] { return consumer.stats().applied >= 1; });
+  for (int i = 0; i < 10; ++i) consumer.poll(100ms);  // a stopped partition stays stopped
+
+  const KafkaConsumerStats s = consumer.stats();
+  EXPECT_EQ(s.partitions_stopped, 1);
+  EXPECT_EQ(s.health, Health::partition_stopped);
+  EXPECT_EQ(s.offset_gaps, 1U);
+  EXPECT_EQ(s.offset_gap_messages, static_cast<std::uint64_t>(low - 3));
+  EXPECT_EQ(s.applied, 1U) << "only partition 1's new message";
+  EXPECT_NE(s.last_error.find(topic_ + "[0]"), std::string::npos) << s.last_error;
+  EXPECT_NE(s.last_error.find(fmt::format("offset 3, is gone from the broker; the partition now "
+                                          "starts at offset {}: {} messages (offsets 3 to {})",
+                                          low, low - 3, low - 1)),
+            std::string::npos)
+      << s.last_error;
+  EXPECT_EQ(applied(), 5);  // 4 before the gap, 1 on partition 1 after it
+}
+
+// on_offset_gap=skip goes on from the log start, counted; a later consumer of the group, with
+// the default policy, finds nothing missing.
+TEST_F(OffsetGapTest, SkipGoesOnFromTheLogStartAndCountsTheGap) {
+  const long long low = lose_unread_messages("gap-skip");
+  {
+    KafkaConsumerOptions o = options("gap-skip");
+    o.on_offset_gap = OffsetGapPolicy::skip;
+    KafkaInboxConsumer consumer(o, record());
+    poll_until(consumer, [&] { return applied() == 4 + (35 - low); });
+    const KafkaConsumerStats s = consumer.stats();
+    EXPECT_EQ(s.offset_gaps, 1U);
+    EXPECT_EQ(s.offset_gap_messages, static_cast<std::uint64_t>(low - 3));
+    EXPECT_EQ(s.partitions_stopped, 0);
+    EXPECT_NE(s.health, Health::partition_stopped);
+    EXPECT_NE(s.last_error.find("offsets 3 to"), std::string::npos) << s.last_error;
+  }
+  EXPECT_EQ(applied(), 4 + (35 - low));
+  produce_to_partition(kafka().bootstrap_servers(), topic_, 0, messages(36, 1, 10));
+  KafkaInboxConsumer consumer(options("gap-skip"), record());
+  poll_until(consumer, [&] { return consumer.stats().applied >= 1; });
+  EXPECT_EQ(consumer.stats().offset_gaps, 0U);
+  EXPECT_EQ(consumer.stats().applied, 1U);
+}
+
+TEST_F(KafkaConsumerTest, AutoOffsetResetIsRefusedWithTheReason) {
+  KafkaConsumerOptions o = options("reset");
+  o.properties["auto.offset.reset"] = "earliest";
+  try {
+    KafkaInboxConsumer consumer(o, record());
+    FAIL() << "accepted auto.offset.reset";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("on_offset_gap"), std::string::npos) << error.what();
+  }
+}
+
 }  // namespace
 }  // namespace outbox::testing

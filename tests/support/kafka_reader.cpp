@@ -146,4 +146,45 @@ void produce_raw(const std::string& brokers, const std::string& topic, const std
     throw std::runtime_error("produce_raw: flush timed out");
 }
 
+void produce_to_partition(const std::string& brokers, const std::string& topic, int partition,
+                          const std::vector<RawMessage>& messages) {
+  rd_kafka_t* rk = make_client(RD_KAFKA_PRODUCER, brokers, {{"acks", "all"}});
+  for (const RawMessage& m : messages) {
+    rd_kafka_headers_t* hdrs = rd_kafka_headers_new(m.headers.size());
+    for (const auto& [k, v] : m.headers) {
+      rd_kafka_header_add(hdrs, k.c_str(), -1, v.data(), static_cast<ssize_t>(v.size()));
+    }
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    do {
+      err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+                              RD_KAFKA_V_KEY(m.key.data(), m.key.size()),
+                              RD_KAFKA_V_VALUE(const_cast<char*>(m.value.data()), m.value.size()),
+                              RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(hdrs),
+                              RD_KAFKA_V_END);
+      if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL) rd_kafka_poll(rk, 100);
+    } while (err == RD_KAFKA_RESP_ERR__QUEUE_FULL);
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_headers_destroy(hdrs);
+      rd_kafka_destroy(rk);
+      throw std::runtime_error(rd_kafka_err2str(err));
+    }
+  }
+  const auto flushed = rd_kafka_flush(rk, 30000);
+  rd_kafka_destroy(rk);
+  if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    throw std::runtime_error("produce_to_partition: flush timed out");
+  }
+}
+
+std::pair<long long, long long> watermarks(const std::string& brokers, const std::string& topic,
+                                           int partition) {
+  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, brokers, {{"group.id", "watermarks"}});
+  int64_t low = -1, high = -1;
+  const auto err =
+      rd_kafka_query_watermark_offsets(rk, topic.c_str(), partition, &low, &high, 5000);
+  rd_kafka_destroy(rk);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) throw std::runtime_error(rd_kafka_err2str(err));
+  return {low, high};
+}
+
 }  // namespace outbox::testing

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace outbox::testing {
@@ -36,5 +37,19 @@ std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std:
 // Produces one message and waits for its acknowledgement.
 void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,
                  const std::string& value, const std::map<std::string, std::string>& headers);
+
+struct RawMessage {
+  std::string key;
+  std::string value;
+  std::map<std::string, std::string> headers;
+};
+
+// Produces `messages` to one partition, in order, and waits for their acknowledgements.
+void produce_to_partition(const std::string& brokers, const std::string& topic, int partition,
+                          const std::vector<RawMessage>& messages);
+
+// The partition's log start and end offsets (low and high watermarks) as the broker has them now.
+std::pair<long long, long long> watermarks(const std::string& brokers, const std::string& topic,
+                                           int partition);
 
 }  // namespace outbox::testing
