@@ -10,6 +10,7 @@
 
 #include "cli_common.hpp"
 #include "command.hpp"
+#include "common/printable.hpp"
 #include "outbox/cleanup.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
@@ -24,7 +25,7 @@ struct CleanupFlags {
   std::string db;
   std::string schema = kCleanupDefaults.schema.name();
   std::string retention = duration_text(kCleanupDefaults.retention);
-  std::string inbox_retention;  // empty: keep inbox ids
+  std::string inbox_retention;                                          // empty: keep inbox ids
   bool allow_short_retention = kCleanupDefaults.allow_short_retention;  // tests only: below 1h
   std::size_t batch_size = kCleanupDefaults.batch_size;
   std::string pause = duration_text(kCleanupDefaults.pause);
@@ -49,14 +50,28 @@ CleanupOptions to_options(const CleanupFlags& flags) {
 
 void print(const CleanupFlags& flags, const CleanupReport& report, double seconds) {
   if (flags.json) {
+    nlohmann::json behind = nlohmann::json::array();
+    for (const ConsumerBehind& c : report.consumers_behind) {
+      behind.push_back({{"consumer", c.consumer}, {"last_applied_at", c.last_applied_at}});
+    }
     std::cout << nlohmann::json{{"events_deleted", report.events_deleted},
                                 {"inbox_deleted", report.inbox_deleted},
                                 {"batches", report.batches},
                                 {"dry_run", flags.dry_run},
-                                {"seconds", seconds}}
+                                {"seconds", seconds},
+                                {"consumers_behind", std::move(behind)}}
                      .dump()
               << std::endl;
     return;
+  }
+  for (const ConsumerBehind& c : report.consumers_behind) {
+    std::cout << fmt::format(
+                     "cleanup: warning: inbox consumer {} has applied nothing since {}, before "
+                     "the cutoff; if it is behind rather than idle or retired, the events it "
+                     "misses are being deleted: replay them now (docs/OPERATIONS.md, "
+                     "OutboxConsumerOffsetGap)",
+                     detail::printable(c.consumer), c.last_applied_at)
+              << std::endl;
   }
   std::cout << fmt::format(
                    "cleanup: {} {} events finished more than {} ago, {} inbox ids{}, in "

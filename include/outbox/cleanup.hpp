@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "outbox/schema.hpp"
 
@@ -38,20 +40,33 @@ struct CleanupOptions {
   bool dry_run = false;
 };
 
+// An inbox consumer of this database (processed_events) that has applied nothing since before
+// the cleanup's cutoff: events published after `last_applied_at` are deleted although it may
+// never have applied them (a consumer stopped at an offset gap, KafkaInboxConsumer), and a replay
+// can no longer bring them back. Or it is idle or retired: the cleanup cannot tell, so it warns.
+struct ConsumerBehind {
+  std::string consumer;
+  std::string last_applied_at;  // timestamptz text
+};
+
 struct CleanupReport {
   std::uint64_t events_deleted = 0;  // or, with dry_run, that would be deleted
   std::uint64_t inbox_deleted = 0;
   std::uint64_t batches = 0;
+  std::vector<ConsumerBehind> consumers_behind;  // also logged as warnings
 };
 
 // Throws InvalidArgument saying what is wrong with `options` (cleanup() checks them too).
 void check_cleanup_options(const CleanupOptions& options);
 
-// Runs until nothing more is due. Every batch that deletes records its cutoff in
-// outbox_cleanup_horizon, so that resolve_commit never takes a deleted event for a rolled-back
-// one. `conn` must be idle (no open transaction). Concurrent relays,
-// producers, consumers and other cleanups are safe. Throws InvalidArgument for bad options (before
-// anything is deleted) and DatabaseError; batches committed before an error stay deleted.
+// Runs until nothing more is due. First looks for inbox consumers in this database that are
+// behind the cutoff (CleanupReport::consumers_behind): it warns and deletes anyway, since it
+// cannot tell a lagging consumer from an idle one, and a cleanup held back by a retired consumer
+// would let the table grow without bound (docs/OPERATIONS.md, OutboxConsumerOffsetGap). Every batch
+// that deletes records its cutoff in outbox_cleanup_horizon, so that resolve_commit never takes a
+// deleted event for a rolled-back one. `conn` must be idle (no open transaction). Concurrent
+// relays, producers, consumers and other cleanups are safe. Throws InvalidArgument for bad options
+// (before anything is deleted) and DatabaseError; batches committed before an error stay deleted.
 CleanupReport cleanup(PGconn* conn, const CleanupOptions& options);
 
 }  // namespace outbox

@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "common/fault.hpp"
+#include "common/log.hpp"
+#include "common/printable.hpp"
 #include "outbox/duration.hpp"
 #include "pg/connection.hpp"
 
@@ -45,6 +47,14 @@ constexpr const char* kInboxBatch = R"SQL(WITH page AS (
 )
 SELECT (SELECT consumer_name FROM last), (SELECT event_id::text FROM last),
        (SELECT count(*) FROM doomed))SQL";
+
+// Inbox consumers (of this database) whose latest applied event is older than the cutoff. One
+// pass over processed_events, once per cleanup run (the walk over outbox_events below reads it
+// all too).
+constexpr const char* kConsumersBehind = R"SQL(SELECT consumer_name, max(processed_at)::text
+FROM {inbox} GROUP BY consumer_name
+HAVING max(processed_at) < now() - $1::bigint * interval '1 millisecond'
+ORDER BY consumer_name)SQL";
 
 constexpr const char* kRaiseHorizon = R"SQL(, horizon AS (
   INSERT INTO {table} AS h (deleted_before) VALUES (now() - $3::bigint * interval '1 millisecond')
@@ -127,6 +137,23 @@ CleanupReport cleanup(PGconn* conn, const CleanupOptions& options) {
   auto pause = [&] {
     if (options.pause.count() > 0) std::this_thread::sleep_for(options.pause);
   };
+
+  const auto behind =
+      pg::exec(conn,
+               fmt::format(fmt::runtime(kConsumersBehind),
+                           fmt::arg("inbox", options.schema.table("processed_events"))),
+               {retention.c_str()});
+  for (int row = 0; row < behind.rows(); ++row) {
+    report.consumers_behind.push_back(
+        {std::string(behind.text(row, 0)), std::string(behind.text(row, 1))});
+    detail::log().warn(
+        "cleanup: inbox consumer {} has applied nothing since {}, before the cutoff: events "
+        "published since then are deleted although it may not have applied them; if it is "
+        "behind (a stopped partition, OutboxConsumerOffsetGap) rather than idle or retired, "
+        "replay what it misses before the cleanup runs again",
+        detail::printable(report.consumers_behind.back().consumer),
+        report.consumers_behind.back().last_applied_at);
+  }
 
   const std::string events_sql =
       statement(kEventsBatch, options.schema.table("outbox_events"), "events", options.dry_run,

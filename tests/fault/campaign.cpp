@@ -323,9 +323,9 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   pg_options.keep_data = keep;
   EmbeddedPostgres postgres(pg_options);
   KafkaMockCluster kafka(3);
-  // librdkafka's mock keeps at most 5 MiB per partition and drops the oldest beyond that; 48
-  // partitions hold about 1.5 million campaign messages, the whole history of a 1,000-trial run.
-  kafka.create_topic(kTopic, 48, 3);
+  // One partition per aggregate (campaign_aggregate): each holds its aggregate's whole history
+  // of a 1,040-trial run within the mock's 5 MiB.
+  kafka.create_topic(kTopic, kPartitions, 3);
   const std::string url = postgres.connection_string();
   migrate(url, SchemaName(kSchema));
   create_campaign_tables(url);

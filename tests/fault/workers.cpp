@@ -2,13 +2,16 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <librdkafka/rdkafka.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "outbox/kafka.hpp"
 #include "outbox/observe.hpp"
@@ -91,6 +94,27 @@ CREATE OR REPLACE VIEW campaign.all_events AS
 )SQL");
 }
 
+std::string campaign_aggregate(int index) {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    std::vector<bool> taken(kPartitions, false);
+    for (int k = 0; static_cast<int>(out.size()) < kPartitions; ++k) {
+      const std::string name = "acct-" + std::to_string(k);
+      const int partition = rd_kafka_msg_partitioner_murmur2(nullptr, name.data(), name.size(),
+                                                             kPartitions, nullptr, nullptr);
+      if (!taken[static_cast<std::size_t>(partition)]) {
+        taken[static_cast<std::size_t>(partition)] = true;
+        out.push_back(name);
+      }
+    }
+    return out;
+  }();
+  if (index < 0 || index >= kPartitions) {
+    throw std::invalid_argument("campaign_aggregate: at most kPartitions aggregates");
+  }
+  return names[static_cast<std::size_t>(index)];
+}
+
 int run_producer(const WorkerOptions& options) {
   stop_on_sigterm();
   const Log log(options.log_path);
@@ -103,7 +127,8 @@ int run_producer(const WorkerOptions& options) {
     std::this_thread::sleep_for(pause);
     if (!connection.healthy()) connection = connect_with_retry(options.database_url);
     PGconn* conn = connection.get();
-    const std::string aggregate = "acct-" + std::to_string(random() % options.aggregates);
+    const std::string aggregate =
+        campaign_aggregate(static_cast<int>(random() % static_cast<unsigned>(options.aggregates)));
     std::vector<NewEvent> events(1 + random() % 3);
     for (auto& e : events) {
       e = NewEvent{"account",   aggregate,

@@ -9,6 +9,17 @@ namespace outbox::campaign {
 inline constexpr const char* kSchema = "campaign";
 inline constexpr const char* kTopic = "outbox.account";
 
+// The campaign topic's partitions, and its aggregates' names. librdkafka's mock keeps at most
+// 5 MiB per partition and drops the oldest messages beyond that, as a broker does past
+// retention.bytes. Two aggregates on one partition (40 names hashed at random into 48 partitions
+// put five on one) fill it in a 1,040-trial run (about 13,000 events per aggregate, ~250 bytes
+// each), and a consumer a few thousand messages behind then meets an offset gap: the campaign
+// would test the mock's limit, not the relays. So each aggregate gets a partition of its own:
+// campaign_aggregate(i) is "acct-<k>" for the i-th k whose key the relays' partitioner (murmur2,
+// as Java's) puts on a partition no earlier name took.
+inline constexpr int kPartitions = 48;
+std::string campaign_aggregate(int index);
+
 struct WorkerOptions {
   std::string database_url;
   std::string brokers;

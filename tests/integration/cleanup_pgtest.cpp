@@ -5,8 +5,8 @@
 #include "common/fault.hpp"
 #include "outbox/cleanup.hpp"
 #include "outbox/inbox.hpp"
-#include "support/relay_fixture.hpp"
 #include "pg/array_literal.hpp"
+#include "support/relay_fixture.hpp"
 
 namespace outbox::testing {
 namespace {
@@ -129,6 +129,28 @@ TEST_F(CleanupTest, InboxIdsGoOnlyWhenOlderThanTheirOwnRetention) {
   // A deleted id is forgotten: that is why the inbox must outlive the replay horizon.
   EXPECT_EQ(inbox.process(conn(), ids[1], [](PGconn*) {}), InboxResult::duplicate);
   EXPECT_EQ(inbox.process(conn(), ids[0], [](PGconn*) {}), InboxResult::applied);
+}
+
+// An inbox consumer of this database that applied nothing since before the cutoff is named (it
+// may be stopped at an offset gap and miss the events deleted now); one that is current is not.
+TEST_F(CleanupTest, WarnsOfAnInboxConsumerThatAppliedNothingSinceTheCutoff) {
+  six_kinds_of_event();
+  const Inbox stalled(schema_, "stalled");
+  const Inbox current(schema_, "current");
+  stalled.process(conn(), EventId::generate(), [](PGconn*) {});
+  current.process(conn(), EventId::generate(), [](PGconn*) {});
+  pg::exec(conn(), "UPDATE " + schema_.table("processed_events") +
+                       " SET processed_at = '2026-01-02 03:04:05+00' WHERE consumer_name = "
+                       "'stalled'");
+  for (const bool dry_run : {true, false}) {
+    auto o = options(std::chrono::hours(1));
+    o.dry_run = dry_run;
+    const CleanupReport report = cleanup(conn(), o);
+    ASSERT_EQ(report.consumers_behind.size(), 1U);
+    EXPECT_EQ(report.consumers_behind[0].consumer, "stalled");
+    EXPECT_NE(report.consumers_behind[0].last_applied_at.find("2026-01-02"), std::string::npos);
+    EXPECT_EQ(report.events_deleted, 10U) << "it warns; it does not hold rows back";
+  }
 }
 
 TEST_F(CleanupTest, RefusesOptionsThatWouldLoseDedupOrMisuseTheConnection) {
