@@ -414,13 +414,38 @@ class KafkaInboxConsumer::Impl {
     settle();
   }
 
+  // Both protocols: eager (the default, the whole assignment at once) and cooperative (a user's
+  // partition.assignment.strategy=cooperative-sticky: only what changes).
   static void on_rebalance(rd_kafka_t* handle, rd_kafka_resp_err_t err,
                            rd_kafka_topic_partition_list_t* partitions, void* opaque) {
     auto* self = static_cast<Impl*>(opaque);
+    const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(handle), "COOPERATIVE") == 0;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-      self->assign(handle, partitions);
-    } else {
-      rd_kafka_assign(handle, nullptr);  // stored offsets are committed as they go (auto commit)
+      self->assign(handle, partitions, cooperative);
+      return;
+    }
+    // Stored offsets of what goes are committed as it goes (auto commit). A stopped partition
+    // that goes is no longer this process's to report: its next owner meets the gap itself.
+    self->forget_stopped(partitions);
+    std::string problem;
+    if (cooperative) {
+      if (rd_kafka_error_t* error = rd_kafka_incremental_unassign(handle, partitions)) {
+        problem = rd_kafka_error_string(error);
+        rd_kafka_error_destroy(error);
+      }
+    } else if (const auto failed = rd_kafka_assign(handle, nullptr)) {
+      problem = rd_kafka_err2str(failed);
+    }
+    if (!problem.empty()) self->broken_ = "giving partitions up failed: " + problem;
+  }
+
+  void forget_stopped(const rd_kafka_topic_partition_list_t* partitions) {
+    for (int i = 0; i < partitions->cnt; ++i) {
+      stopped_partitions_.erase({partitions->elems[i].topic, partitions->elems[i].partition});
+    }
+    partitions_stopped_.store(static_cast<std::int64_t>(stopped_partitions_.size()));
+    if (stopped_partitions_.empty() && health_.health() == Health::partition_stopped) {
+      health_.set(Health::running);
     }
   }
 
@@ -429,7 +454,7 @@ class KafkaInboxConsumer::Impl {
   // met an offset gap with on_offset_gap=skip and the group is still at the gap, past it. When
   // the lookup fails, the partitions start without an offset: librdkafka's error comes back to
   // on_offset_reset(), which starts a new client.
-  void assign(rd_kafka_t* handle, rd_kafka_topic_partition_list_t* partitions) {
+  void assign(rd_kafka_t* handle, rd_kafka_topic_partition_list_t* partitions, bool cooperative) {
     if (const auto err = rd_kafka_committed(handle, partitions, 10000)) {
       detail::log().warn("kafka consumer {}: committed offsets could not be read: {}",
                          options_.group_id, rd_kafka_err2str(err));
@@ -449,9 +474,16 @@ class KafkaInboxConsumer::Impl {
         }
       }
     }
-    if (const auto err = rd_kafka_assign(handle, partitions)) {
-      broken_ = std::string("assigning partitions failed: ") + rd_kafka_err2str(err);
+    std::string problem;
+    if (cooperative) {
+      if (rd_kafka_error_t* error = rd_kafka_incremental_assign(handle, partitions)) {
+        problem = rd_kafka_error_string(error);
+        rd_kafka_error_destroy(error);
+      }
+    } else if (const auto err = rd_kafka_assign(handle, partitions)) {
+      problem = rd_kafka_err2str(err);
     }
+    if (!problem.empty()) broken_ = "assigning partitions failed: " + problem;
   }
 
   enum class Edge { first_message, after_last_message };

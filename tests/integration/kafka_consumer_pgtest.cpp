@@ -328,10 +328,17 @@ class OffsetGapTest : public KafkaConsumerTest {
 };
 
 // The group's next message on partition 0 is gone: the partition stops and says why, the other
-// partition goes on, nothing after the gap is applied.
-TEST_F(OffsetGapTest, AnOffsetGoneFromTheBrokerStopsItsPartitionAndSaysWhy) {
-  const long long low = lose_unread_messages("gap-stop");
-  KafkaInboxConsumer consumer(options("gap-stop"), record());
+// partition goes on, nothing after the gap is applied. With either rebalance protocol (the
+// consumer assigns partitions itself).
+class OffsetGapStopTest : public OffsetGapTest,
+                          public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(OffsetGapStopTest, AnOffsetGoneFromTheBrokerStopsItsPartitionAndSaysWhy) {
+  const std::string group = std::string("gap-stop-") + GetParam();
+  const long long low = lose_unread_messages(group);
+  KafkaConsumerOptions o = options(group);
+  o.properties["partition.assignment.strategy"] = GetParam();
+  KafkaInboxConsumer consumer(o, record());
   poll_until(consumer, [&] { return consumer.stats().partitions_stopped == 1; });
   produce_to_partition(kafka().bootstrap_servers(), topic_, 1, messages(2, 1, 10));
   poll_until(consumer, [&] { return consumer.stats().applied >= 1; });
@@ -351,6 +358,13 @@ TEST_F(OffsetGapTest, AnOffsetGoneFromTheBrokerStopsItsPartitionAndSaysWhy) {
       << s.last_error;
   EXPECT_EQ(applied(), 5);  // 4 before the gap, 1 on partition 1 after it
 }
+
+INSTANTIATE_TEST_SUITE_P(Protocols, OffsetGapStopTest,
+                         ::testing::Values("range,roundrobin", "cooperative-sticky"),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                           return std::string(param.param) == "cooperative-sticky" ? "cooperative"
+                                                                                   : "eager";
+                         });
 
 // on_offset_gap=skip goes on from the log start, counted; a later consumer of the group, with
 // the default policy, finds nothing missing.
