@@ -42,8 +42,11 @@ struct CleanupOptions {
 
 // An inbox consumer of this database (processed_events) that has applied nothing since before
 // the cleanup's cutoff: events published after `last_applied_at` are deleted although it may
-// never have applied them (a consumer stopped at an offset gap, KafkaInboxConsumer), and a replay
-// can no longer bring them back. Or it is idle or retired: the cleanup cannot tell, so it warns.
+// never have applied them, and a replay can no longer bring them back. Or it is idle or retired:
+// the cleanup cannot tell, so it warns. It sees only consumers whose inbox is in this database,
+// and a whole consumer standing still: a consumer with one partition stopped at an offset gap
+// (KafkaInboxConsumer) applies on its other partitions and is not named; its own alert
+// (OutboxConsumerOffsetGap) is what tells of that.
 struct ConsumerBehind {
   std::string consumer;
   std::string last_applied_at;  // timestamptz text

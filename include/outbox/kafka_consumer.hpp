@@ -35,13 +35,15 @@ struct ConsumedEvent {
 // committed offset is below the partition's log start, because the consumer fell behind the
 // topic's retention (retention.ms or retention.bytes) or the topic was recreated. The messages in
 // between were never applied; librdkafka's own answer (auto.offset.reset) would go on from the log
-// start without a word.
+// start without a word. Also a gap: the group has no committed offset (Kafka forgets a group's
+// offsets after offsets.retention.minutes without members), the partition no longer starts at
+// offset 0, and this consumer's inbox has applied events before (its size is then unknown).
 enum class OffsetGapPolicy {
   // The partition stops: nothing after the gap is applied, so no aggregate of that partition sees
   // a later event before the missing ones. Health::partition_stopped and last_error say which
   // partition, from which offset to which and how many messages; the other partitions go on.
-  // Recover with `outbox replay` (docs/OPERATIONS.md, OutboxConsumerOffsetGap), then restart the
-  // consumer once with `skip`.
+  // Recover (docs/OPERATIONS.md, OutboxConsumerOffsetGap): restart the consumer once with `skip`
+  // and replay the missing events with `outbox replay`.
   stop,
   // Go on from the log start. Logged as an error and counted like `stop`; the skipped events must
   // be replayed from the outbox table, and come after later events of their aggregates.

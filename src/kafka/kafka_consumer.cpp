@@ -144,6 +144,8 @@ class KafkaInboxConsumer::Impl {
 
   // A new client in the group: it resumes at the committed offsets.
   void replace_client() {
+    // Until the new client stands, poll() refuses (it would poll a closed handle).
+    broken_ = "the Kafka client is being replaced";
     close_kafka();
     handle_ = connect_kafka();
     broken_.clear();
@@ -163,7 +165,7 @@ class KafkaInboxConsumer::Impl {
   // Takes what is ready (up to kMaxBatch messages, waiting up to `max_wait` for the first) and
   // applies it through the inbox in one transaction.
   std::size_t poll(std::chrono::milliseconds max_wait) {
-    if (!broken_.empty()) {
+    if (!broken_.empty() || !handle_) {
       throw BrokerError("kafka consumer: " + broken_ + "; destroy it and create a new one", 0,
                         false);
     }
@@ -349,13 +351,12 @@ class KafkaInboxConsumer::Impl {
     const std::int32_t partition = error.partition;
     const std::string where = fmt::format("{}[{}]", detail::printable(topic), partition);
     if (error.offset < 0) {
-      // assign() found no committed offset and could not say so (the lookup failed): a new
-      // client looks again.
-      detail::log().warn(
-          "kafka consumer {}: {}: the committed offset is unknown ({}); starting "
-          "a new client",
-          options_.group_id, where, detail::printable(rd_kafka_message_errstr(&error)));
-      restart_ = true;
+      // No offset to start from: assign() stopped it at an offset gap (nothing more to do), or
+      // could not look it up. run() replaces the client after its backoff and looks again.
+      if (stopped_partitions_.count({topic, partition}) == 0) {
+        broken_ = fmt::format("{}: no offset to start from ({})", where,
+                              detail::printable(rd_kafka_message_errstr(&error)));
+      }
       return;
     }
     std::int64_t low = -1;
@@ -384,14 +385,23 @@ class KafkaInboxConsumer::Impl {
           where, error.offset, high);
     } else {
       // In range again (the broker's answer was about an older state): fetch from there.
-      detail::log().warn(
-          "kafka consumer {}: {}: offset {} was out of range and is not now ({} to "
-          "{}); starting a new client to fetch from it again",
-          options_.group_id, where, error.offset, low, high);
-      restart_ = true;
+      // run() replaces the client after its backoff: a condition that persists cannot spin.
+      broken_ = fmt::format("{}: offset {} was out of range and is not now ({} to {})", where,
+                            error.offset, low, high);
       return;
     }
-    if (counted_gaps_.insert({topic, partition, error.offset}).second) {
+    if (meet_gap(topic, partition, error.offset, missing, gap)) {
+      skip_from_[{topic, partition}] = {
+          error.offset, low >= 0 && error.offset < low ? low : RD_KAFKA_OFFSET_BEGINNING};
+      restart_ = true;  // once per gap
+    }
+  }
+
+  // Counts the gap once, logs it, and with on_offset_gap=stop records the partition as stopped;
+  // returns true when the policy is skip (the caller moves the partition past the gap).
+  bool meet_gap(const std::string& topic, std::int32_t partition, std::int64_t from,
+                std::int64_t missing, const std::string& gap) {
+    if (counted_gaps_.insert({topic, partition, from}).second) {
       ++offset_gaps_;
       offset_gap_messages_ += static_cast<std::uint64_t>(missing);
     }
@@ -399,10 +409,7 @@ class KafkaInboxConsumer::Impl {
       detail::log().error("kafka consumer {}: {}; on_offset_gap=skip: going on from the log start",
                           options_.group_id, gap);
       health_.set(health_.health(), gap);  // last_error says what was skipped
-      skip_from_[{topic, partition}] = {
-          error.offset, low >= 0 && error.offset < low ? low : RD_KAFKA_OFFSET_BEGINNING};
-      restart_ = true;
-      return;
+      return true;
     }
     detail::log().error(
         "kafka consumer {}: {}; the partition stops (on_offset_gap=stop): restart the consumer "
@@ -412,6 +419,7 @@ class KafkaInboxConsumer::Impl {
     stopped_partitions_[{topic, partition}] = gap;
     partitions_stopped_.store(static_cast<std::int64_t>(stopped_partitions_.size()));
     settle();
+    return false;
   }
 
   // Both protocols: eager (the default, the whole assignment at once) and cooperative (a user's
@@ -467,10 +475,14 @@ class KafkaInboxConsumer::Impl {
           entry.offset = RD_KAFKA_OFFSET_INVALID;
           continue;
         }
-        if (entry.offset < 0) entry.offset = RD_KAFKA_OFFSET_BEGINNING;
+        if (entry.offset < 0) {
+          entry.offset = start_without_committed_offset(handle, entry.topic, entry.partition);
+          continue;
+        }
         const auto skip = skip_from_.find({entry.topic, entry.partition});
-        if (skip != skip_from_.end() && entry.offset == skip->second.first) {
-          entry.offset = skip->second.second;
+        if (skip != skip_from_.end()) {
+          if (entry.offset == skip->second.first) entry.offset = skip->second.second;
+          skip_from_.erase(skip);  // once: the group's next commit is past the gap
         }
       }
     }
@@ -484,6 +496,52 @@ class KafkaInboxConsumer::Impl {
       problem = rd_kafka_err2str(err);
     }
     if (!problem.empty()) broken_ = "assigning partitions failed: " + problem;
+  }
+
+  // Where a partition the group has no committed offset for starts. A new group starts at the
+  // log start. But Kafka also forgets a group's offsets after offsets.retention.minutes with no
+  // member (7 days by default, the same as the default retention.ms): when the partition no
+  // longer starts at offset 0 and this consumer's inbox has applied events before, messages it
+  // never applied may have gone meanwhile, and that is an offset gap of unknown size. Called in
+  // the rebalance callback: nothing may throw out of it; whatever cannot be looked up gives no
+  // offset (RD_KAFKA_OFFSET_INVALID: librdkafka stops the partition, on_offset_reset() has the
+  // client replaced after the backoff, and it is looked at again).
+  std::int64_t start_without_committed_offset(rd_kafka_t* handle, const char* topic,
+                                              std::int32_t partition) noexcept {
+    try {
+      std::int64_t low = -1;
+      std::int64_t high = -1;
+      if (rd_kafka_query_watermark_offsets(handle, topic, partition, &low, &high, 5000) !=
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+        return RD_KAFKA_OFFSET_INVALID;
+      }
+      if (low <= 0 || !inbox_has_applied()) return RD_KAFKA_OFFSET_BEGINNING;
+      const std::string gap = fmt::format(
+          "{}[{}]: the group has no committed offset (Kafka forgets a group's offsets after "
+          "offsets.retention.minutes without members) and the partition now starts at offset {}, "
+          "but consumer {} has applied events before: messages it never applied may be gone",
+          detail::printable(topic), partition, low, detail::printable(inbox_name()));
+      return meet_gap(topic, partition, -1, 0, gap) ? RD_KAFKA_OFFSET_BEGINNING
+                                                    : RD_KAFKA_OFFSET_INVALID;
+    } catch (const std::exception& error) {
+      detail::log().warn("kafka consumer {}: {}[{}]: could not decide where to start: {}",
+                         options_.group_id, detail::printable(topic), partition,
+                         detail::printable(error.what()));
+      return RD_KAFKA_OFFSET_INVALID;
+    }
+  }
+
+  const std::string& inbox_name() const {
+    return options_.consumer_name.empty() ? options_.group_id : options_.consumer_name;
+  }
+
+  bool inbox_has_applied() {
+    if (!connection_.healthy()) throw DatabaseError("PostgreSQL is not reachable", "", true);
+    return pg::exec(connection_.get(),
+                    "SELECT EXISTS (SELECT 1 FROM " + options_.schema.table("processed_events") +
+                        " WHERE consumer_name = $1)",
+                    {inbox_name().c_str()})
+               .text(0, 0) == "t";
   }
 
   enum class Edge { first_message, after_last_message };

@@ -390,6 +390,26 @@ TEST_F(OffsetGapTest, SkipGoesOnFromTheLogStartAndCountsTheGap) {
   EXPECT_EQ(consumer.stats().applied, 1U);
 }
 
+// Kafka forgets a group's committed offsets after offsets.retention.minutes without members: a
+// group without offsets, on a partition that no longer starts at 0, whose inbox consumer applied
+// events before, may have missed messages meanwhile. It stops that partition (an offset gap of
+// unknown size); a partition that still starts at 0 starts there (nothing can be missing).
+TEST_F(OffsetGapTest, AGroupWhoseOffsetsExpiredStopsWhereMessagesMayBeGone) {
+  lose_unread_messages("gap-expired");
+  KafkaInboxConsumer consumer(options("gap-expired-offsets-forgotten"), record());
+  poll_until(consumer, [&] {
+    return consumer.stats().partitions_stopped == 1 && consumer.stats().duplicates >= 1;
+  });
+  const KafkaConsumerStats s = consumer.stats();
+  EXPECT_EQ(s.partitions_stopped, 1);
+  EXPECT_EQ(s.offset_gaps, 1U);
+  EXPECT_EQ(s.applied, 0U) << "nothing of partition 0 after the gap";
+  EXPECT_EQ(s.duplicates, 1U) << "partition 1 again from offset 0";
+  EXPECT_NE(s.last_error.find(topic_ + "[0]: the group has no committed offset"), std::string::npos)
+      << s.last_error;
+  EXPECT_EQ(applied(), 4);
+}
+
 TEST_F(KafkaConsumerTest, AutoOffsetResetIsRefusedWithTheReason) {
   KafkaConsumerOptions o = options("reset");
   o.properties["auto.offset.reset"] = "earliest";
