@@ -428,23 +428,29 @@ class KafkaInboxConsumer::Impl {
                            rd_kafka_topic_partition_list_t* partitions, void* opaque) {
     auto* self = static_cast<Impl*>(opaque);
     const bool cooperative = std::strcmp(rd_kafka_rebalance_protocol(handle), "COOPERATIVE") == 0;
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-      self->assign(handle, partitions, cooperative);
-      return;
+    const bool gained = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+    if (gained) {
+      self->choose_start_offsets(handle, partitions);
+    } else {
+      // Stored offsets of what goes are committed as it goes (auto commit). A stopped partition
+      // that goes is no longer this process's to report: its next owner meets the gap itself.
+      self->forget_stopped(partitions);
     }
-    // Stored offsets of what goes are committed as it goes (auto commit). A stopped partition
-    // that goes is no longer this process's to report: its next owner meets the gap itself.
-    self->forget_stopped(partitions);
     std::string problem;
     if (cooperative) {
-      if (rd_kafka_error_t* error = rd_kafka_incremental_unassign(handle, partitions)) {
+      rd_kafka_error_t* error = gained ? rd_kafka_incremental_assign(handle, partitions)
+                                       : rd_kafka_incremental_unassign(handle, partitions);
+      if (error != nullptr) {
         problem = rd_kafka_error_string(error);
         rd_kafka_error_destroy(error);
       }
-    } else if (const auto failed = rd_kafka_assign(handle, nullptr)) {
+    } else if (const auto failed = rd_kafka_assign(handle, gained ? partitions : nullptr)) {
       problem = rd_kafka_err2str(failed);
     }
-    if (!problem.empty()) self->broken_ = "giving partitions up failed: " + problem;
+    if (!problem.empty()) {
+      self->broken_ =
+          std::string(gained ? "assigning" : "giving up") + " partitions failed: " + problem;
+    }
   }
 
   void forget_stopped(const rd_kafka_topic_partition_list_t* partitions) {
@@ -461,8 +467,8 @@ class KafkaInboxConsumer::Impl {
   // group's committed offset; without one (a new group) at its log start; where this consumer
   // met an offset gap with on_offset_gap=skip and the group is still at the gap, past it. When
   // the lookup fails, the partitions start without an offset: librdkafka's error comes back to
-  // on_offset_reset(), which starts a new client.
-  void assign(rd_kafka_t* handle, rd_kafka_topic_partition_list_t* partitions, bool cooperative) {
+  // on_offset_reset(), and run() starts a new client after its backoff.
+  void choose_start_offsets(rd_kafka_t* handle, rd_kafka_topic_partition_list_t* partitions) {
     if (const auto err = rd_kafka_committed(handle, partitions, 10000)) {
       detail::log().warn("kafka consumer {}: committed offsets could not be read: {}",
                          options_.group_id, rd_kafka_err2str(err));
@@ -486,16 +492,6 @@ class KafkaInboxConsumer::Impl {
         }
       }
     }
-    std::string problem;
-    if (cooperative) {
-      if (rd_kafka_error_t* error = rd_kafka_incremental_assign(handle, partitions)) {
-        problem = rd_kafka_error_string(error);
-        rd_kafka_error_destroy(error);
-      }
-    } else if (const auto err = rd_kafka_assign(handle, partitions)) {
-      problem = rd_kafka_err2str(err);
-    }
-    if (!problem.empty()) broken_ = "assigning partitions failed: " + problem;
   }
 
   // Where a partition the group has no committed offset for starts. A new group starts at the
