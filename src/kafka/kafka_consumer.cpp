@@ -334,7 +334,8 @@ class KafkaInboxConsumer::Impl {
     lag_.store(known ? lag : -1);
   }
 
-  // Running, unless an offset gap stopped a partition: that stays visible until a new client.
+  // Running, unless an offset gap stopped a partition: that stays visible until a new client or
+  // a rebalance takes the partition away.
   void settle() {
     if (stopped_partitions_.empty()) {
       health_.set(Health::running);
@@ -344,8 +345,8 @@ class KafkaInboxConsumer::Impl {
   }
 
   // librdkafka could not fetch a partition from the offset it had (auto.offset.reset=error) and
-  // stopped fetching it: either the group has no committed offset for it (offset < 0: a new
-  // group, which starts at the log start) or the broker no longer holds that offset.
+  // stopped fetching it: either choose_start_offsets() gave it no offset (offset < 0: stopped at
+  // a gap there, or the lookup failed) or the broker no longer holds that offset.
   void on_offset_reset(const rd_kafka_message_t& error) {
     const std::string topic = rd_kafka_topic_name(error.rkt);
     const std::int32_t partition = error.partition;
