@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -470,6 +471,7 @@ class KafkaInboxConsumer::Impl {
   // the lookup fails, the partitions start without an offset: librdkafka's error comes back to
   // on_offset_reset(), and run() starts a new client after its backoff.
   void choose_start_offsets(rd_kafka_t* handle, rd_kafka_topic_partition_list_t* partitions) {
+    applied_before_.reset();  // asked at most once per assignment
     if (const auto err = rd_kafka_committed(handle, partitions, 10000)) {
       detail::log().warn("kafka consumer {}: committed offsets could not be read: {}",
                          options_.group_id, rd_kafka_err2str(err));
@@ -533,12 +535,15 @@ class KafkaInboxConsumer::Impl {
   }
 
   bool inbox_has_applied() {
+    if (applied_before_) return *applied_before_;
     if (!connection_.healthy()) throw DatabaseError("PostgreSQL is not reachable", "", true);
-    return pg::exec(connection_.get(),
-                    "SELECT EXISTS (SELECT 1 FROM " + options_.schema.table("processed_events") +
-                        " WHERE consumer_name = $1)",
-                    {inbox_name().c_str()})
-               .text(0, 0) == "t";
+    applied_before_ =
+        pg::exec(connection_.get(),
+                 "SELECT EXISTS (SELECT 1 FROM " + options_.schema.table("processed_events") +
+                     " WHERE consumer_name = $1)",
+                 {inbox_name().c_str()})
+            .text(0, 0) == "t";
+    return *applied_before_;
   }
 
   enum class Edge { first_message, after_last_message };
@@ -620,7 +625,8 @@ class KafkaInboxConsumer::Impl {
   std::map<std::pair<std::string, std::int32_t>, std::string> stopped_partitions_;
   // on_offset_gap=skip: (topic, partition) -> (the gap's first offset, where to go on instead).
   std::map<std::pair<std::string, std::int32_t>, std::pair<std::int64_t, std::int64_t>> skip_from_;
-  bool restart_ = false;  // poll() starts a new client after its batch
+  bool restart_ = false;                // poll() starts a new client after its batch
+  std::optional<bool> applied_before_;  // inbox_has_applied() during one assignment
   std::chrono::steady_clock::time_point next_lag_{};
   bool effect_threw_ = false;  // the last batch failed in the effect, not in the inbox
   detail::HealthBoard health_;
