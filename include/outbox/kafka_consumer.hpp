@@ -13,6 +13,7 @@
 #include "outbox/event.hpp"
 #include "outbox/health.hpp"
 #include "outbox/inbox.hpp"
+#include "outbox/stats.hpp"
 
 namespace outbox {
 
@@ -65,26 +66,44 @@ struct KafkaConsumerOptions {
   OffsetGapPolicy on_offset_gap = OffsetGapPolicy::stop;
 };
 
+// What the consumer counts (outbox/stats.hpp says how a list reads).
+#define OUTBOX_KAFKA_CONSUMER_STATS(X)                                                           \
+  X(received, counter, always, "outbox_consumer_messages_received_total", "received {}",         \
+    "Messages taken from the broker.")                                                           \
+  X(applied, counter, always, "outbox_consumer_events_applied_total", "applied {}",              \
+    "Events whose effect committed with their inbox row.")                                       \
+  X(duplicates, counter, always, "outbox_consumer_duplicates_suppressed_total", "duplicates {}", \
+    "Deliveries of events the inbox had already applied (no effect run).")                       \
+  X(rejected, counter, when_set, "outbox_consumer_messages_rejected_total", "rejected {}",       \
+    "Messages without a valid outbox event id (skipped, logged).")                               \
+  X(failed_batches, counter, when_set, "outbox_consumer_failed_batches_total",                   \
+    "failed batches {}", "Batches rolled back and rewound (effect or database failed).")         \
+  X(reconnects, counter, when_set, "outbox_consumer_reconnects_total", "reconnects {}",          \
+    "New PostgreSQL connections or Kafka clients after a failure.")                              \
+  X(effect_failures, counter, when_set, "outbox_consumer_effect_failures_total",                 \
+    "effect failures {}", "Batches rolled back because the effect threw.")                       \
+  X(lag_messages, signed_gauge, always, "outbox_consumer_lag_messages", "lag {}",                \
+    "Messages on the assigned partitions not yet taken; -1 while unknown.")                      \
+  X(offset_gaps, counter, when_set, "outbox_consumer_offset_gaps_total", "offset gaps {}",       \
+    "Partitions whose next message was gone from the broker (the consumer fell behind the "      \
+    "topic's retention): stopped or skipped as on_offset_gap says.")                             \
+  X(offset_gap_messages, counter, when_set, "outbox_consumer_offset_gap_messages_total",         \
+    "{} message(s) in offset gaps", "Messages in those gaps: never applied by this consumer.")   \
+  X(partitions_stopped, gauge, when_set, "outbox_consumer_partitions_stopped",                   \
+    "{} partition(s) stopped",                                                                   \
+    "Partitions stopped at an offset gap (on_offset_gap=stop) until the consumer restarts.")
+
+// Counters since the consumer started. lag_messages is the sum of each assigned partition's high
+// watermark less the consumer's position (both as the client last heard them, refreshed at most
+// once a second by poll()); -1 while unknown (no assignment, nothing fetched yet). offset_gaps
+// counts each gap once (OffsetGapPolicy); offset_gap_messages is 0 where a gap's size is unknown.
 struct KafkaConsumerStats {
-  std::uint64_t received = 0;
-  std::uint64_t applied = 0;
-  std::uint64_t duplicates = 0;
-  std::uint64_t rejected = 0;  // messages without a valid outbox event_id header (skipped, logged)
-  std::uint64_t failed_batches = 0;   // batches rolled back and rewound (effect or database failed)
-  std::uint64_t reconnects = 0;       // new PostgreSQL connections or Kafka clients after a failure
-  std::uint64_t effect_failures = 0;  // of the failed batches: the effect threw
-  // Messages on the assigned partitions not yet taken: the sum of each partition's high
-  // watermark less the consumer's position (both as the client last heard them, refreshed at
-  // most once a second by poll()); -1 while unknown (no assignment, nothing fetched yet).
-  std::int64_t lag_messages = -1;
-  // Partitions whose next message was gone from the broker (OffsetGapPolicy), each counted once
-  // per gap, and the messages in those gaps (never applied; 0 where the count is unknown).
-  std::uint64_t offset_gaps = 0;
-  std::uint64_t offset_gap_messages = 0;
-  std::int64_t partitions_stopped = 0;  // stopped by OffsetGapPolicy::stop, now
+  OUTBOX_KAFKA_CONSUMER_STATS(OUTBOX_STAT_FIELD)
   Health health = Health::starting;
   std::string last_error;  // latest failure (kept after recovery)
 };
+
+[[nodiscard]] std::vector<StatSample> stat_samples(const KafkaConsumerStats& stats);
 
 // Consumes outbox events and applies `effect` through an Inbox. What one poll() receives (up to
 // 500 messages) is applied in one inbox transaction; offsets are stored for commit only after it

@@ -15,6 +15,7 @@
 #include "outbox/metrics.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/sink.hpp"
+#include "outbox/stats.hpp"
 
 namespace outbox {
 
@@ -113,43 +114,74 @@ struct RelayOptions {
 // crash campaign find relays by it).
 inline constexpr std::string_view kRelayApplicationName = "outbox-relay";
 
-// Counters since the relay started. Read from any thread.
+// What the relay counts, one entry each (outbox/stats.hpp says how a list reads). Prometheus
+// exports the published, failed, fenced and quarantined totals by aggregate type
+// (OUTBOX_AGGREGATE_TYPE_COUNTS), not here.
+#define OUTBOX_RELAY_STATS(X)                                                                      \
+  X(claimed, counter, never, "outbox_relay_events_claimed_total", "",                              \
+    "Rows the relay claimed (a retried row counts each time).")                                    \
+  X(published, counter, always, "", "published {}", "Rows marked published after the ack.")        \
+  X(failed, counter, always, "", "failed {}",                                                      \
+    "Sends that failed or had an unknown outcome (rescheduled).")                                  \
+  X(fenced, counter, always, "", "fenced {}",                                                      \
+    "Marks refused because the row no longer carried this relay's claim.")                         \
+  X(quarantined, counter, always, "", "quarantined {}",                                            \
+    "Events set aside: permanent failure or attempt limit reached.")                               \
+  X(in_flight, gauge, always, "outbox_relay_in_flight_events", "in flight {}",                     \
+    "Events sent and not yet reported by the broker.")                                             \
+  X(in_flight_bytes, gauge, always, "outbox_relay_in_flight_bytes", "{} bytes in flight",          \
+    "Payload and header bytes of the events in flight.")                                           \
+  X(reconnects, counter, always, "outbox_relay_reconnects_total", "reconnects {}",                 \
+    "Times the relay got PostgreSQL back after losing it.")                                        \
+  X(claim_queries, counter, always, "", "claim statements {}",                                     \
+    "Claim statements run (each looks for up to a batch of heads).")                               \
+  X(mark_queries, counter, always, "", "mark statements {}",                                       \
+    "Mark statements run (each completes a group of acks).")                                       \
+  X(successors, counter, never, "", "",                                                            \
+    "Of the claimed rows: taken by the mark of their predecessor.")                                \
+  X(leases_taken_over, counter, when_set, "outbox_relay_leases_taken_over_total",                  \
+    "{} lease(s) taken over",                                                                      \
+    "Rows claimed whose previous lease had expired or whose relay session had ended: a relay "     \
+    "died or stalled holding them (each may be a re-publish).")                                    \
+  X(slot_retained_bytes, optional_gauge, when_set, "outbox_relay_slot_retained_bytes",             \
+    "slot holds {} bytes of WAL",                                                                  \
+    "WAL the relay's replication slot holds back (current position - restart_lsn).")               \
+  X(slot_lag_bytes, optional_gauge, when_set, "outbox_relay_slot_lag_bytes", "slot lags {} bytes", \
+    "WAL not yet confirmed by the relay (current position - confirmed_flush_lsn).")                \
+  X(slot_lag_ms, optional_gauge, when_set, "outbox_relay_slot_lag_seconds", "slot lags {} ms",     \
+    "How old the oldest committed event the stream still owes may be.")                            \
+  X(polling_fallback, flag, when_set, "outbox_relay_polling_fallback",                             \
+    "slot let go over the WAL budget: polling",                                                    \
+    "1 while a CDC relay publishes by polling after letting its slot go over the WAL budget.")     \
+  X(slot_standby, flag, when_set, "outbox_relay_slot_standby",                                     \
+    "standby: another relay streams the slot",                                                     \
+    "1 while a CDC relay waits as standby for a slot another relay streams (publishing only "      \
+    "what the table path publishes: retries, released quarantine).")                               \
+  X(slot_released, counter, when_set, "outbox_relay_slot_releases_total",                          \
+    "slot let go {} time(s) over the WAL budget",                                                  \
+    "Times the relay let its replication slot go over its WAL budget.")                            \
+  X(materialized, counter, when_set, "outbox_relay_events_materialized_total",                     \
+    "{} table-less event(s) written to the table",                                                 \
+    "Table-less events the relay wrote to the table to publish them from there.")                  \
+  X(messages_rejected, counter, when_set, "outbox_relay_cdc_messages_rejected_total",              \
+    "{} outbox message(s) rejected (see the log)",                                                 \
+    "Logical decoding messages with the outbox prefix not published: not proven to come from a "   \
+    "producer (forged), unreadable, or table-less at a relay without --table-less.")
+
+// Counters since the relay started. Read from any thread. The CDC entries are -1 / false at a
+// polling relay and until a stream has measured them (looked at every second while streaming).
+// Any messages_rejected at all deserves a look (the OutboxCdcMessagesRejected alert; see
+// cdc/sequence_witness.hpp for why a message can be forged).
 struct RelayStats {
-  std::uint64_t claimed = 0;        // rows claimed (a retried row counts each time)
-  std::uint64_t published = 0;      // rows marked published
-  std::uint64_t failed = 0;         // sends that failed or had an unknown outcome (rescheduled)
-  std::uint64_t fenced = 0;         // marks refused because the row no longer carried our claim
-  std::uint64_t quarantined = 0;    // set aside: permanent failure or attempt limit reached
-  std::uint64_t claim_queries = 0;  // claim statements run (each looks for up to a batch of heads)
-  std::uint64_t mark_queries = 0;   // mark statements run (each completes a group of acks)
-  std::uint64_t successors = 0;     // of the claimed: taken by the mark of their predecessor
-  std::uint64_t in_flight = 0;      // right now
-  std::uint64_t in_flight_bytes = 0;  // right now: their payload and header bytes
-  std::uint64_t reconnects = 0;       // times the relay got PostgreSQL back after losing it
-  // Rows claimed whose previous lease had expired or belonged to a relay session that ended: a
-  // relay died or stalled holding them (each may be a re-publish).
-  std::uint64_t leases_taken_over = 0;
-  // Change data capture only (-1: not a CDC relay, or not measured yet). Looked at every second
-  // while streaming.
-  std::int64_t slot_retained_bytes = -1;  // WAL the slot holds back (current - restart_lsn)
-  std::int64_t slot_lag_bytes = -1;       // WAL not confirmed yet (current - confirmed_flush_lsn)
-  std::int64_t slot_lag_ms = -1;  // how old the oldest committed event the stream owes may be
-  bool polling_fallback = false;  // the slot was let go over cdc.wal_budget: polling meanwhile
-  // Another relay streams the slot: this one waits as its standby (publishing only what the
-  // table path publishes: retries, released quarantine) and takes the slot when it is free.
-  bool slot_standby = false;
-  std::uint64_t slot_released = 0;  // times the relay let its slot go over cdc.wal_budget
-  // Table-less events the relay wrote to the table to publish them from there (cdc.table_less).
-  std::uint64_t materialized = 0;
-  // Logical decoding messages with the outbox prefix that the relay did not publish: not proven
-  // to be a producer's (any role can emit one: see cdc/sequence_witness.hpp), not readable as
-  // outbox events, or table-less events at a relay without cdc.table_less. Each is logged; any at
-  // all deserves a look (the OutboxCdcMessagesRejected alert).
-  std::uint64_t messages_rejected = 0;
+  OUTBOX_RELAY_STATS(OUTBOX_STAT_FIELD)
   Health health = Health::starting;
   std::string last_error;  // latest database or broker error (kept after recovery)
   std::chrono::milliseconds last_error_age{0};  // how long ago last_error happened
+  std::vector<StatSample> sink;                 // the sink's own statistics (Sink::stats())
 };
+
+// Every OUTBOX_RELAY_STATS entry of `stats`, in list order, then its sink's.
+[[nodiscard]] std::vector<StatSample> stat_samples(const RelayStats& stats);
 
 // RelayStats plus what the relay measures per aggregate type and as distributions.
 struct RelayMetrics {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "outbox/event.hpp"
+#include "outbox/stats.hpp"
 
 namespace outbox {
 
@@ -32,7 +33,7 @@ struct DeliveryReport {
 };
 
 // A destination. The relay drives one Sink from one thread: send() many, poll() for reports.
-// Implementations need not be thread safe.
+// Implementations need not be thread safe, except stats().
 class Sink {
  public:
   virtual ~Sink() = default;
@@ -52,6 +53,11 @@ class Sink {
 
   // A short description for logs, e.g. "kafka(127.0.0.1:39093)".
   [[nodiscard]] virtual std::string describe() const = 0;
+
+  // The sink's own statistics, from any thread (the one method that may be called from another
+  // thread). Each sink defines its list once (outbox/stats.hpp); the relay's metrics, JSON and
+  // text line carry them with no code of their own. Prometheus names start with outbox_relay_.
+  [[nodiscard]] virtual std::vector<StatSample> stats() const { return {}; }
 };
 
 }  // namespace outbox

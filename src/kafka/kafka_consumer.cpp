@@ -15,6 +15,7 @@
 #include "common/health_board.hpp"
 #include "common/log.hpp"
 #include "common/printable.hpp"
+#include "common/stat_list.hpp"
 #include "kafka/kafka_common.hpp"
 #include "pg/connection.hpp"
 
@@ -151,8 +152,8 @@ class KafkaInboxConsumer::Impl {
     handle_ = connect_kafka();
     broken_.clear();
     stopped_partitions_.clear();  // the new client starts them again; a gap stops them again
-    partitions_stopped_.store(0);
-    ++reconnects_;
+    counters_.partitions_stopped.store(0);
+    ++counters_.reconnects;
   }
 
   void close_kafka() noexcept {
@@ -173,7 +174,7 @@ class KafkaInboxConsumer::Impl {
     if (!connection_.healthy()) {
       // Before taking messages: a batch taken now could not be applied.
       connection_ = pg::Connection::open(options_.database_url, "outbox-consumer");
-      ++reconnects_;
+      ++counters_.reconnects;
       detail::log().info("kafka consumer {}: reconnected to PostgreSQL", options_.group_id);
       settle();
     }
@@ -213,17 +214,7 @@ class KafkaInboxConsumer::Impl {
 
   KafkaConsumerStats stats() const {
     KafkaConsumerStats s;
-    s.received = received_.load();
-    s.applied = applied_.load();
-    s.duplicates = duplicates_.load();
-    s.rejected = rejected_.load();
-    s.failed_batches = failed_batches_.load();
-    s.reconnects = reconnects_.load();
-    s.effect_failures = effect_failures_.load();
-    s.lag_messages = lag_.load();
-    s.offset_gaps = offset_gaps_.load();
-    s.offset_gap_messages = offset_gap_messages_.load();
-    s.partitions_stopped = partitions_stopped_.load();
+    OUTBOX_STAT_COPY(OUTBOX_KAFKA_CONSUMER_STATS, counters_, s);
     std::tie(s.health, s.last_error) = health_.snapshot();
     return s;
   }
@@ -255,14 +246,14 @@ class KafkaInboxConsumer::Impl {
   }
 
   void handle(const std::vector<kafka::MessageHandle>& batch) {
-    received_ += batch.size();
+    counters_.received += batch.size();
     std::vector<ConsumedEvent> events;
     events.reserve(batch.size());
     for (const auto& message : batch) {
       ConsumedEvent event = decode(message.get());
       if (event.event_id.is_nil()) {
         // Without an id there is nothing to deduplicate on; it is not an outbox message.
-        ++rejected_;
+        ++counters_.rejected;
         detail::log().error("kafka consumer: {}[{}]@{} has no valid event_id header; skipped",
                             detail::printable(event.topic), event.partition, event.offset);
         continue;
@@ -290,14 +281,14 @@ class KafkaInboxConsumer::Impl {
           });
       for (const InboxResult result : results) {
         if (result == InboxResult::applied) {
-          ++applied_;
+          ++counters_.applied;
         } else {
-          ++duplicates_;
+          ++counters_.duplicates;
         }
       }
     } catch (...) {
-      ++failed_batches_;
-      if (effect_threw_) ++effect_failures_;
+      ++counters_.failed_batches;
+      if (effect_threw_) ++counters_.effect_failures;
       rewind(batch);
       throw;
     }
@@ -313,7 +304,7 @@ class KafkaInboxConsumer::Impl {
     next_lag_ = now + std::chrono::seconds(1);
     rd_kafka_topic_partition_list_t* raw = nullptr;
     if (rd_kafka_assignment(handle_.get(), &raw) != RD_KAFKA_RESP_ERR_NO_ERROR || raw == nullptr) {
-      lag_.store(-1);
+      counters_.lag_messages.store(-1);
       return;
     }
     const kafka::PartitionListHandle assigned(raw);
@@ -332,7 +323,7 @@ class KafkaInboxConsumer::Impl {
       lag += std::max<std::int64_t>(0, high - entry.offset);
       known = true;
     }
-    lag_.store(known ? lag : -1);
+    counters_.lag_messages.store(known ? lag : -1);
   }
 
   // Running, unless an offset gap stopped a partition: that stays visible until a new client or
@@ -404,8 +395,8 @@ class KafkaInboxConsumer::Impl {
   bool meet_gap(const std::string& topic, std::int32_t partition, std::int64_t from,
                 std::int64_t missing, const std::string& gap) {
     if (counted_gaps_.insert({topic, partition, from}).second) {
-      ++offset_gaps_;
-      offset_gap_messages_ += static_cast<std::uint64_t>(missing);
+      ++counters_.offset_gaps;
+      counters_.offset_gap_messages += static_cast<std::uint64_t>(missing);
     }
     if (options_.on_offset_gap == OffsetGapPolicy::skip) {
       detail::log().error("kafka consumer {}: {}; on_offset_gap=skip: going on from the log start",
@@ -419,7 +410,7 @@ class KafkaInboxConsumer::Impl {
         "(docs/OPERATIONS.md, OutboxConsumerOffsetGap)",
         options_.group_id, gap);
     stopped_partitions_[{topic, partition}] = gap;
-    partitions_stopped_.store(static_cast<std::int64_t>(stopped_partitions_.size()));
+    counters_.partitions_stopped.store(stopped_partitions_.size());
     settle();
     return false;
   }
@@ -459,7 +450,7 @@ class KafkaInboxConsumer::Impl {
     for (int i = 0; i < partitions->cnt; ++i) {
       stopped_partitions_.erase({partitions->elems[i].topic, partitions->elems[i].partition});
     }
-    partitions_stopped_.store(static_cast<std::int64_t>(stopped_partitions_.size()));
+    counters_.partitions_stopped.store(stopped_partitions_.size());
     if (stopped_partitions_.empty() && health_.health() == Health::partition_stopped) {
       health_.set(Health::running);
     }
@@ -607,17 +598,9 @@ class KafkaInboxConsumer::Impl {
   kafka::KafkaHandle handle_;
   std::atomic<bool> stop_{false};
   std::string broken_;  // non-empty: unusable, says why
-  std::atomic<std::uint64_t> received_{0};
-  std::atomic<std::uint64_t> applied_{0};
-  std::atomic<std::uint64_t> duplicates_{0};
-  std::atomic<std::uint64_t> rejected_{0};
-  std::atomic<std::uint64_t> failed_batches_{0};
-  std::atomic<std::uint64_t> reconnects_{0};
-  std::atomic<std::uint64_t> effect_failures_{0};
-  std::atomic<std::int64_t> lag_{-1};
-  std::atomic<std::uint64_t> offset_gaps_{0};
-  std::atomic<std::uint64_t> offset_gap_messages_{0};
-  std::atomic<std::int64_t> partitions_stopped_{0};
+  struct Counters {
+    OUTBOX_KAFKA_CONSUMER_STATS(OUTBOX_ATOMIC_STAT_FIELD)
+  } counters_;
   // Offset gaps seen by this consumer, (topic, partition, offset), so that one gap met again
   // after a rebalance or a new client counts once.
   std::set<std::tuple<std::string, std::int32_t, std::int64_t>> counted_gaps_;
@@ -644,5 +627,9 @@ void KafkaInboxConsumer::run() { impl_->run(); }
 
 void KafkaInboxConsumer::request_stop() noexcept { impl_->request_stop(); }
 KafkaConsumerStats KafkaInboxConsumer::stats() const { return impl_->stats(); }
+
+std::vector<StatSample> stat_samples(const KafkaConsumerStats& stats) {
+  return OUTBOX_STAT_SAMPLES(OUTBOX_KAFKA_CONSUMER_STATS, stats, detail::kPlain);
+}
 
 }  // namespace outbox

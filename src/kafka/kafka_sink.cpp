@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "common/log.hpp"
+#include "common/stat_list.hpp"
 #include "kafka/kafka_common.hpp"
 #include "kafka/kafka_topic.hpp"
 
@@ -153,6 +154,21 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
   }
 }
 
+// The Kafka sink's own statistics (outbox/stats.hpp; Sink::stats()).
+#define OUTBOX_KAFKA_SINK_STATS(X)                                                                \
+  X(kafka_queue_full_waits, counter, when_set, "outbox_relay_kafka_queue_full_waits_total",       \
+    "{} wait(s) on a full Kafka queue",                                                           \
+    "Times a send found the Kafka client's local queue full (queue.buffering.max.messages or "    \
+    "_kbytes) and waited for delivery reports to make room.")                                     \
+  X(kafka_acks_without_offset, counter, when_set,                                                 \
+    "outbox_relay_kafka_acks_without_offset_total", "{} Kafka ack(s) without an offset",          \
+    "Acknowledgements without an offset (a duplicate-sequence answer): not taken as proof, the "  \
+    "event is sent again with the same id.")                                                      \
+  X(kafka_producers_recreated, counter, when_set,                                                 \
+    "outbox_relay_kafka_producers_recreated_total", "Kafka producer recreated {} time(s)",        \
+    "Times a fatal error of the idempotent producer made the sink start a new producer (its "     \
+    "sends in flight were reported as unknown outcomes and sent again).")
+
 class KafkaSink final : public Sink {
  public:
   explicit KafkaSink(const KafkaSinkOptions& options)
@@ -241,6 +257,7 @@ class KafkaSink final : public Sink {
         return;
       }
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && attempt < kQueueFullRetries) {
+        counters_.kafka_queue_full_waits.fetch_add(1, std::memory_order_relaxed);
         rd_kafka_poll(handle_.get(), 10);  // serve delivery reports to make room
         continue;
       }
@@ -278,6 +295,10 @@ class KafkaSink final : public Sink {
   [[nodiscard]] std::size_t in_flight() const override { return pending_.size(); }
   [[nodiscard]] std::string describe() const override { return "kafka(" + brokers_ + ")"; }
 
+  [[nodiscard]] std::vector<StatSample> stats() const override {
+    return OUTBOX_STAT_SAMPLES(OUTBOX_KAFKA_SINK_STATS, counters_, detail::kRelaxed);
+  }
+
  private:
   static void on_delivery(rd_kafka_t* /*rk*/, const rd_kafka_message_t* message, void* opaque) {
     auto* self = static_cast<KafkaSink*>(opaque);
@@ -289,6 +310,7 @@ class KafkaSink final : public Sink {
         // number" as persisted. The crash campaign caught such batches missing from the log
         // (librdkafka 2.0.2 and its mock cluster, after timed-out requests). Not proof, so not
         // published: the event is sent again with the same event id (a duplicate at worst).
+        self->counters_.kafka_acks_without_offset.fetch_add(1, std::memory_order_relaxed);
         self->report(ticket, DeliveryOutcome::unknown,
                      "acknowledged without an offset (a duplicate-sequence answer); sending again",
                      message->partition, message->offset);
@@ -326,6 +348,7 @@ class KafkaSink final : public Sink {
                         rd_kafka_err2name(fatal), reason);
     kafka::KafkaHandle replacement = kafka::create(
         RD_KAFKA_PRODUCER, kafka::ConfHandle(rd_kafka_conf_dup(rd_kafka_conf(handle_.get()))));
+    counters_.kafka_producers_recreated.fetch_add(1, std::memory_order_relaxed);
     rd_kafka_purge(handle_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(handle_.get(), 1000);  // serves the purged messages' delivery reports
     handle_ = std::move(replacement);
@@ -344,6 +367,9 @@ class KafkaSink final : public Sink {
   std::unordered_set<std::string> known_topics_;  // metadata asked for once
   std::vector<DeliveryReport> ready_;
   std::unordered_set<std::uint64_t> pending_;  // tickets sent and not yet reported
+  struct Counters {
+    OUTBOX_KAFKA_SINK_STATS(OUTBOX_ATOMIC_STAT_FIELD)
+  } counters_;
 };
 
 }  // namespace

@@ -102,45 +102,36 @@ void add_build_info(Families& out) {
         {{"version", OUTBOX_VERSION}});
 }
 
+namespace {
+
+// Each sample under its list entry's name and help.
+void add_samples(Families& out, const std::vector<StatSample>& samples, const Labels& labels) {
+  for (const StatSample& sample : samples) {
+    const StatDef& def = *sample.def;
+    // Absent (not -1) while unknown, so that no alert reads -1 as a value.
+    if (def.metric.empty() || !sample.known()) continue;
+    const std::string name(def.metric);
+    const std::string help(def.help);
+    const double value = static_cast<double>(sample.value) * def.scale;
+    if (def.kind == StatKind::counter) {
+      counter(out, name, help, value, labels);
+    } else {
+      gauge(out, name, help, value, labels);
+    }
+  }
+}
+
+}  // namespace
+
 void add_relay(Families& out, const RelayMetrics& metrics, const std::string& shard) {
   const Labels base = shard.empty() ? Labels{} : Labels{{"shard", shard}};
   const RelayStats& s = metrics.stats;
-  const auto d = [](std::uint64_t v) { return static_cast<double>(v); };
-  counter(out, "outbox_relay_events_claimed_total",
-          "Rows the relay claimed (a retried row counts each time).", d(s.claimed), base);
+  add_samples(out, stat_samples(s), base);
   for (const auto& [type, counts] : metrics.by_aggregate_type) {
     Labels labels = base;
     labels.push_back({"aggregate_type", label_value(type)});
-    counter(out, "outbox_relay_events_published_total",
-            "Events recorded published after the broker's ack.", d(counts.published), labels);
-    counter(out, "outbox_relay_events_failed_total",
-            "Sends that failed or had an unknown outcome (rescheduled, or quarantined).",
-            d(counts.failed), labels);
-    counter(out, "outbox_relay_events_retried_total", "Sends of an event that failed before.",
-            d(counts.retried), labels);
-    counter(out, "outbox_relay_events_quarantined_total",
-            "Events set aside for an operator (permanent failure or attempt limit).",
-            d(counts.quarantined), labels);
-    counter(out, "outbox_relay_fenced_writes_total",
-            "Outcomes not written because the row was no longer this relay's (re-claimed after "
-            "its lease expired, or skipped): a duplicate publish is possible.",
-            d(counts.fenced), labels);
+    add_samples(out, stat_samples(counts), labels);
   }
-  counter(out, "outbox_relay_leases_taken_over_total",
-          "Rows claimed whose previous lease had expired or whose relay session had ended.",
-          d(s.leases_taken_over), base);
-  counter(out, "outbox_relay_reconnects_total",
-          "Times the relay got PostgreSQL back after losing it.", d(s.reconnects), base);
-  counter(out, "outbox_relay_events_materialized_total",
-          "Table-less events the relay wrote to the table to publish them from there.",
-          d(s.materialized), base);
-  counter(out, "outbox_relay_cdc_messages_rejected_total",
-          "Logical decoding messages with the outbox prefix not published: not proven to come "
-          "from a producer (forged), unreadable, or table-less at a relay without --table-less.",
-          d(s.messages_rejected), base);
-  counter(out, "outbox_relay_slot_releases_total",
-          "Times the relay let its replication slot go over its WAL budget.", d(s.slot_released),
-          base);
   histogram(out, "outbox_relay_commit_to_ack_seconds",
             "From the event's transaction (occurred_at, PostgreSQL's clock) to the broker's ack.",
             metrics.commit_to_ack, base);
@@ -148,71 +139,13 @@ void add_relay(Families& out, const RelayMetrics& metrics, const std::string& sh
             metrics.send_to_ack, base);
   histogram(out, "outbox_relay_claim_batch_events", "Rows per claim statement that claimed any.",
             metrics.claim_batch, base);
-  gauge(out, "outbox_relay_in_flight_events", "Events sent and not yet reported by the broker.",
-        d(s.in_flight), base);
-  gauge(out, "outbox_relay_in_flight_bytes", "Payload and header bytes of the events in flight.",
-        d(s.in_flight_bytes), base);
   health(out, "outbox_relay_health", "1 for the relay's current state, 0 for the others.", s.health,
          kRelayStates, base);
-  if (s.slot_lag_bytes >= 0 || s.slot_retained_bytes >= 0 || s.polling_fallback || s.slot_standby ||
-      s.slot_released > 0) {
-    // Change data capture: absent (not -1) while unknown, so no alert reads -1 as a value.
-    if (s.slot_retained_bytes >= 0) {
-      gauge(out, "outbox_relay_slot_retained_bytes",
-            "WAL the relay's replication slot holds back (current position - restart_lsn).",
-            static_cast<double>(s.slot_retained_bytes), base);
-    }
-    if (s.slot_lag_bytes >= 0) {
-      gauge(out, "outbox_relay_slot_lag_bytes",
-            "WAL not yet confirmed by the relay (current position - confirmed_flush_lsn).",
-            static_cast<double>(s.slot_lag_bytes), base);
-    }
-    if (s.slot_lag_ms >= 0) {
-      gauge(out, "outbox_relay_slot_lag_seconds",
-            "How old the oldest committed event the stream still owes may be.",
-            static_cast<double>(s.slot_lag_ms) / 1000.0, base);
-    }
-  }
-  gauge(out, "outbox_relay_polling_fallback",
-        "1 while a CDC relay publishes by polling after letting its slot go over the WAL budget.",
-        s.polling_fallback ? 1 : 0, base);
-  gauge(out, "outbox_relay_slot_standby",
-        "1 while a CDC relay waits as standby for a slot another relay streams.",
-        s.slot_standby ? 1 : 0, base);
 }
 
 void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& s) {
   const Labels labels{{"consumer", label_value(consumer)}};
-  const auto d = [](std::uint64_t v) { return static_cast<double>(v); };
-  counter(out, "outbox_consumer_messages_received_total", "Messages taken from the broker.",
-          d(s.received), labels);
-  counter(out, "outbox_consumer_events_applied_total",
-          "Events whose effect committed with their inbox row.", d(s.applied), labels);
-  counter(out, "outbox_consumer_duplicates_suppressed_total",
-          "Deliveries of events the inbox had already applied (no effect run).", d(s.duplicates),
-          labels);
-  counter(out, "outbox_consumer_messages_rejected_total",
-          "Messages without a valid outbox event id (skipped, logged).", d(s.rejected), labels);
-  counter(out, "outbox_consumer_effect_failures_total",
-          "Batches rolled back because the effect threw.", d(s.effect_failures), labels);
-  counter(out, "outbox_consumer_failed_batches_total",
-          "Batches rolled back and rewound (effect or database failed).", d(s.failed_batches),
-          labels);
-  counter(out, "outbox_consumer_reconnects_total",
-          "New PostgreSQL connections or Kafka clients after a failure.", d(s.reconnects), labels);
-  counter(out, "outbox_consumer_offset_gaps_total",
-          "Partitions whose next message was gone from the broker (the consumer fell behind the "
-          "topic's retention): stopped or skipped as on_offset_gap says.",
-          d(s.offset_gaps), labels);
-  counter(out, "outbox_consumer_offset_gap_messages_total",
-          "Messages in those gaps: never applied by this consumer.", d(s.offset_gap_messages),
-          labels);
-  gauge(out, "outbox_consumer_partitions_stopped",
-        "Partitions stopped at an offset gap (on_offset_gap=stop) until the consumer restarts.",
-        static_cast<double>(s.partitions_stopped), labels);
-  gauge(out, "outbox_consumer_lag_messages",
-        "Messages on the assigned partitions not yet taken; -1 while unknown.",
-        static_cast<double>(s.lag_messages), labels);
+  add_samples(out, stat_samples(s), labels);
   health(out, "outbox_consumer_health", "1 for the consumer's current state, 0 for the others.",
          s.health, kConsumerStates, labels);
 }

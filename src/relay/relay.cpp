@@ -92,6 +92,7 @@ class Relay::Impl {
     counters_.snapshot(s);
     std::tie(s.health, s.last_error) = health_.snapshot();
     s.last_error_age = health_.last_error_age();
+    s.sink = sender_.sink_stats();
     return s;
   }
 

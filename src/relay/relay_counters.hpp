@@ -1,6 +1,7 @@
 #pragma once
-// The relay's counters: written by the relay's thread, read by stats() from any thread. One
-// struct, so a snapshot is one function and a new counter one line here and one in snapshot().
+// The relay's counters: written by the relay's thread, read by stats() from any thread. Each is
+// an entry of OUTBOX_RELAY_STATS or OUTBOX_AGGREGATE_TYPE_COUNTS (outbox/relay.hpp,
+// outbox/metrics.hpp); a new counter is an entry there, not a line here.
 
 #include <array>
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "common/histogram.hpp"
+#include "common/stat_list.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/relay.hpp"
 
@@ -25,7 +27,9 @@ namespace outbox::detail {
 // kMaxAggregateTypeLabels types, the rest share one entry (kOtherAggregateTypes).
 class TypedCounts {
  public:
-  enum Kind : std::size_t { published, failed, retried, quarantined, fenced, kKinds };
+#define OUTBOX_TYPED_KIND(field, ...) field,
+  enum Kind : std::size_t { OUTBOX_AGGREGATE_TYPE_COUNTS(OUTBOX_TYPED_KIND) kKinds };
+#undef OUTBOX_TYPED_KIND
   using Index = std::uint32_t;
 
   // The relay's thread only.
@@ -56,9 +60,12 @@ class TypedCounts {
     std::lock_guard lock(mutex_);
     std::vector<std::pair<std::string, AggregateTypeCounts>> out;
     for (const Entry& entry : entries_) {
-      auto read = [&](Kind kind) { return entry.counts[kind].load(std::memory_order_relaxed); };
-      out.push_back({entry.name, {read(published), read(failed), read(retried),
-                                  read(quarantined), read(fenced)}});
+      AggregateTypeCounts counts;
+#define OUTBOX_TYPED_READ(field, ...) \
+  counts.field = entry.counts[field].load(std::memory_order_relaxed);
+      OUTBOX_AGGREGATE_TYPE_COUNTS(OUTBOX_TYPED_READ)
+#undef OUTBOX_TYPED_READ
+      out.emplace_back(entry.name, counts);
     }
     return out;
   }
@@ -86,31 +93,11 @@ namespace outbox::detail {
 
 struct RelayCounters {
   using Counter = std::atomic<std::uint64_t>;
-  Counter claimed{0};
-  Counter published{0};
-  Counter failed{0};
-  Counter fenced{0};
-  Counter quarantined{0};
-  Counter claim_queries{0};
-  Counter mark_queries{0};
-  Counter successors{0};
-  Counter in_flight{0};        // a gauge: set, not added
-  Counter in_flight_bytes{0};  // a gauge
-  Counter reconnects{0};
-  // Change data capture (RelayStats says what each means).
   using Gauge = std::atomic<std::int64_t>;
-  Gauge slot_retained_bytes{-1};
-  Gauge slot_lag_bytes{-1};
-  Gauge slot_lag_ms{-1};
-  std::atomic<bool> polling_fallback{false};
-  std::atomic<bool> slot_standby{false};
-  Counter slot_released{0};
-  Counter materialized{0};
-  Counter messages_rejected{0};
-  Counter leases_taken_over{0};
+  OUTBOX_RELAY_STATS(OUTBOX_ATOMIC_STAT_FIELD)
   TypedCounts by_type;
-  Histogram commit_to_ack = latency_histogram();  // seconds
-  Histogram send_to_ack = latency_histogram();    // seconds
+  Histogram commit_to_ack = latency_histogram();                                // seconds
+  Histogram send_to_ack = latency_histogram();                                  // seconds
   Histogram claim_batch{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000};  // rows
 
   static void add(Counter& counter, std::uint64_t n) {
@@ -130,29 +117,7 @@ struct RelayCounters {
   }
 
   // Every counter into `stats` (health and errors are the HealthBoard's).
-  void snapshot(RelayStats& stats) const {
-    auto read = [](const Counter& c) { return c.load(std::memory_order_relaxed); };
-    stats.claimed = read(claimed);
-    stats.published = read(published);
-    stats.failed = read(failed);
-    stats.fenced = read(fenced);
-    stats.quarantined = read(quarantined);
-    stats.claim_queries = read(claim_queries);
-    stats.mark_queries = read(mark_queries);
-    stats.successors = read(successors);
-    stats.in_flight = read(in_flight);
-    stats.in_flight_bytes = read(in_flight_bytes);
-    stats.reconnects = read(reconnects);
-    stats.slot_retained_bytes = slot_retained_bytes.load(std::memory_order_relaxed);
-    stats.slot_lag_bytes = slot_lag_bytes.load(std::memory_order_relaxed);
-    stats.slot_lag_ms = slot_lag_ms.load(std::memory_order_relaxed);
-    stats.polling_fallback = polling_fallback.load(std::memory_order_relaxed);
-    stats.slot_standby = slot_standby.load(std::memory_order_relaxed);
-    stats.slot_released = read(slot_released);
-    stats.materialized = read(materialized);
-    stats.messages_rejected = read(messages_rejected);
-    stats.leases_taken_over = read(leases_taken_over);
-  }
+  void snapshot(RelayStats& stats) const { OUTBOX_STAT_COPY(OUTBOX_RELAY_STATS, *this, stats); }
 };
 
 }  // namespace outbox::detail

@@ -41,6 +41,9 @@ class Sender {
   // Takes reports until nothing is in flight or `deadline` passed.
   void drain(std::chrono::steady_clock::time_point deadline);
 
+  // The sink's own statistics; any thread.
+  [[nodiscard]] std::vector<StatSample> sink_stats() const { return sink_->stats(); }
+
  private:
   void take(const std::vector<DeliveryReport>& reports);
   void count_window();

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -96,6 +98,56 @@ TEST(KafkaSinkPartitions, AKeyLandsWhereJavasDefaultPartitionerPutsIt) {
     ++spread[report.partition];
   }
   for (int p = 0; p < kPartitions; ++p) EXPECT_GT(spread[p], 0) << "partition " << p;
+}
+
+// The sink's own statistics (Sink::stats()): a send that finds the client's queue full waits for
+// room, is published all the same, and is counted under its Prometheus name.
+TEST(KafkaSinkStats, AFullQueueIsWaitedOnCountedAndStillPublished) {
+  const std::string topic = "sink.stats.queue_full";
+  kafka().create_topic(topic, 1);
+  KafkaSinkOptions options{kafka().bootstrap_servers(), topic, {}};
+  options.properties["queue.buffering.max.messages"] = "1";
+  auto sink = make_kafka_sink(options);
+  auto value_of = [&](std::string_view key) -> std::int64_t {
+    for (const StatSample& sample : sink->stats()) {
+      if (sample.def->key == key) return sample.value;
+    }
+    ADD_FAILURE() << key << " is not among the Kafka sink's statistics";
+    return -1;
+  };
+  EXPECT_EQ(value_of("kafka_queue_full_waits"), 0);
+  constexpr int kEvents = 20;
+  for (int i = 0; i < kEvents; ++i) {
+    Event event;
+    event.event_id = EventId::generate();
+    event.aggregate_type = "order";
+    event.aggregate_id = "order-" + std::to_string(i);
+    event.aggregate_sequence = 1;
+    event.event_type = "Placed";
+    event.payload = "{}";
+    event.headers = "{}";
+    sink->send(event, static_cast<std::uint64_t>(i));
+  }
+  std::vector<DeliveryReport> reports;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (reports.size() < kEvents && std::chrono::steady_clock::now() < deadline) {
+    sink->poll(100ms, reports);
+  }
+  ASSERT_EQ(reports.size(), static_cast<std::size_t>(kEvents));
+  for (const DeliveryReport& report : reports) {
+    EXPECT_EQ(report.outcome, DeliveryOutcome::published) << report.error;
+  }
+  EXPECT_GT(value_of("kafka_queue_full_waits"), 0);
+  EXPECT_EQ(value_of("kafka_acks_without_offset"), 0);
+  EXPECT_EQ(value_of("kafka_producers_recreated"), 0);
+  std::ifstream file(std::string(OUTBOX_SOURCE_DIR) + "/docs/OPERATIONS.md");
+  const std::string guide((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  for (const StatSample& sample : sink->stats()) {
+    const std::string metric(sample.def->metric);
+    EXPECT_EQ(metric.substr(0, 19), "outbox_relay_kafka_") << sample.def->key;
+    EXPECT_NE(guide.find("| `" + metric + "` |"), std::string::npos)
+        << metric << " is not in docs/OPERATIONS.md's metric tables";
+  }
 }
 
 // The reference above is Kafka's: its own test vectors (Utils.murmur2 in Kafka's UtilsTest).
