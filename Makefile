@@ -36,12 +36,12 @@ build: deps
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
 demo: build
-	./$(BUILD_DIR)/outbox demo $(ARGS)
+	./$(BUILD_DIR)/outbox-dev demo $(ARGS)
 
 # The benchmark on embedded defaults (about 10 minutes); ARGS="--events 100000 --seconds 3" for a
 # quick look. Results, plots and relay logs land in bench-results/.
 bench: build
-	./$(BUILD_DIR)/outbox bench $(ARGS)
+	./$(BUILD_DIR)/outbox-dev bench $(ARGS)
 
 # The tests start their own embedded PostgreSQL and Kafka mock; nothing else needs to run.
 # `make test` (what CI runs): the gtest tests and the fuzzers in build-address-undefined/, the

@@ -39,7 +39,7 @@ if [[ "$build_type" == RelWithDebInfo ]]; then
 fi
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
   -DOUTBOX_SANITIZE= "${debug_flags[@]}"
-cmake --build "$build_dir" -j"$jobs" --target outbox_cli outbox_campaign
+cmake --build "$build_dir" -j"$jobs" --target outbox_cli outbox_dev outbox_campaign
 cmake -S . -B "$sanitize_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
   -DOUTBOX_SANITIZE=address,undefined
 cmake --build "$sanitize_dir" -j"$jobs" --target outbox_unit_tests outbox_integration_tests

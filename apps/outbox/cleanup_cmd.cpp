@@ -8,8 +8,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "common/printable.hpp"
 #include "outbox/cleanup.hpp"
 #include "outbox/duration.hpp"

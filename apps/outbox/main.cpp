@@ -1,99 +1,15 @@
-// outbox: the command-line tool. One subcommand per job, each in its own file (command.hpp); each
-// validates its flags before touching anything and exits non-zero with a message that says what
-// to change.
+// outbox: the operator's program. One subcommand per job, each in its own file (cli/command.hpp);
+// each validates its flags before touching anything and exits non-zero with a message that says
+// what to change. It links no embedded server: the demo, the benchmark and the throwaway servers
+// are outbox-dev's (apps/outbox-dev).
 
-#include <signal.h>
-
-#include <CLI/CLI.hpp>
-#include <iostream>
-#include <sstream>
-
-#include "cli_common.hpp"
-#include "config_file.hpp"
-#include "command.hpp"
-#include "common/fault.hpp"
-#include "common/printable.hpp"
-#include "common/redact.hpp"
-#include "outbox/error.hpp"
-#include "outbox/log.hpp"
+#include "cli/program.hpp"
 
 namespace {
 
-using namespace outbox::cli;
-
-// CLI11 quotes the arguments it could not place, and one may be a --db URI with its password or a
-// secret Kafka property: print its message without them.
-// Every argument error exits kExitError (2), as every other configuration error does; --help
-// exits 0.
-int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
-  std::ostringstream out;
-  std::ostringstream err;
-  const auto secrets = argument_secrets(argc, argv);
-  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr && app.get_subcommands().empty()) {
-    // CLI11 says "A subcommand is required" also when a command's name was misspelt.
-    const std::vector<std::string> rest = app.remaining();
-    err << (rest.empty() ? std::string("outbox: say which command to run")
-                         : "outbox: no command \"" + outbox::detail::printable(rest.front(), 40) +
-                               "\"")
-        << "; `outbox --help` lists them\n";
-  } else {
-    app.exit(e, out, err);
-  }
-  std::cout << outbox::detail::scrub(out.str(), secrets);
-  std::cerr << outbox::detail::scrub(err.str(), secrets);
-  return e.get_exit_code() == 0 ? 0 : kExitError;
-}
-
-// Runs the chosen command; an error becomes a message on stderr and exit code 2 (an outbox error:
-// configuration, database, broker) or 3 (anything else).
-int run(const Commands& commands) {
-  try {
-    outbox::fault::arm_from_environment();  // tests only: the crash campaign arms the relays
-    const int code = commands.run_chosen();
-    // A report that could not be written (stdout closed, disk full) is not a success.
-    if (!(std::cout << std::flush) && code == 0 && !stdout_closure_said()) {
-      std::cerr << "outbox: could not write to stdout (closed, or its disk is full)\n";
-      return kExitError;
-    }
-    return code;
-  } catch (const outbox::DatabaseError& e) {
-    std::string hint;
-    if (e.sqlstate() == "55P03") {
-      hint =
-          "; another session holds a lock on outbox's tables (LOCK TABLE, a migration, VACUUM "
-          "FULL): find it in pg_locks and pg_stat_activity, then try again";
-    } else if (e.sqlstate() == "57014") {
-      hint = "; the statement ran out of time (statement_timeout)";
-    }
-    std::cerr << "outbox: " << e.what() << hint << (e.retryable() ? " (retryable)" : "") << "\n";
-    return 2;
-  } catch (const outbox::Error& e) {
-    std::cerr << "outbox: " << e.what() << (e.retryable() ? " (retryable)" : "") << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "outbox: unexpected error: " << e.what() << "\n";
-    return 3;
-  }
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Output to a closed pipe (`outbox relay | head`, a log shipper that died) fails that write; it
-  // must not kill a relay between its ack and its mark.
-  ::signal(SIGPIPE, SIG_IGN);
-  CLI::App app{"outbox: transactional outbox for PostgreSQL"};
-  app.require_subcommand(1);
-  app.option_defaults()->always_capture_default();  // --help shows every default
-  // Before or after the command's name: `outbox relay --log-format json ...` reads naturally.
-  app.fallthrough();
-  std::string log_format = "text";
-  app.add_option("--log-format", log_format,
-                 "text (for a person) or json (one object per line, for a log pipeline; "
-                 "OUTBOX_LOG_FORMAT=json does the same)")
-      ->check(CLI::IsMember({"text", "json"}));
-
-  Commands commands(app);
+// In the order `outbox --help` lists them.
+void register_commands(outbox::cli::Commands& commands) {
+  using namespace outbox::cli;
   register_migrate(commands);
   register_relay(commands);
   register_status(commands);
@@ -102,24 +18,11 @@ int main(int argc, char** argv) {
   register_replay(commands);
   register_audit(commands);
   register_cleanup(commands);
-  register_kafka_mock(commands);
-  register_postgres(commands);
-  register_demo(commands);
-  register_bench(commands);
-  decimal_integers_only(app);
-  add_config_option(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return report_parse_error(app, e, argc, argv);
-  }
-  if (app.get_option("--log-format")->count() > 0) {  // else OUTBOX_LOG_FORMAT decides
-    outbox::set_log_format(log_format == "json" ? outbox::LogFormat::json
-                                                : outbox::LogFormat::text);
-  }
-  set_database_password_file(commands.password_file());
-  std::string chosen;
-  for (const CLI::App* command : app.get_subcommands()) chosen = command->get_name();
-  start_signal_thread(chosen);  // before any thread starts: all of them inherit its mask
-  return run(commands);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return outbox::cli::run_program(argc, argv, "outbox",
+                                  "outbox: transactional outbox for PostgreSQL", register_commands);
 }

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <mutex>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "observe_flags.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"

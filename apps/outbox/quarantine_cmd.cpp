@@ -6,8 +6,8 @@
 #include <iostream>
 #include <memory>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "common/printable.hpp"
 #include "outbox/error.hpp"
 #include "outbox/quarantine.hpp"

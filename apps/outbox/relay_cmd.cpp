@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "cli_common.hpp"
+#include "cli/cli_common.hpp"
 #include "common/log.hpp"
-#include "command.hpp"
+#include "cli/command.hpp"
 #include "observe_flags.hpp"
 #include "outbox/byte_size.hpp"
 #include "outbox/discard_sink.hpp"

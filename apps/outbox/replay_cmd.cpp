@@ -11,8 +11,8 @@
 #include <iostream>
 #include <thread>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "common/printable.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"

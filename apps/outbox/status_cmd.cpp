@@ -14,8 +14,8 @@
 #include <optional>
 #include <vector>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "common/printable.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"

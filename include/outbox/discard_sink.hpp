@@ -8,7 +8,7 @@
 namespace outbox {
 
 // A sink that reports every send as published at once and sends nothing anywhere. For measuring
-// what the database side alone allows (`outbox relay --sink discard`, `outbox bench`) and for
+// what the database side alone allows (`outbox relay --sink discard`, `outbox-dev bench`) and for
 // tests. Never point it at events anyone needs: they are marked published.
 std::unique_ptr<Sink> make_discard_sink();
 

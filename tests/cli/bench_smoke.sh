@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `outbox bench` at a toy size: every scenario runs, the backlogs drain (bench fails otherwise),
+# `outbox-dev bench` at a toy size: every scenario runs, the backlogs drain (bench fails otherwise),
 # results.json holds one object per scenario with its figures, and both plots are SVG documents.
 # A smoke test of the tool, not a speed test: the figures themselves are not judged here.
 #
@@ -13,9 +13,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init bench_smoke outbox-bench-smoke
 
 rc=0
-output="$("$outbox_binary" bench --events 4000 --aggregates 100 --seconds 1 --clients 2 \
+output="$("$(dev_binary)" bench --events 4000 --aggregates 100 --seconds 1 --clients 2 \
   --rates 100 --out "$work_dir/out" 2>&1)" || rc=$?
-if ((rc == 0)); then pass; else fatal "outbox bench exited $rc: $output"; fi
+if ((rc == 0)); then pass; else fatal "outbox-dev bench exited $rc: $output"; fi
 
 results="$work_dir/out/results.json"
 check() {

@@ -4,7 +4,7 @@
 # secret, no hang, no spin). docs/GUARANTEES.md ("Hostile inputs") lists them with this test.
 #
 # Usage: hostile_input.sh /path/to/outbox
-# Needs: psql on PATH, PostgreSQL server binaries (found by `outbox postgres`).
+# Needs: psql on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
 set -euo pipefail
 
 readonly outbox_binary="${1:?usage: hostile_input.sh /path/to/outbox}"
@@ -74,9 +74,9 @@ expect_refusal "a hexadecimal number" "whole decimal number" \
 if grep -q "at most 5 MiB" "$work_dir/kafka.err"; then pass; else fail "kafka-mock should state its 5 MiB per partition limit"; fi
 # kafka-mock refuses what a real cluster refuses (it started with an internal topic before).
 expect_refusal "kafka-mock --topic __consumer_offsets" "internal topics" \
-  "$outbox_binary" kafka-mock --topic __consumer_offsets
+  "$(dev_binary)" kafka-mock --topic __consumer_offsets
 expect_refusal "kafka-mock --topic with a space" "has the byte 0x20" \
-  "$outbox_binary" kafka-mock --topic "a b"
+  "$(dev_binary)" kafka-mock --topic "a b"
 # --help shows the defaults.
 help="$("$outbox_binary" relay --help)"
 if [[ "$help" == *"=500"* && "$help" == *"=30000"* ]]; then pass; else fail "relay --help should show the defaults (batch 500, lease 30000): $help"; fi
@@ -339,7 +339,7 @@ else
   fail "admin did not start: $(cat "$work_dir/admin.err")"
 fi
 : >"$work_dir/mock2.out"
-"$outbox_binary" kafka-mock >"$work_dir/mock2.out" 2>/dev/null &
+"$(dev_binary)" kafka-mock >"$work_dir/mock2.out" 2>/dev/null &
 mock2_pid=$!
 track_background "$mock2_pid" "kafka-mock for SIGHUP"
 if wait_for_first_line "$mock2_pid" "$work_dir/mock2.out" 30 >/dev/null; then

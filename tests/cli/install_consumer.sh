@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a user does: install outbox, build a service against it with find_package(outbox), run it.
 # Installs the build tree into a temporary prefix, configures and builds examples/order_service
-# against only that prefix, then runs it twice on a private PostgreSQL (`outbox postgres`): the
+# against only that prefix, then runs it twice on a private PostgreSQL (`outbox-dev postgres`): the
 # first run must enqueue sequence 1, the second sequence 2 for the same aggregate.
 #
 # Usage: install_consumer.sh SOURCE_DIR BUILD_DIR

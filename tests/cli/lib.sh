@@ -1,22 +1,29 @@
 # shellcheck shell=bash
 # Scaffolding shared by the command-line tests in this folder: a work folder and background
 # processes cleaned up on exit, pass/fail counters, the closing summary, waiting for a
-# background process's first line of output, starting `outbox postgres` and `outbox kafka-mock`,
-# finding the port a process listens on, and the helpers every script uses (show_log, sql
-# against "$db", expect_failure).
+# background process's first line of output, starting `outbox-dev postgres` and `outbox-dev
+# kafka-mock`, finding the port a process listens on, and the helpers every script uses
+# (show_log, sql against "$db", expect_failure).
 #
 # Usage, from a script running under `set -euo pipefail`:
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 #   cli_test_init NAME WORK_DIR_STEM
 # NAME prefixes the summary ("NAME: N passed, M failed") and cleanup messages; the work folder
 # is "$work_dir", a new ${TMPDIR:-/tmp}/WORK_DIR_STEM.XXXXXX removed on exit. start_postgres and
-# start_kafka_mock run "$outbox_binary" and wait up to "$startup_timeout_s" seconds (30 unless
-# the script sets it).
+# start_kafka_mock run the outbox-dev program beside "$outbox_binary" (dev_binary) and wait up to
+# "$startup_timeout_s" seconds (30 unless the script sets it).
 
 passed=0
 failed=0
 background_pids=()
 background_names=()
+
+# The developer's program (the throwaway servers, the demo, bench): OUTBOX_DEV_BINARY, else the
+# outbox-dev beside "$outbox_binary".
+dev_binary() {
+  # shellcheck disable=SC2154  # outbox_binary is the script's
+  printf '%s\n' "${OUTBOX_DEV_BINARY:-$(dirname "$outbox_binary")/outbox-dev}"
+}
 
 # Sets the test's name, creates "$work_dir" and installs the traps that run cleanup().
 cli_test_init() {
@@ -37,7 +44,7 @@ track_background() {
   background_names+=("${2:-process $pid}")
 }
 
-# Stops what the test started: SIGTERM first, so `outbox postgres` can stop its server and
+# Stops what the test started: SIGTERM first, so `outbox-dev postgres` can stop its server and
 # remove its folder; SIGKILL only for a process that ignores that for 20 s. Then removes the
 # work folder.
 # shellcheck disable=SC2317  # reached through the EXIT trap
@@ -108,7 +115,7 @@ wait_for_first_line() {
   return 1
 }
 
-# start_postgres [ARG...]: starts `"$outbox_binary" postgres ARG...` in the background, tracked
+# start_postgres [ARG...]: starts `outbox-dev postgres ARG...` in the background, tracked
 # for cleanup, its stdout in "$work_dir/postgres.out" and its log in "$work_dir/postgres.err".
 # Sets postgres_pid and db (the connection string, its first line of stdout). A prerequisite:
 # fatal, with the log, when no connection string comes within "$startup_timeout_s" s. Not in a
@@ -117,14 +124,14 @@ wait_for_first_line() {
 start_postgres() {
   local timeout_s="${startup_timeout_s:-30}"
   : >"$work_dir/postgres.out"  # created before the poll reads it, not by the redirection
-  "$outbox_binary" postgres "$@" >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
+  "$(dev_binary)" postgres "$@" >"$work_dir/postgres.out" 2>"$work_dir/postgres.err" &
   postgres_pid=$!
-  track_background "$postgres_pid" "outbox postgres"
+  track_background "$postgres_pid" "outbox-dev postgres"
   db="$(wait_for_first_line "$postgres_pid" "$work_dir/postgres.out" "$timeout_s")" ||
-    fatal --log "$work_dir/postgres.err" "outbox postgres printed no connection string within ${timeout_s} s"
+    fatal --log "$work_dir/postgres.err" "outbox-dev postgres printed no connection string within ${timeout_s} s"
 }
 
-# start_kafka_mock [ARG...]: starts `"$outbox_binary" kafka-mock ARG...` in the background,
+# start_kafka_mock [ARG...]: starts `outbox-dev kafka-mock ARG...` in the background,
 # tracked for cleanup, its stdout in "$work_dir/kafka.out" and its log in "$work_dir/kafka.err".
 # Sets kafka_pid and brokers (the bootstrap servers, its first line of stdout). A prerequisite:
 # fatal, with the log, when no bootstrap servers come within "$startup_timeout_s" s. Not in a
@@ -133,11 +140,11 @@ start_postgres() {
 start_kafka_mock() {
   local timeout_s="${startup_timeout_s:-30}"
   : >"$work_dir/kafka.out"
-  "$outbox_binary" kafka-mock "$@" >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
+  "$(dev_binary)" kafka-mock "$@" >"$work_dir/kafka.out" 2>"$work_dir/kafka.err" &
   kafka_pid=$!
-  track_background "$kafka_pid" "outbox kafka-mock"
+  track_background "$kafka_pid" "outbox-dev kafka-mock"
   brokers="$(wait_for_first_line "$kafka_pid" "$work_dir/kafka.out" "$timeout_s")" ||
-    fatal --log "$work_dir/kafka.err" "outbox kafka-mock printed no bootstrap servers within ${timeout_s} s"
+    fatal --log "$work_dir/kafka.err" "outbox-dev kafka-mock printed no bootstrap servers within ${timeout_s} s"
 }
 
 # listening_port LOG [PID [TIMEOUT_S]]: waits until LOG holds the line a process writes once it

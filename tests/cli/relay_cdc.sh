@@ -8,7 +8,7 @@
 # order).
 #
 # Usage: relay_cdc.sh /path/to/outbox
-# Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox postgres`).
+# Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
 set -euo pipefail
 
 readonly outbox_binary="${1:?usage: relay_cdc.sh /path/to/outbox}"

@@ -10,7 +10,7 @@
 # ctest label `slow` (not run by `make test`; about a minute and ~1 GB of WAL with the defaults):
 #   cd build && ctest -L slow --output-on-failure
 # Measured on the 2-core machine: docs/PERFORMANCE.md, "Relay memory".
-# Needs: psql on PATH, PostgreSQL server binaries (found by `outbox postgres`), /usr/bin/time.
+# Needs: psql on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`), /usr/bin/time.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init relay_memory outbox-relay-memory

@@ -6,7 +6,7 @@
 # unreachable database).
 #
 # Usage: relay_sigterm.sh /path/to/outbox
-# Needs: psql on PATH, PostgreSQL server binaries (found by `outbox postgres`).
+# Needs: psql on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
 set -euo pipefail
 
 readonly outbox_binary="${1:?usage: relay_sigterm.sh /path/to/outbox}"

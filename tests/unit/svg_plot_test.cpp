@@ -1,7 +1,7 @@
 // render_svg / write_svg: the document is complete, text is escaped, every drawable point is
 // plotted and nothing else is, and the axes read as round numbers.
 
-#include "outbox/svg_plot.hpp"
+#include "outbox-dev/svg_plot.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,9 +1,11 @@
 #pragma once
 // The CLI's subcommands. Each command's file defines its register_<command>(Commands&): it adds the
 // subcommand with its flags (defaults from the library's options structs) and says what runs when
-// that subcommand is chosen. main() registers every command, parses, and runs the chosen one.
+// that subcommand is chosen. Each program's main() names its commands and run_program()
+// (program.hpp) registers them, parses, and runs the chosen one.
 //
-// A new command: a file with its register function, declared below and called from main().
+// A new command: a file with its register function, declared below and called from the main() of
+// its program (apps/outbox for the operator's, apps/outbox-dev for the developer's).
 
 #include <CLI/CLI.hpp>
 #include <functional>
@@ -12,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "cli_common.hpp"
+#include "cli/cli_common.hpp"
 
 namespace outbox::cli {
 
@@ -74,7 +76,7 @@ class Commands {
   std::string password_file_;
 };
 
-// In the order `outbox --help` lists them.
+// outbox's commands (apps/outbox).
 void register_migrate(Commands& commands);
 void register_relay(Commands& commands);
 void register_status(Commands& commands);
@@ -83,6 +85,7 @@ void register_quarantine(Commands& commands);
 void register_replay(Commands& commands);
 void register_audit(Commands& commands);
 void register_cleanup(Commands& commands);
+// outbox-dev's (apps/outbox-dev).
 void register_kafka_mock(Commands& commands);
 void register_postgres(Commands& commands);
 void register_demo(Commands& commands);

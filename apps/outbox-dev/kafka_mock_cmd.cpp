@@ -5,8 +5,8 @@
 #include <iostream>
 #include <memory>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "common/printable.hpp"
 #include "kafka/kafka_topic.hpp"
 #include "outbox/testing/kafka_mock.hpp"

@@ -1,4 +1,4 @@
-#include "settings_file.hpp"
+#include "cli/settings_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <iostream>
 
-#include "cli_common.hpp"
+#include "cli/cli_common.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::cli {

@@ -1,4 +1,4 @@
-#include "config_file.hpp"
+#include "cli/config_file.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
-#include "settings_file.hpp"
+#include "cli/settings_file.hpp"
 
 namespace outbox::cli {
 namespace {

@@ -2,7 +2,7 @@
 // files (database passwords, Kafka properties), so that they never stand on a command line (where
 // `ps` shows them to every user) nor in a log line, signals, and how flags are read.
 
-#include "cli_common.hpp"
+#include "cli/cli_common.hpp"
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
@@ -24,7 +24,7 @@
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
-#include "settings_file.hpp"
+#include "cli/settings_file.hpp"
 
 namespace outbox::cli {
 namespace {

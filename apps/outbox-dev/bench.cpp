@@ -3,6 +3,8 @@
 // scenarios are in bench_scenarios.hpp; this file has the flags and runs the chosen scenarios in
 // order on one PostgreSQL and one Kafka (embedded unless --db / --kafka-brokers).
 
+#include "bench.hpp"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -14,10 +16,9 @@
 #include <memory>
 #include <regex>
 
-#include "bench.hpp"
 #include "bench_report.hpp"
 #include "bench_scenarios.hpp"
-#include "command.hpp"
+#include "cli/command.hpp"
 #include "outbox/error.hpp"
 #include "servers.hpp"
 #include "svg_plot.hpp"
@@ -44,6 +45,22 @@ void check(const BenchOptions& options) {
   }
   if (options.sources.empty()) throw InvalidArgument("bench: --sources needs polling, cdc or both");
   for (const std::string& s : options.sources) (void)parse_source(s);
+}
+
+// The `outbox` program the relays run: --outbox, else the one beside this program.
+std::string relay_program(const BenchOptions& options) {
+  const std::filesystem::path path =
+      options.outbox_program.empty()
+          ? std::filesystem::canonical("/proc/self/exe").parent_path() / "outbox"
+          : std::filesystem::path(options.outbox_program);
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error || !std::filesystem::is_regular_file(status) ||
+      (status.permissions() & std::filesystem::perms::owner_exec) == std::filesystem::perms::none) {
+    throw ConfigError("bench: no `outbox` program at " + path.string() +
+                      " to run the relays; install it beside outbox-dev or name it with --outbox");
+  }
+  return std::filesystem::canonical(path).string();
 }
 
 std::vector<RelaySource> sources(const BenchOptions& options) {
@@ -99,6 +116,7 @@ void run_backlogs(const Setup& setup, const std::function<void(json)>& report) {
 
 int run_bench(const BenchOptions& options) {
   check(options);
+  const std::string relay_binary = relay_program(options);
   spdlog::set_level(spdlog::level::warn);
   std::filesystem::create_directories(options.out_dir);
   // Sized as a tuned server would be (a quarter of the memory is the usual advice), not at
@@ -107,9 +125,8 @@ int run_bench(const BenchOptions& options) {
   pg_options.shared_buffers = options.shared_buffers;
   Servers servers(options.database_url, options.kafka_brokers, pg_options, 1,
                   [](const std::string& text) { progress(text); });
-  const Setup setup{options,         servers.database_url(),
-                    servers.brokers(), std::filesystem::canonical("/proc/self/exe").string(),
-                    options.out_dir, servers.kafka()};
+  const Setup setup{options,      servers.database_url(), servers.brokers(),
+                    relay_binary, options.out_dir,        servers.kafka()};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;
@@ -218,6 +235,8 @@ void register_bench(Commands& commands) {
       ->delimiter(',')
       ->check(CLI::IsMember({"polling", "cdc"}))
       ->capture_default_str();
+  bench->add_option("--outbox", options->outbox_program,
+                    "the outbox program the relays run (default: the one beside outbox-dev)");
   bench->add_option("--out", options->out_dir, "folder for results.json, plots, relay logs")
       ->capture_default_str();
 }

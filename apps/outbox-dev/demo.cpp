@@ -14,8 +14,8 @@
 #include <thread>
 #include <unordered_set>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "outbox/testing/kafka_mock.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/schema.hpp"
+#include "outbox/testing/kafka_mock.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox::cli::bench {
@@ -29,13 +29,13 @@ struct BenchOptions {
   std::int64_t events = 1000000;  // backlog size for ceiling and drain
   int aggregates = 10000;
   int payload_bytes = 200;
-  std::string shared_buffers = "1GB";         // embedded PostgreSQL only
-  std::vector<std::string> kafka_properties;  // key=value, passed to each Kafka relay
-  int clients = 4;                            // producer connections (producer and live)
-  double seconds = 10;                        // per producer comparison and per live rate
-  std::vector<int> rates = {1000, 5000};      // live offered rates; "max" always follows
-  int relays = 2;                             // relay processes for ceiling and drain
-  std::size_t batch_size = RelayOptions{}.batch_size;        // relay
+  std::string shared_buffers = "1GB";                  // embedded PostgreSQL only
+  std::vector<std::string> kafka_properties;           // key=value, passed to each Kafka relay
+  int clients = 4;                                     // producer connections (producer and live)
+  double seconds = 10;                                 // per producer comparison and per live rate
+  std::vector<int> rates = {1000, 5000};               // live offered rates; "max" always follows
+  int relays = 2;                                      // relay processes for ceiling and drain
+  std::size_t batch_size = RelayOptions{}.batch_size;  // relay
   std::size_t max_in_flight = RelayOptions{}.max_in_flight;  // relay
   int timeout_seconds = 900;                                 // per backlog
   std::vector<std::string> only;                             // scenarios to run; empty: all
@@ -44,6 +44,7 @@ struct BenchOptions {
   bool durable_marks = false;  // relays commit marks synchronously
   unsigned cdc_shards = 1;     // the CDC relay's streams (relay --shards)
   std::string out_dir = "bench-results";
+  std::string outbox_program;  // the relays' `outbox`; empty: the one beside outbox-dev
 };
 
 using Clock = std::chrono::steady_clock;
@@ -84,9 +85,9 @@ struct Setup {
 
   // `outbox relay` for `schema`, with JSON stats every 250 ms; `discard`: --sink discard. A CDC
   // relay reads the slot slot_name(schema) through the publication the relay makes by default.
-  [[nodiscard]] std::vector<std::string> relay_args(const SchemaName& schema, bool discard,
-                                                    int index = 0,
-                                                    RelaySource source = RelaySource::polling) const;
+  [[nodiscard]] std::vector<std::string> relay_args(
+      const SchemaName& schema, bool discard, int index = 0,
+      RelaySource source = RelaySource::polling) const;
 
   // A CDC relay's slot and publication made before anything is written (a CDC relay started once
   // and stopped), so that the slot keeps what is written while no relay runs.

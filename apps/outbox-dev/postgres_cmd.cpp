@@ -2,8 +2,8 @@
 
 #include <iostream>
 
-#include "cli_common.hpp"
-#include "command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/command.hpp"
 #include "outbox/testing/embedded_postgres.hpp"
 
 namespace outbox::cli {
