@@ -20,7 +20,7 @@
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/schema.hpp"
-#include "pg/connection.hpp"
+#include "outbox/status.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -36,100 +36,12 @@ std::string mebibytes(std::int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
-// What `outbox status` reads, once.
-struct Slot {
-  std::string name;
-  std::string walsender;   // its pid; empty: not streamed
-  std::string wal_status;
-  std::optional<std::int64_t> retained;     // bytes; nullopt: its WAL is gone
-  std::optional<std::int64_t> unconfirmed;  // bytes
-  bool table_less = false;
-};
-struct RelayRow {
-  std::string relay_id;
-  bool listening = false;
-  double seen_seconds_ago = 0;
-  bool ended = false;
-};
-struct Status {
-  std::int64_t pending = 0, in_flight = 0, retrying = 0, quarantined = 0, published = 0,
-               skipped = 0;
-  double oldest_pending_seconds = 0;
-  std::vector<Slot> slots;
-  std::vector<RelayRow> relays;
-};
-
-std::optional<std::int64_t> optional_int(const pg::Result& r, int row, int column) {
-  if (r.is_null(row, column)) return std::nullopt;
-  return r.int64(row, column);
-}
-
-Status read_status(PGconn* conn, const SchemaName& schema) {
-  Status status;
-  const std::string events = schema.table("outbox_events");
-  const auto counts = pg::exec(
-      conn,
-      "WITH pending AS (SELECT * FROM " + events +
-          " WHERE published_at IS NULL AND skipped_at IS NULL)"
-          " SELECT (SELECT count(*) FROM pending),"
-          "        (SELECT count(*) FROM pending WHERE claim_until > now()),"
-          "        (SELECT count(*) FROM pending WHERE attempt_count > 0 AND quarantined_at IS "
-          "NULL),"
-          "        (SELECT count(*) FROM pending WHERE quarantined_at IS NOT NULL),"
-          "        (SELECT count(*) FROM " + events + " WHERE published_at IS NOT NULL),"
-          "        (SELECT count(*) FROM " + events + " WHERE skipped_at IS NOT NULL),"
-          "        (SELECT coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8"
-          "         FROM pending)");
-  status.pending = counts.int64(0, 0);
-  status.in_flight = counts.int64(0, 1);
-  status.retrying = counts.int64(0, 2);
-  status.quarantined = counts.int64(0, 3);
-  status.published = counts.int64(0, 4);
-  status.skipped = counts.int64(0, 5);
-  status.oldest_pending_seconds = std::stod(std::string(counts.text(0, 6)));
-
-  // The logical slots change-data-capture relays stream from (pgoutput, this database), with the
-  // WAL each holds back: what `--wal-budget` and max_slot_wal_keep_size bound.
-  const auto slots = pg::exec(
-      conn,
-      "WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
-      "ELSE pg_current_wal_lsn() END AS lsn) "
-      "SELECT slot_name, coalesce(active_pid::text, ''), coalesce(wal_status, ''), "
-      "pg_wal_lsn_diff(here.lsn, restart_lsn)::bigint, "
-      "pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint, "
-      "(slot_name::text IN (SELECT slot_name FROM " +
-          schema.table("outbox_table_less_slots") +
-          "))::text "
-          "FROM pg_replication_slots, here WHERE slot_type = 'logical' AND plugin = 'pgoutput' "
-          "AND database = current_database() ORDER BY slot_name");
-  for (int row = 0; row < slots.rows(); ++row) {
-    status.slots.push_back({std::string(slots.text(row, 0)), std::string(slots.text(row, 1)),
-                            std::string(slots.text(row, 2)), optional_int(slots, row, 3),
-                            optional_int(slots, row, 4), slots.text(row, 5) == "true"});
-  }
-  // The relay sessions the table knows, newest first (ended ones go once their leases are over).
-  const auto relays = pg::exec(
-      conn, "SELECT relay_id, listening::text, "
-            // An ended session's seen_at is -infinity: no age (PostgreSQL 15 refuses the sum).
-            "CASE WHEN isfinite(seen_at) THEN extract(epoch FROM now() - seen_at)::float8::text "
-            "ELSE '-1' END, "
-            "(ended_at IS NOT NULL)::text FROM " +
-                schema.table("outbox_relays") + " ORDER BY seen_at DESC LIMIT 100");
-  for (int row = 0; row < relays.rows(); ++row) {
-    const std::string ago(relays.text(row, 2));
-    status.relays.push_back({std::string(relays.text(row, 0)), relays.text(row, 1) == "true",
-                             std::stod(ago),
-                             relays.text(row, 3) == "true"});
-  }
-  return status;
-}
-
-void print_text(const Status& s) {
+void print_text(const OutboxStatus& s) {
   std::cout << "pending " << s.pending << " (in flight " << s.in_flight << ", retrying "
             << s.retrying << ", quarantined " << s.quarantined << "), published " << s.published
             << ", skipped " << s.skipped << ", oldest pending "
             << fmt::format("{:g}", s.oldest_pending_seconds) << " s\n";
-  for (const Slot& slot : s.slots) {
+  for (const SlotStatus& slot : s.slots) {
     std::cout << "slot " << detail::printable(slot.name) << ": "
               << (slot.walsender.empty() ? std::string("not streamed")
                                          : "streamed (walsender " + slot.walsender + ")")
@@ -145,18 +57,18 @@ void print_text(const Status& s) {
     }
     std::cout << "\n";
   }
-  for (const RelayRow& relay : s.relays) {
+  for (const RelaySessionStatus& relay : s.relays) {
     std::cout << "relay " << detail::printable(relay.relay_id) << ": "
               << (relay.ended ? std::string("ended")
                               : fmt::format("seen {:.0f} s ago, {}", relay.seen_seconds_ago,
-                                            relay.listening ? "waiting for work" : "working"))
+                                            relay.state()))
               << "\n";
   }
 }
 
-nlohmann::json to_json(const Status& s) {
+nlohmann::json to_json(const OutboxStatus& s) {
   nlohmann::json slots = nlohmann::json::array();
-  for (const Slot& slot : s.slots) {
+  for (const SlotStatus& slot : s.slots) {
     slots.push_back({{"name", slot.name},
                      {"streamed", !slot.walsender.empty()},
                      {"wal_status", slot.wal_status},
@@ -166,10 +78,11 @@ nlohmann::json to_json(const Status& s) {
                      {"table_less", slot.table_less}});
   }
   nlohmann::json relays = nlohmann::json::array();
-  for (const RelayRow& relay : s.relays) {
+  for (const RelaySessionStatus& relay : s.relays) {
     relays.push_back({{"relay_id", relay.relay_id},
                       {"ended", relay.ended},
                       {"listening", relay.listening},
+                      {"state", std::string(relay.state())},
                       {"seen_seconds_ago", relay.ended ? nlohmann::json(nullptr)
                                                        : nlohmann::json(relay.seen_seconds_ago)}});
   }
@@ -187,7 +100,7 @@ nlohmann::json to_json(const Status& s) {
 }
 
 void print_once(PGconn* conn, const StatusFlags& flags) {
-  const Status status = read_status(conn, SchemaName(flags.schema));
+  const OutboxStatus status = read_status(conn, SchemaName(flags.schema));
   if (flags.json) {
     std::cout << to_json(status).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
               << std::endl;

@@ -26,4 +26,10 @@ void check_duration_range(std::chrono::milliseconds value, std::chrono::millisec
                           std::chrono::milliseconds max, std::string_view what,
                           std::string_view why = {});
 
+// The same message, or "" when `value` is in range: for a caller that throws its own error type.
+[[nodiscard]] std::string duration_range_problem(std::chrono::milliseconds value,
+                                                 std::chrono::milliseconds min,
+                                                 std::chrono::milliseconds max,
+                                                 std::string_view what, std::string_view why = {});
+
 }  // namespace outbox

@@ -1,6 +1,7 @@
 #pragma once
-// The polling relay: claims committed outbox rows, publishes them through a Sink, and marks them
-// published only after the broker's acknowledgement.
+// The relay: learns of committed outbox events (by claiming rows, or from a logical replication
+// slot: RelaySource), publishes them through a Sink, and marks them published only after the
+// broker's acknowledgement.
 
 #include <atomic>
 #include <chrono>
@@ -171,7 +172,7 @@ inline constexpr std::string_view kRelayApplicationName = "outbox-relay";
 // Counters since the relay started. Read from any thread. The CDC entries are -1 / false at a
 // polling relay and until a stream has measured them (looked at every second while streaming).
 // Any messages_rejected at all deserves a look (the OutboxCdcMessagesRejected alert; see
-// cdc/sequence_witness.hpp for why a message can be forged).
+// relay/cdc/sequence_witness.hpp for why a message can be forged).
 struct RelayStats {
   OUTBOX_RELAY_STATS(OUTBOX_STAT_FIELD)
   Health health = Health::starting;

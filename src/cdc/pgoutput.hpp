@@ -158,7 +158,7 @@ struct Insert {
 // 'U'. The new row always; before it the old key ('K', when the update changed the replica
 // identity's columns) or the whole old row ('O', under REPLICA IDENTITY FULL). The relay reads
 // updates of one table only: a table-less relay, the producers' sequence counters (the proof that
-// a table-less message is a producer's, cdc/sequence_witness.hpp).
+// a table-less message is a producer's, relay/cdc/sequence_witness.hpp).
 struct Update {
   std::uint32_t relation_id = 0;
   char old_kind = 0;  // 'K', 'O', or 0 when no old tuple was sent

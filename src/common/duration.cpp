@@ -89,13 +89,20 @@ std::string format_duration(std::chrono::milliseconds value) {
   return text;
 }
 
+std::string duration_range_problem(std::chrono::milliseconds value, std::chrono::milliseconds min,
+                                   std::chrono::milliseconds max, std::string_view what,
+                                   std::string_view why) {
+  if (value >= min && value <= max) return {};
+  return fmt::format("{} of {} is out of range: give {} to {}{}{}", what, format_duration(value),
+                     format_duration(min), format_duration(max), why.empty() ? "" : "; ", why);
+}
+
 void check_duration_range(std::chrono::milliseconds value, std::chrono::milliseconds min,
                           std::chrono::milliseconds max, std::string_view what,
                           std::string_view why) {
-  if (value >= min && value <= max) return;
-  throw InvalidArgument(fmt::format("{} of {} is out of range: give {} to {}{}{}", what,
-                                    format_duration(value), format_duration(min),
-                                    format_duration(max), why.empty() ? "" : "; ", why));
+  if (std::string problem = duration_range_problem(value, min, max, what, why); !problem.empty()) {
+    throw InvalidArgument(problem);
+  }
 }
 
 }  // namespace outbox

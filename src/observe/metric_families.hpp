@@ -46,6 +46,14 @@ inline std::chrono::steady_clock::duration next_backlog_query(
   return std::max<std::chrono::steady_clock::duration>(refresh, stretched);
 }
 
+// How soon after a run a refresh someone asks for (ObserveServer::refresh_backlog) may run: not
+// before ten times the last run's duration (capped as above), so that asking cannot make a slow
+// query cost more than the tenth of a backend the stretch allows.
+inline std::chrono::steady_clock::duration earliest_asked_backlog_query(
+    std::chrono::steady_clock::duration took) {
+  return std::min<std::chrono::steady_clock::duration>(took * 10, kMaxBacklogStretch);
+}
+
 using Families = std::vector<prometheus::MetricFamily>;
 
 void add_build_info(Families& out);

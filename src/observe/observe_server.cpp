@@ -22,6 +22,7 @@
 #include "outbox/error.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/quarantine.hpp"
+#include "outbox/status.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -109,12 +110,13 @@ class ObserveServer::Impl {
           "metrics; give a token (--admin-token-file) or listen on 127.0.0.1",
           options_.listen));
     }
-    try {
-      check_duration_range(options_.backlog_refresh, std::chrono::milliseconds(100),
-                           std::chrono::hours(1), "a backlog refresh (--backlog-refresh)",
-                           "a slow query also waits ten times as long as it took");
-    } catch (const InvalidArgument& error) {
-      throw ConfigError(error.what());  // as for every option here
+    // A ConfigError, as for every option here.
+    if (std::string problem = duration_range_problem(
+            options_.backlog_refresh, std::chrono::milliseconds(100), std::chrono::hours(1),
+            "a backlog refresh (--backlog-refresh)",
+            "a slow query also waits ten times as long as it took");
+        !problem.empty()) {
+      throw ConfigError(problem);
     }
   }
 
@@ -389,22 +391,12 @@ class ObserveServer::Impl {
     if (!lock.owns_lock()) throw Busy("the previous overview is still being read; try again");
     PGconn* conn = api_connection();
     // Every relay session the table knows: alive ones beat every 10 s.
-    const auto relays =
-        pg::exec(conn,
-                 "SELECT relay_id, listening, CASE WHEN isfinite(seen_at) THEN "
-                 "extract(epoch FROM now() - seen_at)::float8 ELSE -1 END, ended_at IS NOT NULL "
-                 "FROM " +
-                     options_.schema.table("outbox_relays") + " ORDER BY seen_at DESC LIMIT 50");
-    for (int row = 0; row < relays.rows(); ++row) {
-      const double ago = std::stod(std::string(relays.text(row, 2)));
-      const bool ended = relays.text(row, 3) == "t";
-      const std::string state = ended                        ? "ended"
-                                : ago > 30                   ? "silent"
-                                : relays.text(row, 1) == "t" ? "waiting for work"
-                                                             : "working";
-      parts.push_back({{"part", "relay " + std::string(relays.text(row, 0))},
-                       {"state", state},
-                       {"detail", ended ? std::string() : fmt::format("seen {:.0f} s ago", ago)}});
+    for (const RelaySessionStatus& relay : read_relay_sessions(conn, options_.schema, 50)) {
+      parts.push_back({{"part", "relay " + relay.relay_id},
+                       {"state", std::string(relay.state())},
+                       {"detail", relay.ended ? std::string()
+                                              : fmt::format("seen {:.0f} s ago",
+                                                            relay.seen_seconds_ago)}});
     }
     out["parts"] = std::move(parts);
     nlohmann::json quarantine = nlohmann::json::array();
@@ -553,13 +545,17 @@ class ObserveServer::Impl {
       }
       runs_done_ = run;
       backlog_done_.notify_all();
-      backlog_wake_.wait_for(lock, wait, [this] { return stopping_ || refresh_asked_; });
+      // A refresh asked for runs early, but never inside the stretch.
+      const auto floor = std::min(wait, observe::earliest_asked_backlog_query(took));
+      backlog_wake_.wait_for(lock, floor, [this] { return stopping_; });
+      backlog_wake_.wait_for(lock, wait - floor, [this] { return stopping_ || refresh_asked_; });
     }
     backlog_done_.notify_all();  // refresh_backlog() callers: stopping
   }
 
  public:
-  // Asks for a run now and waits up to `timeout` for one that began after the call.
+  // Asks for a run now (or once the last run's stretch is over: earliest_asked_backlog_query) and
+  // waits up to `timeout` for one that began after the call.
   bool refresh_backlog(std::chrono::milliseconds timeout) {
     std::unique_lock lock(backlog_mutex_);
     if (!backlog_started_ || stopping_) return false;

@@ -1,6 +1,7 @@
 #pragma once
 // Thin RAII over libpq: one owner per handle, every failure turned into DatabaseError carrying the
-// SQLSTATE and whether a retry can help. The relay, inbox, schema and (later) CDC code share it.
+// SQLSTATE and whether a retry can help. The relay (both sources), the inbox, the schema, the
+// operator actions and the replication client share it.
 
 #include <libpq-fe.h>
 

@@ -4,10 +4,12 @@
 // decides when to fetch, wait and record; a source knows nothing of sinks, a sink nothing of
 // PostgreSQL.
 //
-// Today's only implementation is the polling claim (PollingSource, polling_source.hpp: a claim
-// statement takes pending heads under a lease, a mark writes the outcome matching the claim's
-// token). A change-data-capture source would read the WAL instead and record by confirming a
-// position once every event before it is acknowledged.
+// Two implementations: the polling claim (PollingSource, polling_source.hpp: a claim statement
+// takes pending heads under a lease, a mark writes the outcome matching the claim's token), and
+// change data capture (CdcSource, relay/cdc/cdc_source.hpp: reads the outbox inserts from a
+// replication slot, marks the rows it streamed, and confirms a slot position once every event
+// before it is recorded; a PollingSource is its table path). The loop (relay/loop/relay.cpp)
+// builds one of them and knows neither.
 //
 // Errors: DatabaseError (retryable or not) from any call; the loop reconnects through
 // reconnect() and carries on.

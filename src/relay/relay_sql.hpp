@@ -1,6 +1,9 @@
 #pragma once
-// Every statement the polling relay sends, in one place, and one reader per statement that turns
-// its rows into structs (the columns are named next to the SQL, in relay_sql.cpp).
+// The statements of the relay's table path (claims, marks, failures, registration, sweeps), in
+// one place, with one reader per statement that turns its rows into structs (the columns are
+// named next to the SQL, in relay_sql.cpp). Both sources use them: a change-data-capture relay
+// claims and marks through its table path too. The CDC source's own statements are still in
+// relay/cdc/cdc_source.cpp (issue 24 moves them here).
 
 #include <cstdint>
 #include <optional>

@@ -5,8 +5,9 @@
 // (max_in_flight_bytes), and turns broker reports into outcomes. No I/O: the loop (relay.cpp)
 // sends, polls and writes; this keeps the books (tests/unit/send_window_test.cpp).
 //
-// An event's completion token says which claim sent it (polling: the claim token its mark must
-// match; a change-data-capture source would put its commit position there).
+// An event's completion token says which claim sent it: the claim token its mark must match. An
+// event a change-data-capture stream brought holds no claim: its token is empty, and its mark
+// matches the unclaimed row instead (relay/cdc/cdc_source.hpp).
 
 #include <chrono>
 #include <cstddef>

@@ -54,6 +54,15 @@ TEST(BacklogRefresh, WaitsTenTimesAsLongAsASlowQueryTook) {
   EXPECT_EQ(observe::next_backlog_query(std::chrono::minutes(5), 30s), std::chrono::minutes(5));
 }
 
+// Asking for a refresh does not undo the stretch: a run that took 2.4 s allows the next one no
+// sooner than 24 s after it, however often someone asks.
+TEST(BacklogRefresh, AnAskedRefreshWaitsOutTheStretch) {
+  using namespace std::chrono_literals;
+  EXPECT_EQ(observe::earliest_asked_backlog_query(20ms), 200ms);
+  EXPECT_EQ(observe::earliest_asked_backlog_query(2400ms), 24000ms);
+  EXPECT_EQ(observe::earliest_asked_backlog_query(30s), 60s);
+}
+
 TEST(Histogram, CountsEachObservationInItsBucketAndSums) {
   detail::Histogram h{1, 10};
   h.observe(0.5);

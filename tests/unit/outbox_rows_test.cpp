@@ -1,5 +1,5 @@
 // A streamed insert into outbox_events, decoded into the event the relay sends.
-#include "cdc/outbox_rows.hpp"
+#include "relay/cdc/outbox_rows.hpp"
 
 #include <gtest/gtest.h>
 

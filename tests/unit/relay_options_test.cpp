@@ -2,7 +2,7 @@
 // with a message naming the option.
 #include "relay/relay_options.hpp"
 
-#include "cdc/cdc_source.hpp"
+#include "relay/cdc/cdc_source.hpp"
 
 #include <gtest/gtest.h>
 

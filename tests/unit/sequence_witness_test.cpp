@@ -1,7 +1,7 @@
 // SequenceWitness: a table-less message is taken only with a change of its aggregate's counter to
 // its last sequence, read before it in the same transaction, one message per change.
 
-#include "cdc/sequence_witness.hpp"
+#include "relay/cdc/sequence_witness.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The change-data-capture relay's stream books: per-aggregate order, what is left to the table,
 // and how far the confirmed position may move. No I/O.
-#include "cdc/stream_book.hpp"
+#include "relay/cdc/stream_book.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "cdc/outbox_rows.hpp"
+#include "relay/cdc/outbox_rows.hpp"
 
 #include <charconv>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "cdc/stream_book.hpp"
+#include "relay/cdc/stream_book.hpp"
 
 #include <algorithm>
 #include <functional>

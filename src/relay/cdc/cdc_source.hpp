@@ -42,10 +42,10 @@
 #include <string>
 #include <vector>
 
-#include "cdc/outbox_rows.hpp"
+#include "relay/cdc/outbox_rows.hpp"
 #include "cdc/replication_stream.hpp"
-#include "cdc/sequence_witness.hpp"
-#include "cdc/stream_book.hpp"
+#include "relay/cdc/sequence_witness.hpp"
+#include "relay/cdc/stream_book.hpp"
 #include "outbox/relay.hpp"
 #include "relay/event_source.hpp"
 #include "relay/polling_source.hpp"

@@ -1,4 +1,4 @@
-#include "cdc/sequence_witness.hpp"
+#include "relay/cdc/sequence_witness.hpp"
 
 #include <charconv>
 

@@ -1,4 +1,4 @@
-#include "cdc/cdc_source.hpp"
+#include "relay/cdc/cdc_source.hpp"
 
 #include <fmt/format.h>
 

@@ -6,7 +6,7 @@
 #include "common/backoff.hpp"
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
-#include "cdc/cdc_source.hpp"
+#include "relay/cdc/cdc_source.hpp"
 #include "common/log.hpp"
 #include "relay/claim_schedule.hpp"
 #include "relay/polling_source.hpp"

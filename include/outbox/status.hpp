@@ -1,0 +1,58 @@
+#pragma once
+// What an outbox schema looks like now: how many events wait, are in flight, retry, sit in
+// quarantine, went out; the replication slots of change-data-capture relays, with the WAL they hold
+// back; and the relay sessions. `outbox status` prints it; the admin page shows the sessions.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/event.hpp"
+#include "outbox/schema.hpp"
+
+namespace outbox {
+
+// A logical slot (pgoutput, this database) a change-data-capture relay streams from.
+struct SlotStatus {
+  std::string name;
+  std::string walsender;  // its pid; empty: not streamed
+  std::string wal_status;
+  std::optional<std::int64_t> retained;     // bytes of WAL it holds; nullopt: its WAL is gone
+  std::optional<std::int64_t> unconfirmed;  // bytes not confirmed yet
+  bool table_less = false;  // registered for table-less events (the only copy of those)
+};
+
+// A relay session outbox_relays knows (alive ones refresh their row every 10 s).
+struct RelaySessionStatus {
+  std::string relay_id;
+  bool listening = false;       // waiting for work (LISTEN) rather than working
+  double seen_seconds_ago = 0;  // -1 for an ended session
+  bool ended = false;
+
+  // "ended", "silent" (not seen for 30 s: stalled or gone), "waiting for work" or "working".
+  [[nodiscard]] std::string_view state() const;
+};
+
+struct OutboxStatus {
+  std::int64_t pending = 0;      // not published, not skipped (quarantined ones included)
+  std::int64_t in_flight = 0;    // of those: under a relay's lease
+  std::int64_t retrying = 0;     // of those: tried before, not quarantined
+  std::int64_t quarantined = 0;  // of those: waiting for an operator
+  std::int64_t published = 0;    // still in the table (cleanup deletes them after the retention)
+  std::int64_t skipped = 0;
+  double oldest_pending_seconds = 0;  // 0 when none
+  std::vector<SlotStatus> slots;
+  std::vector<RelaySessionStatus> relays;  // newest first
+};
+
+// The relay sessions, newest first, at most `limit`. One query. Throws DatabaseError.
+std::vector<RelaySessionStatus> read_relay_sessions(PGconn* conn, const SchemaName& schema,
+                                                    int limit = 100);
+
+// Everything above, in three queries: the counts read every row not yet deleted (seconds on a
+// table of millions), so this is for a person or a slow poll, not a scrape. Throws DatabaseError.
+OutboxStatus read_status(PGconn* conn, const SchemaName& schema);
+
+}  // namespace outbox
