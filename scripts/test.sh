@@ -31,6 +31,10 @@ jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 ./scripts/install-deps.sh
 # No include cycle between the folders of src/ (and the files over 500 lines listed).
 ./scripts/check-structure.sh
+# The repository's .clang-format is the one in force (`make format` applies it).
+find src include apps tests -type f \( -name '*.cpp' -o -name '*.hpp' \) -print0 |
+  xargs -0 clang-format --dry-run -Werror
+echo "test.sh: every source file is formatted as .clang-format says"
 
 started=$SECONDS
 # Line tables only (-g1, as the sanitized tree has): enough for a backtrace, and 25-30% less

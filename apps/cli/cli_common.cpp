@@ -14,17 +14,17 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
+#include "cli/settings_file.hpp"
 #include "common/redact.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
-#include "cli/settings_file.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -192,10 +192,12 @@ void start_signal_thread(const std::string& chosen_command) {
         const std::lock_guard lock(watches.mutex);
         command = watches.command;
       }
-      const std::string message = fmt::format(
-          "outbox {}: interrupted by {} before it finished; exit {}\n", command,
-          signal_number == SIGINT ? "SIGINT" : signal_number == SIGTERM ? "SIGTERM" : "SIGHUP",
-          kExitInterrupted);
+      const std::string message =
+          fmt::format("outbox {}: interrupted by {} before it finished; exit {}\n", command,
+                      signal_number == SIGINT    ? "SIGINT"
+                      : signal_number == SIGTERM ? "SIGTERM"
+                                                 : "SIGHUP",
+                      kExitInterrupted);
       std::fwrite(message.data(), 1, message.size(), stderr);
       std::fflush(stderr);
       std::_Exit(kExitInterrupted);

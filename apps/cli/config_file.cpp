@@ -1,16 +1,16 @@
 #include "cli/config_file.hpp"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <cstdlib>
 #include <iostream>
 #include <iterator>
 #include <sstream>
-#include <toml++/toml.h>
 
+#include "cli/settings_file.hpp"
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
-#include "cli/settings_file.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -58,22 +58,31 @@ void check_nesting(const std::string& text) {
               "[command] key = value",
               line, kMaxDotsPerLine));
         }
-        if (ahead("\"\"\"")) in = In::multi_basic, i += 2;
-        else if (ahead("'''")) in = In::multi_literal, i += 2;
-        else if (c == '"') in = In::basic;
-        else if (c == '\'') in = In::literal;
-        else if (c == '#') in = In::comment;
+        if (ahead("\"\"\""))
+          in = In::multi_basic, i += 2;
+        else if (ahead("'''"))
+          in = In::multi_literal, i += 2;
+        else if (c == '"')
+          in = In::basic;
+        else if (c == '\'')
+          in = In::literal;
+        else if (c == '#')
+          in = In::comment;
         break;
       case In::basic:
-        if (c == '\\') ++i;
-        else if (c == '"') in = In::code;
+        if (c == '\\')
+          ++i;
+        else if (c == '"')
+          in = In::code;
         break;
       case In::literal:
         if (c == '\'') in = In::code;
         break;
       case In::multi_basic:
-        if (c == '\\') ++i;
-        else if (ahead("\"\"\"")) in = In::code, i += 2;
+        if (c == '\\')
+          ++i;
+        else if (ahead("\"\"\""))
+          in = In::code, i += 2;
         break;
       case In::multi_literal:
         if (ahead("'''")) in = In::code, i += 2;
@@ -125,7 +134,8 @@ std::string scalar_text(const toml::node& node, FlagValue wanted, const std::str
                                         : "a date or time");
 }
 
-std::vector<std::string> inputs(const toml::node& node, FlagValue wanted, const std::string& where) {
+std::vector<std::string> inputs(const toml::node& node, FlagValue wanted,
+                                const std::string& where) {
   std::vector<std::string> out;
   if (const auto* array = node.as_array(); array != nullptr && wanted == FlagValue::texts) {
     for (const toml::node& element : *array) out.push_back(scalar_text(element, wanted, where));
@@ -182,8 +192,8 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
   } catch (const toml::parse_error& error) {
     std::ostringstream where;
     where << error.source().begin;
-    throw CLI::ConfigError(fmt::format("--config: not TOML at {}: {}", where.str(),
-                                  std::string(error.description())));
+    throw CLI::ConfigError(
+        fmt::format("--config: not TOML at {}: {}", where.str(), std::string(error.description())));
   }
   // The command this run executes, as the parser found it (a flag value that happens to be a
   // command's name cannot fool it).
@@ -210,9 +220,10 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
     const std::string key(raw_key.str());
     if (const auto* table = node.as_table()) {
       if (key.empty() || !flags_.contains(key) || key == "config") {
-        throw CLI::ConfigError(fmt::format("--config: [{}] is not an outbox command (the tables are "
-                                      "named after commands: [relay], [admin], [status], ...)",
-                                      key));
+        throw CLI::ConfigError(
+            fmt::format("--config: [{}] is not an outbox command (the tables are "
+                        "named after commands: [relay], [admin], [status], ...)",
+                        key));
       }
       for (const auto& [raw_inner, inner] : *table) {
         const std::string name(raw_inner.str());
@@ -220,7 +231,7 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
         if (inner.is_table()) throw CLI::ConfigError(where + ": a table inside a command's table");
         if (!has(key, name)) {
           throw CLI::ConfigError(where + ": `outbox " + key + "` has no flag --" + name +
-                            " (see outbox " + key + " --help)");
+                                 " (see outbox " + key + " --help)");
         }
         secret = secret || holds_secret(name, inner);
         if (key == chosen) add({key}, name, inner, where);
@@ -283,8 +294,9 @@ void add_config_option(CLI::App& app) {
   // The file is read (with the one bounded reader) when the flag is parsed, so a FIFO, a
   // device or a directory is refused before CLI11 opens it; from_config() parses what was read.
   auto source = std::make_shared<ConfigSource>();
-  app.set_config("--config", "", "read settings from this TOML file (flags and OUTBOX_* "
-                                  "environment variables override it; docs/OPERATIONS.md)")
+  app.set_config("--config", "",
+                 "read settings from this TOML file (flags and OUTBOX_* "
+                 "environment variables override it; docs/OPERATIONS.md)")
       ->check(CLI::Validator(
           [source](std::string& path) -> std::string {
             try {

@@ -2,10 +2,11 @@
 // `--config outbox.toml`: settings read with toml++ and handed to CLI11 as if given on the
 // command line, below the real flags and the environment. The file has one table per command
 // ([relay], [admin], [status], ...); a key at the top applies to the command that runs, if it
-// has such a flag (never demo, bench, postgres or kafka-mock, which start servers of their own). Keys are the flags' long names without the dashes. Every key is checked
-// against the flags of its command, and an unknown one is an error naming the file, the table
-// and the key; so is a value whose TOML type is not the flag's (FlagValue), without quoting it,
-// and a key nested more than 64 deep. The file is read by read_settings_file (settings_file.hpp).
+// has such a flag (never demo, bench, postgres or kafka-mock, which start servers of their own).
+// Keys are the flags' long names without the dashes. Every key is checked against the flags of its
+// command, and an unknown one is an error naming the file, the table and the key; so is a value
+// whose TOML type is not the flag's (FlagValue), without quoting it, and a key nested more than 64
+// deep. The file is read by read_settings_file (settings_file.hpp).
 //
 //   log-format = "json"
 //   db = "host=db.internal dbname=orders user=outbox"

@@ -5,9 +5,10 @@
 // before anything is read; a regular file is read up to a bound. Symlinks are followed (secret
 // mounts such as Kubernetes' are symlinks), and the file they end at is what is checked.
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <string>
-#include <sys/types.h>
 
 namespace outbox::cli {
 

@@ -18,9 +18,8 @@ namespace {
 
 // One business transaction (an order row and a customer counter), with one event when asked.
 // Returns the event's id (nil without an event).
-EventId business_transaction(PGconn* conn, const workload::Orders& orders,
-                             const Producer* producer, std::int64_t order_id, std::mt19937& random,
-                             const std::string& note) {
+EventId business_transaction(PGconn* conn, const workload::Orders& orders, const Producer* producer,
+                             std::int64_t order_id, std::mt19937& random, const std::string& note) {
   const int customer = static_cast<int>(random() % workload::kCustomers);
   const auto total = static_cast<std::int64_t>(random() % 100000);
   pg::exec(conn, "BEGIN");
@@ -91,9 +90,9 @@ TxResult run_clients(const Setup& setup, const SchemaName& schema, bool with_eve
             break;
           }
           const auto begun = Clock::now();
-          const EventId id = business_transaction(connection.get(), orders,
-                                                  with_event ? &producer : nullptr,
-                                                  next_order.fetch_add(1), random, note);
+          const EventId id =
+              business_transaction(connection.get(), orders, with_event ? &producer : nullptr,
+                                   next_order.fetch_add(1), random, note);
           const double committed_at = wall_now();
           latencies.push_back(
               std::chrono::duration<double, std::milli>(Clock::now() - begun).count());

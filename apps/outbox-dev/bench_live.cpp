@@ -205,13 +205,12 @@ Latencies commit_latencies(const Setup& setup, const SchemaName& schema,
     ids.add(id);
     result.first_commit = std::min(result.first_commit, at);
   }
-  const auto rows =
-      pg::exec(c.get(),
-               "SELECT event_id::text, extract(epoch FROM published_at)::float8,"
-               " claimed_by IS NOT NULL FROM " +
-                   schema.table("outbox_events") +
-                   " WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL",
-               {ids.text().c_str()});
+  const auto rows = pg::exec(c.get(),
+                             "SELECT event_id::text, extract(epoch FROM published_at)::float8,"
+                             " claimed_by IS NOT NULL FROM " +
+                                 schema.table("outbox_events") +
+                                 " WHERE event_id = ANY ($1::uuid[]) AND published_at IS NOT NULL",
+                             {ids.text().c_str()});
   for (int r = 0; r < rows.rows(); ++r) {
     const double published = std::stod(std::string(rows.text(r, 1)));
     const double ms = (published - commit_time.at(std::string(rows.text(r, 0)))) * 1000.0;

@@ -1,5 +1,7 @@
 // `outbox bench`: the producer scenario, and ceiling and drain (a backlog through relay processes).
 
+#include "bench_scenarios.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 
 #include "bench_clients.hpp"
 #include "bench_processes.hpp"
-#include "bench_scenarios.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::cli::bench {
@@ -59,11 +60,11 @@ json bench_producer(const Setup& setup) {
       into.latencies_ms.insert(into.latencies_ms.end(), r.latencies_ms.begin(),
                                r.latencies_ms.end());
     }
-    progress(fmt::format("producer: round {}/{}: {:.0f} tx/s without, {:.0f} tx/s with an event{}",
-                         round + 1, kRounds, results[kWithout].rate(), results[kTable].rate(),
-                         table_less ? fmt::format(", {:.0f} tx/s with a table-less one",
-                                                  results[kTableLess].rate())
-                                    : std::string()));
+    progress(fmt::format(
+        "producer: round {}/{}: {:.0f} tx/s without, {:.0f} tx/s with an event{}", round + 1,
+        kRounds, results[kWithout].rate(), results[kTable].rate(),
+        table_less ? fmt::format(", {:.0f} tx/s with a table-less one", results[kTableLess].rate())
+                   : std::string()));
   }
   const TxResult& without = results[kWithout];
   const TxResult& with = results[kTable];

@@ -25,8 +25,7 @@ void drop_cdc_leftovers(PGconn* conn, const SchemaName& schema) {
       "WHERE starts_with(slot_name::text, $1) AND NOT active";
   for (int i = 0; i < 100; ++i) {
     pg::exec(conn, sql, {slot.c_str()});
-    if (pg::exec(conn,
-                 "SELECT 1 FROM pg_replication_slots WHERE starts_with(slot_name::text, $1)",
+    if (pg::exec(conn, "SELECT 1 FROM pg_replication_slots WHERE starts_with(slot_name::text, $1)",
                  {slot.c_str()})
             .rows() == 0) {
       break;

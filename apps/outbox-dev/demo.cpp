@@ -347,7 +347,8 @@ struct DemoWriters {
 // Progress until the writers are done and the consumer has applied every committed event (or
 // something failed, or nothing moved for 30 s). Returns when the last commit was seen.
 Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
-                        const KafkaInboxConsumer& consumer, const std::atomic<bool>& consumer_failed,
+                        const KafkaInboxConsumer& consumer,
+                        const std::atomic<bool>& consumer_failed,
                         const std::function<void(const std::string&)>& say) {
   auto last_commit = Clock::now();
   auto last_progress = Clock::now();

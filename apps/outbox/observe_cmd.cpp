@@ -20,8 +20,9 @@ CLI::Option* add_observe_options(CLI::App* command, ObserveFlags& flags,
   command->add_option("--admin-token-file", flags.token_file,
                       "a file whose first line is the bearer token every request but /healthz "
                       "and /readyz must carry; required when listening beyond loopback");
-  command->add_option("--backlog-refresh", flags.backlog_refresh,
-                      "how often the backlog gauges' query may run, e.g. 5s")
+  command
+      ->add_option("--backlog-refresh", flags.backlog_refresh,
+                   "how often the backlog gauges' query may run, e.g. 5s")
       ->capture_default_str();
   return listen;
 }
@@ -61,8 +62,7 @@ int run_admin(const AdminFlags& flags) {
     signalled.notify_all();
   });
   server.start();
-  std::cerr << "outbox admin: serving on port " << server.port() << " (Ctrl-C stops)"
-            << std::endl;
+  std::cerr << "outbox admin: serving on port " << server.port() << " (Ctrl-C stops)" << std::endl;
   {
     std::unique_lock lock(mutex);
     signalled.wait(lock, [&] { return stop; });

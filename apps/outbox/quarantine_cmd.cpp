@@ -79,7 +79,8 @@ void register_quarantine(Commands& commands) {
   retry->add_option("event_ids", flags->event_ids, "event ids")->required();
   retry->add_option("--actor", flags->actor, "who does this (default: $USER)");
   retry->callback([flags] { flags->action = "retry"; });
-  auto* skip = quarantine->add_subcommand("skip", "finish an event without publishing it (audited)");
+  auto* skip =
+      quarantine->add_subcommand("skip", "finish an event without publishing it (audited)");
   skip->add_option("event_id", flags->event_ids, "event id")->required()->expected(1);
   skip->add_option("--reason", flags->reason, "why it is skipped")->required();
   skip->add_option("--actor", flags->actor, "who does this (default: $USER)");

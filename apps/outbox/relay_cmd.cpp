@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cli/cli_common.hpp"
-#include "common/log.hpp"
 #include "cli/command.hpp"
+#include "common/log.hpp"
 #include "observe_flags.hpp"
 #include "outbox/byte_size.hpp"
 #include "outbox/discard_sink.hpp"

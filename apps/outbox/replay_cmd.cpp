@@ -92,9 +92,9 @@ int run_replay(const ReplayFlags& flags) {
   }
   const std::string actor = actor_or_user(flags.actor);
   Progress pending("replay: made pending");
-  const ReplayResult result = replay_published(
-      connection.get(), schema, filter, actor, flags.reason,
-      [&](std::size_t done, std::size_t total) { pending.show(done, total); });
+  const ReplayResult result =
+      replay_published(connection.get(), schema, filter, actor, flags.reason,
+                       [&](std::size_t done, std::size_t total) { pending.show(done, total); });
   pending.finish();
   const std::vector<EventId>& replayed = result.replayed;
   if (result.busy_aggregates > 0) {
@@ -119,7 +119,8 @@ int run_replay(const ReplayFlags& flags) {
   published.finish();
   if (count < replayed.size()) {
     std::cerr << "replay: " << replayed.size() - count << " event(s) not published again within "
-              << flags.wait << "; they stay pending for the relays (is one running? `outbox status`)"
+              << flags.wait
+              << "; they stay pending for the relays (is one running? `outbox status`)"
               << std::endl;
     return 1;
   }
@@ -130,8 +131,7 @@ int run_replay(const ReplayFlags& flags) {
 
 void register_replay(Commands& commands) {
   auto [replay, flags] = commands.add<ReplayFlags>(
-      "replay",
-      "publish again events that were published (same ids, per-aggregate order), audited",
+      "replay", "publish again events that were published (same ids, per-aggregate order), audited",
       &run_replay);
   Commands::add_database_options(replay, flags->db, flags->schema);
   replay

@@ -2,15 +2,14 @@
 // replication slots of change-data-capture relays, with the WAL they hold back; and the relay
 // sessions. As text or one JSON object (--json), once or at an interval (--watch).
 
-#include <fmt/format.h>
-
 #include <fmt/chrono.h>
-#include <nlohmann/json.hpp>
+#include <fmt/format.h>
 
 #include <condition_variable>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
@@ -59,9 +58,9 @@ void print_text(const OutboxStatus& s) {
   }
   for (const RelaySessionStatus& relay : s.relays) {
     std::cout << "relay " << detail::printable(relay.relay_id) << ": "
-              << (relay.ended ? std::string("ended")
-                              : fmt::format("seen {:.0f} s ago, {}", relay.seen_seconds_ago,
-                                            relay.state()))
+              << (relay.ended
+                      ? std::string("ended")
+                      : fmt::format("seen {:.0f} s ago, {}", relay.seen_seconds_ago, relay.state()))
               << "\n";
   }
 }
@@ -69,13 +68,13 @@ void print_text(const OutboxStatus& s) {
 nlohmann::json to_json(const OutboxStatus& s) {
   nlohmann::json slots = nlohmann::json::array();
   for (const SlotStatus& slot : s.slots) {
-    slots.push_back({{"name", slot.name},
-                     {"streamed", !slot.walsender.empty()},
-                     {"wal_status", slot.wal_status},
-                     {"retained_bytes", slot.retained ? nlohmann::json(*slot.retained) : nullptr},
-                     {"unconfirmed_bytes",
-                      slot.unconfirmed ? nlohmann::json(*slot.unconfirmed) : nullptr},
-                     {"table_less", slot.table_less}});
+    slots.push_back(
+        {{"name", slot.name},
+         {"streamed", !slot.walsender.empty()},
+         {"wal_status", slot.wal_status},
+         {"retained_bytes", slot.retained ? nlohmann::json(*slot.retained) : nullptr},
+         {"unconfirmed_bytes", slot.unconfirmed ? nlohmann::json(*slot.unconfirmed) : nullptr},
+         {"table_less", slot.table_less}});
   }
   nlohmann::json relays = nlohmann::json::array();
   for (const RelaySessionStatus& relay : s.relays) {
@@ -134,9 +133,9 @@ int run_status(const StatusFlags& flags) {
   while (!stop) {
     lock.unlock();
     if (!flags.json) {
-      std::cout << fmt::format("--- {:%Y-%m-%d %H:%M:%S} UTC\n",
-                               fmt::gmtime(std::chrono::system_clock::to_time_t(
-                                   std::chrono::system_clock::now())));
+      std::cout << fmt::format(
+          "--- {:%Y-%m-%d %H:%M:%S} UTC\n",
+          fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
     }
     print_once(connection.get(), flags);
     if (stdout_closed("status")) return 0;  // the reader went away (`| head`): a stop

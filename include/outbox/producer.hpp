@@ -46,15 +46,16 @@ struct ProducerOptions {
   // `--source cdc --table-less` reads them, from its replication slot.
   //
   // What it gives up (docs/ARCHITECTURE.md, "Table-less producers"): the slot is then the only
-  // copy of an event until the broker has it. A slot dropped or invalidated (max_slot_wal_keep_size)
-  // before its relay has read an event loses that event, and replay lives in the broker, not in
-  // the table. The producer refuses to write where that would be silent: it checks that wal_level
-  // is logical and that a slot registered by a table-less relay exists with its WAL (DatabaseError,
-  // SQLSTATE 55000, naming what to do), once per second per session (the check costs as much as
-  // the rest of the statement), so within a second of a slot's loss producers fail instead of
-  // writing events no one will read. resolve_commit() cannot tell a table-less transaction's
-  // outcome from the outbox (there is no row to find): it answers `unknown` for a missing event
-  // in a schema with a table-less slot registered; tell by the transaction's business change.
+  // copy of an event until the broker has it. A slot dropped or invalidated
+  // (max_slot_wal_keep_size) before its relay has read an event loses that event, and replay lives
+  // in the broker, not in the table. The producer refuses to write where that would be silent: it
+  // checks that wal_level is logical and that a slot registered by a table-less relay exists with
+  // its WAL (DatabaseError, SQLSTATE 55000, naming what to do), once per second per session (the
+  // check costs as much as the rest of the statement), so within a second of a slot's loss
+  // producers fail instead of writing events no one will read. resolve_commit() cannot tell a
+  // table-less transaction's outcome from the outbox (there is no row to find): it answers
+  // `unknown` for a missing event in a schema with a table-less slot registered; tell by the
+  // transaction's business change.
   bool table_less = false;
 };
 

@@ -57,10 +57,9 @@ struct ReplayResult {
 // next event of every aggregate against the table. `conn` must be idle. Throws
 // InvalidArgument (empty actor or reason, a filter PostgreSQL cannot read), DatabaseError.
 ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter,
-                                      const std::string& actor, const std::string& reason,
-                                      const std::function<void(std::size_t, std::size_t)>&
-                                          progress = {},
-                                      std::size_t batch_events = 1000);
+                              const std::string& actor, const std::string& reason,
+                              const std::function<void(std::size_t, std::size_t)>& progress = {},
+                              std::size_t batch_events = 1000);
 
 // How many of `event_ids` are published (again): for a caller that waits for relays to finish.
 std::size_t count_published(PGconn* conn, const SchemaName& schema,

@@ -37,10 +37,10 @@ RoleNames role_names(const SchemaName& schema);
 // Creates the four roles (NOLOGIN) where missing and sets their privileges on the schema's tables
 // to exactly what each part needs (column by column where a role writes some columns of a row),
 // revoking anything else they held there, and turns on processed_events' row-level security with
-// its policies (consumer names listed in outbox_inbox_consumers; the admin's cleanup sees all). Idempotent; run it
-// again after every migrate (a new table gets its grants then). One transaction: all or nothing.
-// Needs a connection that may create roles and grant on the tables (their owner with
-// CREATEROLE, or a superuser), idle, with the schema migrated to the latest version. Throws
+// its policies (consumer names listed in outbox_inbox_consumers; the admin's cleanup sees all).
+// Idempotent; run it again after every migrate (a new table gets its grants then). One transaction:
+// all or nothing. Needs a connection that may create roles and grant on the tables (their owner
+// with CREATEROLE, or a superuser), idle, with the schema migrated to the latest version. Throws
 // DatabaseError (42501 when the connection may not), InvalidArgument when `conn` is busy, Error
 // when the schema is not at the latest version.
 RoleNames create_roles(PGconn* conn, const SchemaName& schema);

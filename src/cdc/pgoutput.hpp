@@ -95,7 +95,8 @@ std::variant<StandbyStatusUpdate, DecodeError> decode_standby_status_update(std:
 
 // `time` as PostgreSQL's TimestampTz (microseconds since 2000-01-01), for StandbyStatusUpdate.
 PgTimestamp to_pg_timestamp(std::chrono::system_clock::time_point time);
-// `time` as timestamptz text PostgreSQL reads whatever its TimeZone ("2026-12-01 11:36:41.000123+00").
+// `time` as timestamptz text PostgreSQL reads whatever its TimeZone ("2026-12-01
+// 11:36:41.000123+00").
 std::string format_pg_timestamp(PgTimestamp time);
 // "16/B374D848", as pg_lsn prints it.
 std::string format_lsn(Lsn lsn);
@@ -179,7 +180,8 @@ struct LogicalMessage {
   [[nodiscard]] bool transactional() const noexcept { return (flags & 1U) != 0; }
 };
 
-// A message the relay does not act on, checked to be well-formed and then skipped: 'D' delete, 'T' truncate, 'Y' type, 'O' origin.
+// A message the relay does not act on, checked to be well-formed and then skipped: 'D' delete, 'T'
+// truncate, 'Y' type, 'O' origin.
 struct Ignored {
   char kind = 0;
 };

@@ -280,8 +280,8 @@ pg::Connection open_replication(const std::string& database_url,
           "status_interval ({} ms), or the server ends every idle stream",
           options.wal_sender_timeout.count(), options.status_interval.count()));
     }
-    settings.push_back({"options", fmt::format("-c wal_sender_timeout={}ms",
-                                                 options.wal_sender_timeout.count())});
+    settings.push_back(
+        {"options", fmt::format("-c wal_sender_timeout={}ms", options.wal_sender_timeout.count())});
   }
   try {
     return pg::Connection::open(database_url, options.application_name, settings);

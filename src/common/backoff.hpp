@@ -26,8 +26,8 @@ class Backoff {
   // The next wait: delay/2 + uniform [0, delay/2]; then the delay doubles, at most to the cap.
   milliseconds next() {
     const auto half = delay_.count() / 2;
-    const auto wait = milliseconds(half + static_cast<milliseconds::rep>(
-                                              random_() % static_cast<std::uint64_t>(half + 1)));
+    const auto wait = milliseconds(
+        half + static_cast<milliseconds::rep>(random_() % static_cast<std::uint64_t>(half + 1)));
     delay_ = delay_ >= cap_ / 2 ? cap_ : delay_ * 2;
     return wait;
   }

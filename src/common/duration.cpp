@@ -76,10 +76,12 @@ std::string format_duration(std::chrono::milliseconds value) {
   std::string text = value.count() < 0 ? "-" : "";
   // Unsigned: the magnitude of the most negative count still fits.
   std::uint64_t rest = value.count() < 0 ? 0 - static_cast<std::uint64_t>(value.count())
-                                          : static_cast<std::uint64_t>(value.count());
-  constexpr std::pair<std::uint64_t, const char*> kUnits[] = {
-      {24ULL * 3600 * 1000, "d"}, {3600ULL * 1000, "h"}, {60ULL * 1000, "m"}, {1000, "s"},
-      {1, "ms"}};
+                                         : static_cast<std::uint64_t>(value.count());
+  constexpr std::pair<std::uint64_t, const char*> kUnits[] = {{24ULL * 3600 * 1000, "d"},
+                                                              {3600ULL * 1000, "h"},
+                                                              {60ULL * 1000, "m"},
+                                                              {1000, "s"},
+                                                              {1, "ms"}};
   for (const auto& [scale, unit] : kUnits) {
     if (rest >= scale) {
       text += fmt::format("{}{}", rest / scale, unit);

@@ -345,8 +345,8 @@ class Scanner {
       code_point = 0x10000 + ((code_point - 0xD800) << 10) + (low - 0xDC00);
     }
     if (code_point == 0) {
-      return fail(fmt::format(
-          "contains \\u0000, which PostgreSQL jsonb cannot store (at byte {})", escape_at));
+      return fail(fmt::format("contains \\u0000, which PostgreSQL jsonb cannot store (at byte {})",
+                              escape_at));
     }
     return true;
   }

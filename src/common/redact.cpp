@@ -17,9 +17,7 @@ struct Span {
   std::size_t length = 0;
 };
 
-bool is_password_keyword(std::string_view key) {
-  return key == "password" || key == "sslpassword";
-}
+bool is_password_keyword(std::string_view key) { return key == "password" || key == "sslpassword"; }
 
 // A keyword of the libpq this process runs with (PQconndefaults: its own list, whatever its
 // version), other than the passwords. Read once; empty if libpq could not say (out of memory),

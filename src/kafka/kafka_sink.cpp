@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_set>
 
@@ -95,8 +95,8 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
     throw ConfigError(
         "Kafka property " + key + "=" +
         (detail::is_secret_kafka_property(key) ? std::string(detail::kRedacted) : given) +
-        " is refused" + (aliased ? fmt::format(" (librdkafka applies it as {}={})", name, value)
-                                 : std::string()) +
+        " is refused" +
+        (aliased ? fmt::format(" (librdkafka applies it as {}={})", name, value) : std::string()) +
         ": " + why);
   };
   if (const std::string idempotence = effective_value(conf, "enable.idempotence");
@@ -122,8 +122,7 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
     refuse("transactional.id", id,
            "outbox does not use Kafka transactions; every send would fail without one");
   }
-  if (const std::string strategy = effective_value(conf, "queuing.strategy");
-      strategy != "fifo") {
+  if (const std::string strategy = effective_value(conf, "queuing.strategy"); strategy != "fifo") {
     refuse("queuing.strategy", strategy,
            "a queue that is not first-in first-out reorders an aggregate's events");
   }
@@ -160,12 +159,12 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
     "{} wait(s) on a full Kafka queue",                                                           \
     "Times a send found the Kafka client's local queue full (queue.buffering.max.messages or "    \
     "_kbytes) and waited for delivery reports to make room.")                                     \
-  X(kafka_acks_without_offset, counter, when_set,                                                 \
-    "outbox_relay_kafka_acks_without_offset_total", "{} Kafka ack(s) without an offset",          \
+  X(kafka_acks_without_offset, counter, when_set, "outbox_relay_kafka_acks_without_offset_total", \
+    "{} Kafka ack(s) without an offset",                                                          \
     "Acknowledgements without an offset (a duplicate-sequence answer): not taken as proof, the "  \
     "event is sent again with the same id.")                                                      \
-  X(kafka_producers_recreated, counter, when_set,                                                 \
-    "outbox_relay_kafka_producers_recreated_total", "Kafka producer recreated {} time(s)",        \
+  X(kafka_producers_recreated, counter, when_set, "outbox_relay_kafka_producers_recreated_total", \
+    "Kafka producer recreated {} time(s)",                                                        \
     "Times a fatal error of the idempotent producer made the sink start a new producer (its "     \
     "sends in flight were reported as unknown outcomes and sent again).")
 

@@ -20,7 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
 void address_of(socket_t sock, bool peer, std::string& ip, int& port) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
@@ -98,9 +97,7 @@ class GuardedServer::DeadlineStream : public httplib::Stream {
         connection_(connection),
         request_deadline_(connection.accepted + server.limits_.request_deadline) {}
 
-  bool is_readable() const override {
-    return begin_ < end_ || wait(POLLIN, request_deadline_);
-  }
+  bool is_readable() const override { return begin_ < end_ || wait(POLLIN, request_deadline_); }
   bool is_writable() const override { return wait(POLLOUT, answer_deadline()); }
 
   ssize_t read(char* ptr, size_t size) override {

@@ -111,10 +111,10 @@ class ObserveServer::Impl {
           options_.listen));
     }
     // A ConfigError, as for every option here.
-    if (std::string problem = duration_range_problem(
-            options_.backlog_refresh, std::chrono::milliseconds(100), std::chrono::hours(1),
-            "a backlog refresh (--backlog-refresh)",
-            "a slow query also waits ten times as long as it took");
+    if (std::string problem =
+            duration_range_problem(options_.backlog_refresh, std::chrono::milliseconds(100),
+                                   std::chrono::hours(1), "a backlog refresh (--backlog-refresh)",
+                                   "a slow query also waits ten times as long as it took");
         !problem.empty()) {
       throw ConfigError(problem);
     }
@@ -144,8 +144,7 @@ class ObserveServer::Impl {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
-    server_.set_request_check([this](const httplib::Request& request,
-                                     httplib::Response& response) {
+    server_.set_request_check([this](const httplib::Request& request, httplib::Response& response) {
       // On loopback refuse a Host that names another site, so a web page cannot reach the
       // listener by DNS rebinding (its name resolving to 127.0.0.1): with a token too, as the
       // probes need none and there name what failed (health()).
@@ -392,11 +391,11 @@ class ObserveServer::Impl {
     PGconn* conn = api_connection();
     // Every relay session the table knows: alive ones beat every 10 s.
     for (const RelaySessionStatus& relay : read_relay_sessions(conn, options_.schema, 50)) {
-      parts.push_back({{"part", "relay " + relay.relay_id},
-                       {"state", std::string(relay.state())},
-                       {"detail", relay.ended ? std::string()
-                                              : fmt::format("seen {:.0f} s ago",
-                                                            relay.seen_seconds_ago)}});
+      parts.push_back(
+          {{"part", "relay " + relay.relay_id},
+           {"state", std::string(relay.state())},
+           {"detail", relay.ended ? std::string()
+                                  : fmt::format("seen {:.0f} s ago", relay.seen_seconds_ago)}});
     }
     out["parts"] = std::move(parts);
     nlohmann::json quarantine = nlohmann::json::array();
@@ -562,13 +561,11 @@ class ObserveServer::Impl {
     const std::uint64_t need = runs_begun_ + 1;
     refresh_asked_ = true;
     backlog_wake_.notify_all();
-    return backlog_done_.wait_for(lock, timeout,
-                                  [&] { return stopping_ || runs_done_ >= need; }) &&
+    return backlog_done_.wait_for(lock, timeout, [&] { return stopping_ || runs_done_ >= need; }) &&
            !stopping_;
   }
 
  private:
-
   // What stop() cancels with: the backlog connection's, replaced under the lock stop() takes.
   void set_cancel(PGconn* conn) {
     std::lock_guard lock(backlog_mutex_);

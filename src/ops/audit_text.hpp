@@ -17,8 +17,8 @@ inline void check_audit_text(std::string_view action, std::string_view what,
                              std::string_view text) {
   if (const auto hostile = find_hostile_character(text)) {
     throw InvalidArgument(fmt::format(
-        "{}: the {} holds {} at byte {}; the audit record takes one line of printable text",
-        action, what, hostile->what, hostile->offset));
+        "{}: the {} holds {} at byte {}; the audit record takes one line of printable text", action,
+        what, hostile->what, hostile->offset));
   }
 }
 

@@ -6,9 +6,9 @@
 #include <utility>
 
 #include "common/printable.hpp"
+#include "ops/audit_text.hpp"
 #include "outbox/error.hpp"
 #include "pg/array_literal.hpp"
-#include "ops/audit_text.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -43,8 +43,8 @@ struct FilterParams {
 };
 
 // A filter PostgreSQL cannot read is the caller's mistake: say which part.
-pg::Result run_filtered(PGconn* conn, const std::string& sql, const std::vector<const char*>& params,
-                        const ReplayFilter& filter) {
+pg::Result run_filtered(PGconn* conn, const std::string& sql,
+                        const std::vector<const char*>& params, const ReplayFilter& filter) {
   try {
     return pg::exec(conn, sql, params);
   } catch (const DatabaseError& error) {
@@ -61,11 +61,11 @@ pg::Result run_filtered(PGconn* conn, const std::string& sql, const std::vector<
 // A window that can hold nothing is a mistake, not "0 events": until not after since (reversed or
 // empty), or since in the future.
 void check_window(PGconn* conn, const FilterParams& params, const ReplayFilter& filter) {
-  const auto result = run_filtered(
-      conn,
-      "SELECT $1::timestamptz >= coalesce(nullif($2, '')::timestamptz, now()), "
-      "$1::timestamptz > now()",
-      {params.values[0], params.values[1]}, filter);
+  const auto result =
+      run_filtered(conn,
+                   "SELECT $1::timestamptz >= coalesce(nullif($2, '')::timestamptz, now()), "
+                   "$1::timestamptz > now()",
+                   {params.values[0], params.values[1]}, filter);
   if (result.text(0, 1) == "t") {
     throw InvalidArgument(fmt::format(
         "replay: since \"{}\" is in the future: nothing has occurred after it yet. Give a time "
@@ -113,7 +113,8 @@ ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const Repl
   }
   // One end for every statement: "now" would move between the batches.
   ReplayFilter filter = given;
-  if (filter.until.empty()) filter.until = std::string(pg::exec(conn, "SELECT now()::text").text(0, 0));
+  if (filter.until.empty())
+    filter.until = std::string(pg::exec(conn, "SELECT now()::text").text(0, 0));
   const FilterParams params(filter);
   check_window(conn, params, filter);
   const std::string events = schema.table("outbox_events");

@@ -24,14 +24,14 @@ std::string_view RelaySessionStatus::state() const {
 std::vector<RelaySessionStatus> read_relay_sessions(PGconn* conn, const SchemaName& schema,
                                                     int limit) {
   const std::string limit_text = std::to_string(limit);
-  const auto rows = pg::exec(
-      conn,
-      "SELECT relay_id, listening::text, "
-      // An ended session's seen_at is -infinity: no age (PostgreSQL 15 refuses the sum).
-      "CASE WHEN isfinite(seen_at) THEN extract(epoch FROM now() - seen_at)::float8::text "
-      "ELSE '-1' END, (ended_at IS NOT NULL)::text FROM " +
-          schema.table("outbox_relays") + " ORDER BY seen_at DESC LIMIT $1::int",
-      {limit_text.c_str()});
+  const auto rows =
+      pg::exec(conn,
+               "SELECT relay_id, listening::text, "
+               // An ended session's seen_at is -infinity: no age (PostgreSQL 15 refuses the sum).
+               "CASE WHEN isfinite(seen_at) THEN extract(epoch FROM now() - seen_at)::float8::text "
+               "ELSE '-1' END, (ended_at IS NOT NULL)::text FROM " +
+                   schema.table("outbox_relays") + " ORDER BY seen_at DESC LIMIT $1::int",
+               {limit_text.c_str()});
   std::vector<RelaySessionStatus> out;
   for (int row = 0; row < rows.rows(); ++row) {
     out.push_back({std::string(rows.text(row, 0)), rows.text(row, 1) == "true",

@@ -20,8 +20,8 @@ void append_array_element(std::string& literal, std::string_view value);
 std::size_t array_element_bytes(std::string_view value);
 
 // Builds an array literal element by element: add() quotes (text, JSON), add_plain() does not
-// (uuids, numbers, booleans: text that needs no quoting), add_null() adds NULL. text() closes it; nothing may be added
-// after.
+// (uuids, numbers, booleans: text that needs no quoting), add_null() adds NULL. text() closes it;
+// nothing may be added after.
 class ArrayLiteral {
  public:
   void add(std::string_view value) {

@@ -76,8 +76,8 @@ std::string quote_identifier(PGconn* conn, std::string_view name) {
   const std::unique_ptr<char, decltype(&PQfreemem)> quoted(
       PQescapeIdentifier(conn, name.data(), name.size()), &PQfreemem);
   if (!quoted) {
-    throw DatabaseError(std::string("cannot quote an identifier: ") + PQerrorMessage(conn),
-                        "22021", false);
+    throw DatabaseError(std::string("cannot quote an identifier: ") + PQerrorMessage(conn), "22021",
+                        false);
   }
   return quoted.get();
 }
@@ -337,8 +337,7 @@ std::vector<ResultHandle> read_pipeline(PGconn* conn, std::size_t commands, bool
 // retryable error).
 std::vector<Result> statement_results(PGconn* conn, const std::vector<Statement>& statements,
                                       const std::vector<PipelineCommand>& commands,
-                                      std::vector<ResultHandle>& answers,
-                                      PreparedNames& prepared) {
+                                      std::vector<ResultHandle>& answers, PreparedNames& prepared) {
   std::vector<Result> results;
   for (std::size_t c = 0; c + 1 < commands.size(); ++c) {
     const PipelineCommand& command = commands[c];
@@ -361,7 +360,8 @@ std::vector<Result> statement_results(PGconn* conn, const std::vector<Statement>
       throw prepared.vanished(first_line(sql), command.name);
     }
     if (status == PGRES_PIPELINE_ABORTED) continue;  // an earlier command failed: reported below
-    if (!state.empty()) throw make_error(conn, answer, "statement failed [" + first_line(sql) + "]");
+    if (!state.empty())
+      throw make_error(conn, answer, "statement failed [" + first_line(sql) + "]");
     break;  // no answer from the server: the connection broke, and COMMIT had been sent
   }
   return results;
@@ -470,9 +470,8 @@ ConnectFailure classify_connect_failure(PGconn* conn, const std::string& message
   // libpq's own refusals of the string itself: "invalid connection option", an unclosed IPv6
   // bracket ("... matching \"]\" in IPv6 host address in URI"), a bad URI.
   if (message.starts_with("invalid ") || has("missing \"=\"") || has("unterminated quoted") ||
-      has("in URI") || has("IPv6 host address") ||
-      has("certificate") || has("SSL was required") || has("does not support SSL") ||
-      has("sslmode value")) {
+      has("in URI") || has("IPv6 host address") || has("certificate") || has("SSL was required") ||
+      has("does not support SSL") || has("sslmode value")) {
     return {"08001", false, "the connection settings are wrong; no retry will fix them"};
   }
   return {"08001", true, ""};

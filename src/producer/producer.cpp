@@ -1,9 +1,9 @@
 #include "outbox/producer.hpp"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/event_headers.hpp"
@@ -319,8 +319,8 @@ struct AggregateInsert {
               lone_id.c_str(),        lone->event_type.c_str(), lone_version.c_str(),
               lone->payload.c_str(),  lone_headers.c_str(),     lone_delay.c_str()};
     }
-    return {aggregate_type.c_str(),  aggregate_id.c_str(),  count.c_str(),
-            ids.text().c_str(),      types.text().c_str(),  versions.text().c_str(),
+    return {aggregate_type.c_str(),  aggregate_id.c_str(),   count.c_str(),
+            ids.text().c_str(),      types.text().c_str(),   versions.text().c_str(),
             payloads.text().c_str(), headers.text().c_str(), delays.text().c_str()};
   }
 };
@@ -337,8 +337,7 @@ void check_statement_size(std::span<const NewEvent> events, const std::vector<st
   } else {
     for (const std::size_t index : group) {
       const NewEvent& event = events[index];
-      bytes += pg::array_element_bytes(event.payload) +
-               pg::array_element_bytes(event.headers) +
+      bytes += pg::array_element_bytes(event.payload) + pg::array_element_bytes(event.headers) +
                pg::array_element_bytes(event.event_type) + 36 + 12 + 5;  // id, version, commas
     }
   }

@@ -1,9 +1,8 @@
 #include "outbox/transaction.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
-
-#include <cstdint>
 #include <thread>
 
 #include "common/fault.hpp"

@@ -31,7 +31,6 @@ inline constexpr std::chrono::milliseconds kStayAwake{200};
 // up to idle_poll_max, so a row whose producer saw the relay still awake is found soon.
 inline constexpr std::chrono::milliseconds kFirstIdleWait{2};
 
-
 class ClaimSchedule {
  public:
   using Clock = std::chrono::steady_clock;

@@ -68,10 +68,10 @@ PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counter
       counters_(counters),
       session_(open_session(options)),
       claim_sql_(relay_sql::claim(
-          options.schema, options.source == RelaySource::cdc && options.cdc.shards > 1
-                              ? relay_sql::shard_condition("e.", options.cdc.shards,
-                                                           options.cdc.shard)
-                              : std::string())),
+          options.schema,
+          options.source == RelaySource::cdc && options.cdc.shards > 1
+              ? relay_sql::shard_condition("e.", options.cdc.shards, options.cdc.shard)
+              : std::string())),
       mark_published_sql_(relay_sql::mark_published(options.schema)),
       mark_failed_sql_(relay_sql::mark_failed(options.schema)),
       renew_sql_(relay_sql::renew(options.schema)),
@@ -185,8 +185,7 @@ PollingSource::Clock::time_point PollingSource::next_duty() const {
 void PollingSource::set_listening(bool listening) {
   register_session(listening);
   if (!previous_session_id_.empty()) {
-    pg::exec_prepared(session_.connection.get(), retire_relay_sql_,
-                      {previous_session_id_.c_str()});
+    pg::exec_prepared(session_.connection.get(), retire_relay_sql_, {previous_session_id_.c_str()});
     previous_session_id_.clear();
   }
 }
@@ -387,10 +386,10 @@ void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outco
           errors.add(utf8_prefix(outcome->error, 2000));
           permanent.add_plain(outcome->permanent ? "t" : "f");
         }
-        return std::vector<std::string>{
-            errors.text(), std::to_string(options_.backoff_base.count()),
-            std::to_string(options_.backoff_max.count()), std::to_string(options_.max_attempts),
-            permanent.text()};
+        return std::vector<std::string>{errors.text(),
+                                        std::to_string(options_.backoff_base.count()),
+                                        std::to_string(options_.backoff_max.count()),
+                                        std::to_string(options_.max_attempts), permanent.text()};
       },
       [&](const pg::Result& result) {
         std::vector<std::string> ids;
@@ -427,9 +426,9 @@ void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outco
 // TID scan), so the rows that did not match get one more try in a new statement, which finds
 // their newest version: only rows that are truly no longer ours count as fenced.
 std::size_t PollingSource::complete(const std::string& sql, const std::vector<Outcome>& outcomes,
-                                   const ExtraParams& extra, const ReadRows& read_rows,
-                                   std::vector<Outcome>* unwritten,
-                                   std::optional<TypedCounts::Kind> done) {
+                                    const ExtraParams& extra, const ReadRows& read_rows,
+                                    std::vector<Outcome>* unwritten,
+                                    std::optional<TypedCounts::Kind> done) {
   std::vector<const Outcome*> pending;
   for (const Outcome& outcome : outcomes) pending.push_back(&outcome);
   std::size_t statements = 0;

@@ -38,8 +38,7 @@ class PollingSource final : public RelaySourceBase {
   bool reconnect(SendWindow& window) override;
   void leave() noexcept override;
 
-  std::vector<SourcedEvent> record_published(std::vector<Outcome>& published,
-                                             bool take_successors,
+  std::vector<SourcedEvent> record_published(std::vector<Outcome>& published, bool take_successors,
                                              std::uint64_t successor_bytes) override;
   void record_failed(std::vector<Outcome>& failed) override;
 
@@ -48,8 +47,7 @@ class PollingSource final : public RelaySourceBase {
   // handed back in `unwritten` instead of being counted as fenced. A streamed transaction can be
   // decoded a moment before other sessions see it committed (the commit record is flushed before
   // the transaction leaves the proc array): its rows are then not visible yet.
-  void record_streamed_published(std::vector<Outcome>& published,
-                                 std::vector<Outcome>& unwritten);
+  void record_streamed_published(std::vector<Outcome>& published, std::vector<Outcome>& unwritten);
   void record_streamed_failed(std::vector<Outcome>& failed, std::vector<Outcome>& unwritten);
 
   // Extends the leases of everything in flight.
@@ -82,8 +80,7 @@ class PollingSource final : public RelaySourceBase {
   using ReadRows = std::function<std::vector<std::string>(const pg::Result&)>;
   std::size_t complete(const std::string& sql, const std::vector<Outcome>& outcomes,
                        const ExtraParams& extra, const ReadRows& read_rows,
-                       std::vector<Outcome>* unwritten,
-                       std::optional<TypedCounts::Kind> done);
+                       std::vector<Outcome>* unwritten, std::optional<TypedCounts::Kind> done);
   std::vector<SourcedEvent> write_published(std::vector<Outcome>& published, bool take_successors,
                                             std::uint64_t successor_bytes,
                                             std::vector<Outcome>* unwritten);

@@ -85,14 +85,16 @@ namespace {
 // session "a:0000000000000001"). It is also printed in logs, status and the admin page.
 void check_relay_id(const std::string& id) {
   const auto refuse = [&](const std::string& why) {
-    throw InvalidArgument(fmt::format("relay: relay id \"{}\" {}; use letters, digits, '-', '_' "
-                                      "or '.' (e.g. the host name and a number)",
-                                      printable(id, 80), why));
+    throw InvalidArgument(
+        fmt::format("relay: relay id \"{}\" {}; use letters, digits, '-', '_' "
+                    "or '.' (e.g. the host name and a number)",
+                    printable(id, 80), why));
   };
   if (id.size() > 100) refuse(fmt::format("is {} bytes long; at most 100", id.size()));
   if (id.find(':') != std::string::npos) {
-    refuse("has a ':', which separates the parts of a claim token: another relay's claims "
-           "could be taken for this one's");
+    refuse(
+        "has a ':', which separates the parts of a claim token: another relay's claims "
+        "could be taken for this one's");
   }
   if (const auto hostile = find_hostile_character(id)) {
     refuse(fmt::format("has {} at byte {}", hostile->what, hostile->offset));
@@ -109,9 +111,9 @@ RelayOptions checked(RelayOptions options, std::chrono::milliseconds shortest_id
     throw InvalidArgument("relay: batch_size and max_in_flight must be at least 1");
   }
   if (options.batch_size > kMaxBatchSize) {
-    throw InvalidArgument(fmt::format(
-        "relay: batch_size is {}; it must be at most {} (rows per claim statement)",
-        options.batch_size, kMaxBatchSize));
+    throw InvalidArgument(
+        fmt::format("relay: batch_size is {}; it must be at most {} (rows per claim statement)",
+                    options.batch_size, kMaxBatchSize));
   }
   if (options.max_in_flight_bytes == 0 || options.max_in_flight_bytes > kMaxInFlightBytes) {
     throw InvalidArgument(fmt::format(

@@ -21,7 +21,7 @@ enum ClaimedColumn : int {
   kHeaders,
   kOccurredAt,
   kAttemptCount,
-  kTakenOver,  // 'true': the row carried a lease that had expired or whose session ended
+  kTakenOver,       // 'true': the row carried a lease that had expired or whose session ended
   kClaimedColumns,  // how many
 };
 constexpr const char* kClaimedSelectList =
@@ -106,8 +106,8 @@ std::string lock_and_claim(const SchemaName& schema, const char* candidates,
 
 // The CTE `sent`: the rows of the relay's arrays `arrays` (event ids first, then the columns
 // named `columns`) whose event still carries their token (a NULL token: the row is claimed by no
-// one, as the rows a change-data-capture relay streams are), each with the ctid and attempt_count of
-// the row version the statement's snapshot sees, looked up one by one in the primary key. The
+// one, as the rows a change-data-capture relay streams are), each with the ctid and attempt_count
+// of the row version the statement's snapshot sees, looked up one by one in the primary key. The
 // statements below update by that ctid (a TID scan), so with the session's settings no plan of
 // theirs reads the table any other way: the relay's plans are generic, made once per
 // connection (relay.cpp), and a generic plan made while the table was empty once chose a
@@ -206,14 +206,17 @@ std::string visit_head(const std::string& events, const std::string& shard) {
 // never analyzed, an emptied and vacuumed one, three rows, a backlog and a history.
 std::vector<std::string> session_settings(bool durable_marks) {
   return {durable_marks ? "SET synchronous_commit = on" : "SET synchronous_commit = off",
-          "SET plan_cache_mode = force_generic_plan", "SET enable_seqscan = off", "SET enable_bitmapscan = off",
+          "SET plan_cache_mode = force_generic_plan",
+          "SET enable_seqscan = off",
+          "SET enable_bitmapscan = off",
           "SET jit = off",
           "SET lock_timeout = 5000"};
 }
 
 std::string shard_condition(const std::string& prefix, unsigned shards, unsigned shard) {
-  return fmt::format("(hashtext({0}aggregate_type || '/' || {0}aggregate_id) & 2147483647) % {1} = {2}",
-                     prefix, shards, shard);
+  return fmt::format(
+      "(hashtext({0}aggregate_type || '/' || {0}aggregate_id) & 2147483647) % {1} = {2}", prefix,
+      shards, shard);
 }
 
 std::string claim(const SchemaName& schema, const std::string& shard) {
@@ -596,8 +599,8 @@ MarkRows read_mark_published(const pg::Result& result) {
 std::vector<FailedRow> read_mark_failed(const pg::Result& result) {
   std::vector<FailedRow> rows;
   for (int row = 0; row < result.rows(); ++row) {
-    rows.push_back({std::string(result.text(row, kFailedEventId)),
-                    result.text(row, kQuarantined) == "t"});
+    rows.push_back(
+        {std::string(result.text(row, kFailedEventId)), result.text(row, kQuarantined) == "t"});
   }
   return rows;
 }

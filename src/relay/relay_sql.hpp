@@ -69,15 +69,17 @@ std::string retire_relay(const SchemaName& schema);
 // taken.
 std::string take_session_lock();
 // $1 grace in ms, $2 grace in ms for sessions older than the server (they died in a restart):
-// marks rows whose session lock is no longer held by the session's own backend as ended, deletes rows whose session ended a
-// grace and a lease ago, and returns every ended session: (row id, ms until it counts as dead;
+// marks rows whose session lock is no longer held by the session's own backend as ended, deletes
+// rows whose session ended a grace and a lease ago, and returns every ended session: (row id, ms
+// until it counts as dead;
 // <= 0: dead, its claims may be taken over).
 std::string sweep(const SchemaName& schema);
 // A change-data-capture relay's look before it sends streamed events: $1 uuid[] event ids,
 // $2 aggregate_type[], $3 aggregate_id[], $4 sequence[], $5 bool[] whether to ask about lower
-// sequences, $6 text[] a table-less event's transaction id ('' or NULL for a row's). Rows, only for events that must wait: (1-based position, visible, lower pending).
-// An event whose row this snapshot does not see yet must not be announced; one with a lower
-// sequence of its aggregate still pending must not overtake it.
+// sequences, $6 text[] a table-less event's transaction id ('' or NULL for a row's). Rows, only for
+// events that must wait: (1-based position, visible, lower pending). An event whose row this
+// snapshot does not see yet must not be announced; one with a lower sequence of its aggregate still
+// pending must not overtake it.
 std::string check_streamed(const SchemaName& schema);
 // Table-less events into the table as pending rows ($1..$9: ids, aggregate types and ids,
 // sequences, event types, schema versions, payloads and headers as text, occurred_at; $10 bool:

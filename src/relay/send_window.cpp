@@ -28,8 +28,8 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
       continue;
     }
     if (observe) observe(it->second, report);
-    Outcome outcome{it->second.event.event_id, std::move(it->second.token), {}, false,
-                    it->second.type};
+    Outcome outcome{
+        it->second.event.event_id, std::move(it->second.token), {}, false, it->second.type};
     if (report.outcome == DeliveryOutcome::published) {
       published_.push_back(std::move(outcome));
       ++summary.published;

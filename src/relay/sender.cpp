@@ -44,21 +44,20 @@ void Sender::drain(std::chrono::steady_clock::time_point deadline) {
 void Sender::take(const std::vector<DeliveryReport>& reports) {
   const auto steady_now = std::chrono::steady_clock::now();
   const auto system_now = std::chrono::system_clock::now();
-  const auto summary =
-      window_.take(reports, [&](const SendWindow::InFlight& item, const DeliveryReport& report) {
-        log_report(relay_id_, item.event, report);
-        if (report.outcome != DeliveryOutcome::published) {
-          counters_.by_type.add(item.type, TypedCounts::failed);
-          return;
-        }
-        counters_.send_to_ack.observe(
-            std::chrono::duration<double>(steady_now - item.sent_at).count());
-        // occurred_at is PostgreSQL's clock; a skewed host clock could make it "later".
-        if (const auto occurred = parse_timestamptz(item.event.occurred_at)) {
-          counters_.commit_to_ack.observe(
-              std::max(0.0, std::chrono::duration<double>(system_now - *occurred).count()));
-        }
-      });
+  const auto summary = window_.take(reports, [&](const SendWindow::InFlight& item,
+                                                 const DeliveryReport& report) {
+    log_report(relay_id_, item.event, report);
+    if (report.outcome != DeliveryOutcome::published) {
+      counters_.by_type.add(item.type, TypedCounts::failed);
+      return;
+    }
+    counters_.send_to_ack.observe(std::chrono::duration<double>(steady_now - item.sent_at).count());
+    // occurred_at is PostgreSQL's clock; a skewed host clock could make it "later".
+    if (const auto occurred = parse_timestamptz(item.event.occurred_at)) {
+      counters_.commit_to_ack.observe(
+          std::max(0.0, std::chrono::duration<double>(system_now - *occurred).count()));
+    }
+  });
   if (summary.unknown_tickets > 0) {
     log().error("relay {}: {} report(s) for unknown tickets ignored", relay_id_,
                 summary.unknown_tickets);

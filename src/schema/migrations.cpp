@@ -372,10 +372,11 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema,
     }
     for (const Migration& m : kMigrations) {
       if (m.version <= report.from_version) continue;
-      pg::exec(conn, fmt::format(fmt::runtime(m.sql), fmt::arg("s", s),
-                                 fmt::arg("channel", schema.notify_channel()),
-                                 fmt::arg("witness", '"' + schema.name() + "_outbox_seq\""),
-                                 fmt::arg("witness_literal", "'" + schema.name() + "_outbox_seq'")));
+      pg::exec(conn,
+               fmt::format(fmt::runtime(m.sql), fmt::arg("s", s),
+                           fmt::arg("channel", schema.notify_channel()),
+                           fmt::arg("witness", '"' + schema.name() + "_outbox_seq\""),
+                           fmt::arg("witness_literal", "'" + schema.name() + "_outbox_seq'")));
       pg::exec(conn,
                "INSERT INTO " + schema.table("outbox_schema_migrations") +
                    " (version, name) VALUES ($1, $2)",

@@ -114,14 +114,12 @@ RoleNames create_roles(PGconn* conn, const SchemaName& schema) {
         pg::exec(conn, "CREATE ROLE " + quoted(*role) + " NOLOGIN");
       }
     }
-    const std::string may_use =
-        fmt::format(kMayUseConsumerName, fmt::arg("s", schema.quoted()));
-    pg::exec(conn, fmt::format(kGrants, fmt::arg("s", schema.quoted()),
-                               fmt::arg("may_use", may_use),
-                               fmt::arg("writer", quoted(roles.writer)),
-                               fmt::arg("relay", quoted(roles.relay)),
-                               fmt::arg("inbox", quoted(roles.inbox)),
-                               fmt::arg("admin", quoted(roles.admin))));
+    const std::string may_use = fmt::format(kMayUseConsumerName, fmt::arg("s", schema.quoted()));
+    pg::exec(conn,
+             fmt::format(
+                 kGrants, fmt::arg("s", schema.quoted()), fmt::arg("may_use", may_use),
+                 fmt::arg("writer", quoted(roles.writer)), fmt::arg("relay", quoted(roles.relay)),
+                 fmt::arg("inbox", quoted(roles.inbox)), fmt::arg("admin", quoted(roles.admin))));
     pg::commit(conn);
   } catch (const DatabaseError& error) {
     pg::rollback_quietly(conn);

@@ -26,9 +26,10 @@ std::string printable(std::string_view text) {
 
 std::string validate(std::string_view name) {
   auto fail = [&](const std::string& rule) -> std::string {
-    throw InvalidArgument("invalid schema name \"" + printable(name) + "\": " + rule +
-                          ". Use lower-case letters, digits and '_', starting with a letter or '_', "
-                          "e.g. --schema outbox");
+    throw InvalidArgument(
+        "invalid schema name \"" + printable(name) + "\": " + rule +
+        ". Use lower-case letters, digits and '_', starting with a letter or '_', "
+        "e.g. --schema outbox");
   };
   if (name.empty()) fail("it is empty");
   if (name.size() > kMaxSchemaNameBytes) fail("it is longer than 48 bytes");

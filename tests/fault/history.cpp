@@ -13,9 +13,9 @@
 #include <unordered_set>
 
 #include "outbox/transaction.hpp"
+#include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "support/kafka_reader.hpp"
-#include "pg/array_literal.hpp"
 
 namespace outbox::campaign {
 namespace {

@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <array>
-#include <deque>
-#include <fstream>
-#include <map>
 #include <atomic>
+#include <deque>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -19,11 +19,11 @@
 #include "fault/history.hpp"
 #include "fault/process.hpp"
 #include "fault/workers.hpp"
+#include "outbox/producer.hpp"
+#include "outbox/relay.hpp"
 #include "outbox/testing/embedded_postgres.hpp"
 #include "outbox/testing/kafka_mock.hpp"
-#include "outbox/producer.hpp"
 #include "outbox/transaction.hpp"
-#include "outbox/relay.hpp"
 #include "pg/connection.hpp"
 #include "support/claim_plan.hpp"
 
@@ -58,9 +58,16 @@ struct Stage {
   std::string log(const std::string& name) const { return (dir / (name + ".log")).string(); }
   // Relay i+1 ("r1", "r2") with default settings, and `extra` arguments.
   Process start_relay(int i, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv{options.outbox_binary, "relay", "--db", url, "--schema",
-                                  kSchema, "--kafka-brokers", kafka.bootstrap_servers(),
-                                  "--relay-id", fmt::format("r{}", i + 1)};
+    std::vector<std::string> argv{options.outbox_binary,
+                                  "relay",
+                                  "--db",
+                                  url,
+                                  "--schema",
+                                  kSchema,
+                                  "--kafka-brokers",
+                                  kafka.bootstrap_servers(),
+                                  "--relay-id",
+                                  fmt::format("r{}", i + 1)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return Process(argv, std::map<std::string, std::string>{}, log(fmt::format("relay{}", i + 1)));
   }
@@ -401,7 +408,11 @@ class SteadyWriters {
                 events.push_back(NewEvent{"account",
                                           hot ? "hot-" + std::to_string(random() % 3)
                                               : "acct-" + std::to_string(random() % aggregates),
-                                          "Deposited", "{}", "{}", 1, {}});
+                                          "Deposited",
+                                          "{}",
+                                          "{}",
+                                          1,
+                                          {}});
               }
               write_transaction(c.get(), producer, events, 0ms, false, log, table_less);
               std::this_thread::sleep_for(5ms);
@@ -495,13 +506,14 @@ bool invalidate_slot(Stage& stage, const std::vector<std::string>& relay_args) {
     auto c = pg::Connection::open(stage.url, "scenario");
     // A relay killed while it made the slot leaves none (the half-made one goes with its
     // walsender): the fault is an invalidated slot, so make one to invalidate.
-    const std::string missing = fmt::format(
-        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}'", kCdcSlot);
+    const std::string missing =
+        fmt::format("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}'", kCdcSlot);
     // The killed relays' walsenders exit; a slot one of them was still creating goes with it
     // (seen once in 100 invalidations when 200 ms were assumed enough under load).
     for (int i = 0; i < 100; ++i) {
-      if (pg::exec(c.get(), "SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
-                            "'walsender' AND application_name = 'outbox-relay'")
+      if (pg::exec(c.get(),
+                   "SELECT count(*) FROM pg_stat_activity WHERE backend_type = "
+                   "'walsender' AND application_name = 'outbox-relay'")
               .int64(0, 0) == 0) {
         break;
       }
@@ -587,8 +599,9 @@ int run_cdc_faults(const ScenarioOptions& options) {
   Stage stage(options);
   for (int b = 1; b <= 3; ++b) stage.kafka.set_broker_rtt(b, options.broker_rtt_ms);
   std::vector<std::string> relay_args{
-      "--source", "cdc", "--slot", kCdcSlot, "--takeover",
-      std::to_string(std::chrono::milliseconds(kCdcTakeover).count()) + "ms"};
+      "--source",   "cdc",
+      "--slot",     kCdcSlot,
+      "--takeover", std::to_string(std::chrono::milliseconds(kCdcTakeover).count()) + "ms"};
   if (options.table_less) relay_args.emplace_back("--table-less");
   // Table-less events exist only in the slot: its loss loses them (documented), not a fault the
   // relays are to survive.
@@ -665,7 +678,7 @@ class HotHeadWatch {
 
  private:
   void run(const std::string& url) {
-    std::map<std::string, Clock::time_point> leased_since;  // head event id: first seen leased
+    std::map<std::string, Clock::time_point> leased_since;    // head event id: first seen leased
     std::map<std::string, Clock::time_point> orphaned_since;  // token: first seen orphaned
     long looks = 0;
     while (!stopping_.load()) {
@@ -830,12 +843,12 @@ int run_paused_across_restart(const ScenarioOptions& options) {
     std::this_thread::sleep_for(50ms);
   }
   watch.stop();
-  const double recovery = std::stod(query_text(
-      stage.url,
-      "SELECT coalesce(extract(epoch FROM max(published_at) - max(occurred_at)), 999)"
-      " FROM campaign.outbox_events WHERE skipped_at IS NULL AND"
-      " NOT EXISTS (SELECT 1 FROM campaign.outbox_events p"
-      "             WHERE p.published_at IS NULL AND p.skipped_at IS NULL)"));
+  const double recovery = std::stod(
+      query_text(stage.url,
+                 "SELECT coalesce(extract(epoch FROM max(published_at) - max(occurred_at)), 999)"
+                 " FROM campaign.outbox_events WHERE skipped_at IS NULL AND"
+                 " NOT EXISTS (SELECT 1 FROM campaign.outbox_events p"
+                 "             WHERE p.published_at IS NULL AND p.skipped_at IS NULL)"));
   const double held_moved = std::stod(query_text(
       stage.url,
       "SELECT coalesce(extract(epoch FROM max(coalesce(published_at, 'infinity')) -"
@@ -845,17 +858,18 @@ int run_paused_across_restart(const ScenarioOptions& options) {
   const double grace = std::chrono::duration<double>(kRestartGrace).count();
   const double moved_limit =
       std::chrono::duration<double>(kRestartGrace + kReconnectBackoffMax + kTakeoverSlack).count();
-  std::cout << fmt::format(
-                   "paused-across-restart: r1 paused holding a hot head across a PostgreSQL "
-                   "crash-restart, r2 and r3 killed meanwhile: the last event published {:.2f} s "
-                   "after the last commit (limit {:.0f} s, the restart grace); r1's rows all "
-                   "published {:.2f} s after the restart (limit {:.0f} s); a hot head stayed "
-                   "leased up to {:.2f} s with {} event(s) behind it (token {}); claims orphaned (their "
-                   "session in no outbox_relays row) up to {:.2f} s{}",
-                   recovery, grace, held_moved, moved_limit, watch.longest_seconds(),
-                   watch.waiting_behind(), watch.holder(), watch.longest_orphan_seconds(),
-                   watch.orphan().empty() ? std::string() : " (token " + watch.orphan() + ")")
-            << "\n";
+  std::cout
+      << fmt::format(
+             "paused-across-restart: r1 paused holding a hot head across a PostgreSQL "
+             "crash-restart, r2 and r3 killed meanwhile: the last event published {:.2f} s "
+             "after the last commit (limit {:.0f} s, the restart grace); r1's rows all "
+             "published {:.2f} s after the restart (limit {:.0f} s); a hot head stayed "
+             "leased up to {:.2f} s with {} event(s) behind it (token {}); claims orphaned (their "
+             "session in no outbox_relays row) up to {:.2f} s{}",
+             recovery, grace, held_moved, moved_limit, watch.longest_seconds(),
+             watch.waiting_behind(), watch.holder(), watch.longest_orphan_seconds(),
+             watch.orphan().empty() ? std::string() : " (token " + watch.orphan() + ")")
+      << "\n";
   // An orphaned claim only the lease frees: none may last (a few looks of the watch at most).
   const bool no_orphan = watch.longest_orphan_seconds() < 2.0;
   if (!no_orphan) std::cout << "paused-across-restart: a claim stayed orphaned 2 s or more\n";

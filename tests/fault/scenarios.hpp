@@ -22,8 +22,8 @@ struct ScenarioOptions {
   int aggregates = 1000;
   int writers = 8;
   int seconds = 10;
-  int kills = 25;          // relay kill
-  int broker_rtt_ms = 10;  // relay kill: the brokers' answer time, so relays hold rows in flight
+  int kills = 25;             // relay kill
+  int broker_rtt_ms = 10;     // relay kill: the brokers' answer time, so relays hold rows in flight
   int trials_per_fault = 20;  // cdc: trials of each fault kind
   bool table_less = false;    // cdc: table-less producers, relays with --table-less
   bool verbose = false;

@@ -78,8 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (parsed && *parsed < 0) outbox::fuzz::fail("a negative duration", text);
   if (parsed != reference(text)) outbox::fuzz::fail("differs from the reference parser", text);
   // What an error message prints (format_duration) reads back as the same duration.
-  if (parsed && outbox::parse_duration(outbox::format_duration(std::chrono::milliseconds(*parsed)))
-                        .count() != *parsed) {
+  if (parsed &&
+      outbox::parse_duration(outbox::format_duration(std::chrono::milliseconds(*parsed))).count() !=
+          *parsed) {
     outbox::fuzz::fail("format_duration does not read back", text);
   }
   return 0;

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "fuzz_common.hpp"
+#include "kafka/kafka_topic.hpp"
 #include "outbox/error.hpp"
 #include "outbox/kafka.hpp"
-#include "kafka/kafka_topic.hpp"
 
 namespace {
 

@@ -21,8 +21,7 @@ class FailOnceSink final : public Sink {
   FailOnceSink(std::unique_ptr<Sink> inner, std::string aggregate_id, std::int64_t sequence)
       : inner_(std::move(inner)), aggregate_id_(std::move(aggregate_id)), sequence_(sequence) {}
   void send(const Event& event, std::uint64_t ticket) override {
-    if (!failed_ && event.aggregate_id == aggregate_id_ &&
-        event.aggregate_sequence == sequence_) {
+    if (!failed_ && event.aggregate_id == aggregate_id_ && event.aggregate_sequence == sequence_) {
       failed_ = true;
       failing_.push_back(ticket);
       return;
@@ -147,8 +146,9 @@ class CdcRelayTest : public RelayFixture {
   void TearDown() override {
     const std::string slot = cdc_options("x").cdc.slot;
     try {
-      pg::exec(conn(), "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                       "WHERE starts_with(slot_name::text, $1) AND NOT active",
+      pg::exec(conn(),
+               "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+               "WHERE starts_with(slot_name::text, $1) AND NOT active",
                {slot.c_str()});
     } catch (const DatabaseError& error) {
       std::cerr << "leaving slot " << slot << ": " << error.what() << "\n";
@@ -179,8 +179,8 @@ class CdcRelayTest : public RelayFixture {
   };
 
   long long rows(const std::string& condition) {
-    return count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") + " WHERE " +
-                             condition);
+    return count(conn(),
+                 "SELECT count(*) FROM " + schema_.table("outbox_events") + " WHERE " + condition);
   }
   bool all_published() {
     return wait_until([&] { return unpublished() == 0; }, 20s);
@@ -255,8 +255,7 @@ TEST_F(CdcRelayTest, ARestartResumesWhereTheSlotWasConfirmedAndLosesNothing) {
 }
 
 TEST_F(CdcRelayTest, AFailedSendIsRetriedFromTheTableAndItsAggregateWaitsBehindIt) {
-  Relay relay(cdc_options("cdc"),
-              std::make_unique<FailOnceSink>(sink(), "agg-3", std::int64_t{2}));
+  Relay relay(cdc_options("cdc"), std::make_unique<FailOnceSink>(sink(), "agg-3", std::int64_t{2}));
   Running running(relay);
   ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
       << relay.stats().last_error;
@@ -319,8 +318,9 @@ TEST_F(CdcRelayTest, ASlotOlderThanItsPublicationIsMadeAgainAndNothingIsLost) {
   ids.insert(ids.end(), meanwhile.begin(), meanwhile.end());
   ids.insert(ids.end(), later.begin(), later.end());
   expect_on_broker_in_order(ids);
-  EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
-                          "active_pid IS NULL",
+  EXPECT_EQ(count(conn(),
+                  "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
+                  "active_pid IS NULL",
                   {o.cdc.slot.c_str()}),
             1);
   pg::exec(conn(), "DROP PUBLICATION \"" + o.cdc.publication + "\"");
@@ -357,8 +357,8 @@ TEST_F(CdcRelayTest, ATransactionLargerThanTheByteBudgetGoesThroughTheTable) {
   for (int i = 0; i < 200; ++i) {  // ~200 bytes each: ten times the budget in one transaction
     ids.push_back(producer
                       .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(i % 5), "Step",
-                                                R"({"k":")" + std::string(180, 'x') + R"("})",
-                                                "{}", 1, std::nullopt})
+                                                R"({"k":")" + std::string(180, 'x') + R"("})", "{}",
+                                                1, std::nullopt})
                       .event_id);
   }
   pg::commit(conn());
@@ -453,8 +453,9 @@ TEST_F(CdcRelayTest, ASlotDroppedMidStreamIsCreatedAgainAndNothingIsLost) {
   const bool dropped = wait_until(
       [&] {
         try {
-          pg::exec(conn(), "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-                           "WHERE slot_name = $1 AND active_pid IS NOT NULL",
+          pg::exec(conn(),
+                   "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                   "WHERE slot_name = $1 AND active_pid IS NOT NULL",
                    {slot.c_str()});
           pg::exec(conn(), "SELECT pg_drop_replication_slot($1)", {slot.c_str()});
           return true;
@@ -572,10 +573,10 @@ TEST_F(CdcRelayTest, OverTheWalBudgetTheRelayLetsTheSlotGoPollsAndStreamsAgainOn
 
   ASSERT_TRUE(wait_until([&] { return !relay.stats().polling_fallback; }, 15s))
       << "streaming again once caught up";
-  EXPECT_EQ(count(conn(),
-                  "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active",
-                  {slot.c_str()}),
-            1);
+  EXPECT_EQ(
+      count(conn(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active",
+            {slot.c_str()}),
+      1);
   const std::vector<EventId> streamed = enqueue(4, 2);
   ids.insert(ids.end(), streamed.begin(), streamed.end());
   ASSERT_TRUE(all_published()) << relay.stats().last_error;
@@ -598,10 +599,12 @@ TEST_F(CdcRelayTest, StreamedRowsThatAreFinishedOrTheTablesAreNotSent) {
   enqueue(3, 2);
   const std::string events = schema_.table("outbox_events");
   pg::exec(conn(), "UPDATE " + events + " SET published_at = now() WHERE aggregate_sequence = 1");
-  pg::exec(conn(), "UPDATE " + events + " SET skipped_at = now() WHERE aggregate_sequence = 2 "
-                   "AND aggregate_id = 'agg-1'");
-  pg::exec(conn(), "UPDATE " + events + " SET published_at = now() WHERE aggregate_sequence = 2 "
-                   "AND aggregate_id = 'agg-2'");
+  pg::exec(conn(), "UPDATE " + events +
+                       " SET skipped_at = now() WHERE aggregate_sequence = 2 "
+                       "AND aggregate_id = 'agg-1'");
+  pg::exec(conn(), "UPDATE " + events +
+                       " SET published_at = now() WHERE aggregate_sequence = 2 "
+                       "AND aggregate_id = 'agg-2'");
   pg::exec(conn(), "UPDATE " + events +
                        " SET quarantined_at = now(), quarantine_reason = 'test', attempt_count = 1,"
                        " available_at = 'infinity' WHERE aggregate_sequence = 2 AND aggregate_id "
@@ -609,8 +612,8 @@ TEST_F(CdcRelayTest, StreamedRowsThatAreFinishedOrTheTablesAreNotSent) {
   const std::vector<EventId> fresh = enqueue(3, 1);  // sequence 3 of each
   Relay relay(cdc_options("second"), sink());
   Running running(relay);
-  ASSERT_TRUE(wait_until(
-      [&] { return rows("published_at IS NULL AND skipped_at IS NULL") == 2; }, 15s))
+  ASSERT_TRUE(
+      wait_until([&] { return rows("published_at IS NULL AND skipped_at IS NULL") == 2; }, 15s))
       << relay.stats().last_error << "; unpublished " << unpublished();
   std::this_thread::sleep_for(1s);  // time to send what it should not
   running.stop();
@@ -637,20 +640,19 @@ TEST_F(CdcRelayTest, ShardsSplitTheAggregatesOverSlotsAndAnotherShardingDropsThe
     Running running0(relay0);
     Running running1(relay1);
     ids = enqueue(20, 3);
-    ASSERT_TRUE(all_published()) << unpublished() << " unpublished; "
-                                 << relay0.stats().last_error << relay1.stats().last_error;
+    ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay0.stats().last_error
+                                 << relay1.stats().last_error;
     running0.stop();
     running1.stop();
-    const long long of_shard0 = rows(
-        "(hashtext(aggregate_type || '/' || aggregate_id) & 2147483647) % 2 = 0");
+    const long long of_shard0 =
+        rows("(hashtext(aggregate_type || '/' || aggregate_id) & 2147483647) % 2 = 0");
     EXPECT_GT(of_shard0, 0);
     EXPECT_LT(of_shard0, 60);
     EXPECT_EQ(relay0.stats().published, static_cast<std::uint64_t>(of_shard0))
         << "shard 0 published its aggregates' events and no others";
     EXPECT_EQ(relay1.stats().published, static_cast<std::uint64_t>(60 - of_shard0));
     EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "all of them streamed";
-    EXPECT_EQ(count(conn(),
-                    "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2)",
+    EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name IN ($1, $2)",
                     {(base + "_0_of_2").c_str(), (base + "_1_of_2").c_str()}),
               2);
   }
@@ -689,8 +691,8 @@ class TableLessTest : public CdcRelayTest {
     options.table_less = true;
     pg::exec(conn(), "BEGIN");
     try {
-      Producer(options).enqueue(conn(), NewEvent{"order", "refused", "Step", "{}", "{}", 1,
-                                                 std::nullopt});
+      Producer(options).enqueue(conn(),
+                                NewEvent{"order", "refused", "Step", "{}", "{}", 1, std::nullopt});
       pg::exec(conn(), "ROLLBACK");
       return "";
     } catch (const DatabaseError& error) {
@@ -714,8 +716,8 @@ TEST_F(TableLessTest, EventsWithoutRowsArePublishedInOrderBesideTableEvents) {
   ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
       << relay.stats().last_error;
   EXPECT_EQ(table_less_refusal(), "");
-  std::vector<EventId> ids = enqueue_table_less(6, 3);          // k 0..2
-  const std::vector<EventId> from_table = enqueue(6, 2);        // sequences 4, 5: rows
+  std::vector<EventId> ids = enqueue_table_less(6, 3);            // k 0..2
+  const std::vector<EventId> from_table = enqueue(6, 2);          // sequences 4, 5: rows
   const std::vector<EventId> more = enqueue_table_less(6, 2, 5);  // 6, 7
   ids.insert(ids.end(), from_table.begin(), from_table.end());
   ids.insert(ids.end(), more.begin(), more.end());
@@ -724,8 +726,9 @@ TEST_F(TableLessTest, EventsWithoutRowsArePublishedInOrderBesideTableEvents) {
   options.table_less = true;
   std::vector<NewEvent> batch;
   for (int k = 0; k < 4; ++k) {
-    batch.push_back(NewEvent{"order", "agg-batch", "Step", R"({"k":)" + std::to_string(k) +
-                             R"(,"a" : [1,2]})", "{}", 1, std::nullopt});
+    batch.push_back(NewEvent{"order", "agg-batch", "Step",
+                             R"({"k":)" + std::to_string(k) + R"(,"a" : [1,2]})", "{}", 1,
+                             std::nullopt});
   }
   pg::exec(conn(), "BEGIN");
   for (const EnqueuedEvent& e : Producer(options).enqueue(conn(), batch)) ids.push_back(e.event_id);
@@ -761,8 +764,8 @@ TEST_F(TableLessTest, AFailedEventIsWrittenToTheTableRetriedAndItsAggregateWaits
   ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
       << relay.stats().last_error;
   const std::vector<EventId> ids = enqueue_table_less(6, 5);
-  ASSERT_TRUE(wait_until(
-      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 20s))
+  ASSERT_TRUE(
+      wait_until([&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 20s))
       << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
   running.stop();
   expect_on_broker_in_order(ids);
@@ -791,15 +794,15 @@ TEST_F(TableLessTest, ATransactionLargerThanTheByteBudgetIsWrittenToTheTable) {
   for (int i = 0; i < 100; ++i) {  // ~200 bytes each: five times the budget in one transaction
     ids.push_back(producer
                       .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(i % 5), "Step",
-                                                R"({"k":")" + std::string(180, 'x') + R"("})",
-                                                "{}", 1, std::nullopt})
+                                                R"({"k":")" + std::string(180, 'x') + R"("})", "{}",
+                                                1, std::nullopt})
                       .event_id);
   }
   pg::commit(conn());
   const std::vector<EventId> after = enqueue_table_less(5, 2);  // behind them, through the stream
   ids.insert(ids.end(), after.begin(), after.end());
-  ASSERT_TRUE(wait_until(
-      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 20s))
+  ASSERT_TRUE(
+      wait_until([&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 20s))
       << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
   running.stop();
   expect_on_broker_in_order(ids);
@@ -829,8 +832,10 @@ TEST_F(TableLessTest, ASpillKeepsEveryTableLessEventAndTheirAggregatesOrder) {
   const Producer table_less(less);
   const Producer with_rows(ProducerOptions{schema_, 4096});
   pg::exec(other.get(), "BEGIN");
-  std::vector<EventId> ids{  // agg-0 #1: held 5 s, then fails
-      table_less.enqueue(other.get(), NewEvent{"order", "agg-0", "Step", "{}", "{}", 1, std::nullopt})
+  std::vector<EventId> ids{
+      // agg-0 #1: held 5 s, then fails
+      table_less
+          .enqueue(other.get(), NewEvent{"order", "agg-0", "Step", "{}", "{}", 1, std::nullopt})
           .event_id};
   pg::commit(other.get());
   ASSERT_TRUE(wait_until([&] { return relay.stats().in_flight == 1; }, 10s));
@@ -842,14 +847,14 @@ TEST_F(TableLessTest, ASpillKeepsEveryTableLessEventAndTheirAggregatesOrder) {
   }
   for (int i = 0; i < 40; ++i) {  // ~200 bytes each: twice the budget, as rows
     ids.push_back(with_rows
-                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(1 + i % 3),
-                                                "Step", R"({"k":")" + std::string(180, 'x') + R"("})",
-                                                "{}", 1, std::nullopt})
+                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(1 + i % 3), "Step",
+                                                R"({"k":")" + std::string(180, 'x') + R"("})", "{}",
+                                                1, std::nullopt})
                       .event_id);
   }
   pg::commit(conn());
-  ASSERT_TRUE(wait_until(
-      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 30s))
+  ASSERT_TRUE(
+      wait_until([&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 30s))
       << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
   EXPECT_EQ(relay.stats().failed, 1U) << "#1 was still out when the large transaction was read";
   // Again with nothing in flight and nothing after it: no failure or later candidate makes the
@@ -863,14 +868,14 @@ TEST_F(TableLessTest, ASpillKeepsEveryTableLessEventAndTheirAggregatesOrder) {
   }
   for (int i = 0; i < 40; ++i) {
     ids.push_back(with_rows
-                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(1 + i % 3),
-                                                "Step", R"({"k":")" + std::string(180, 'x') + R"("})",
-                                                "{}", 1, std::nullopt})
+                      .enqueue(conn(), NewEvent{"order", "agg-" + std::to_string(1 + i % 3), "Step",
+                                                R"({"k":")" + std::string(180, 'x') + R"("})", "{}",
+                                                1, std::nullopt})
                       .event_id);
   }
   pg::commit(conn());
-  ASSERT_TRUE(wait_until(
-      [&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 30s))
+  ASSERT_TRUE(
+      wait_until([&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 30s))
       << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
   running.stop();
   expect_on_broker_in_order(ids);
@@ -920,18 +925,22 @@ TEST_F(TableLessTest, MessagesThatAreNotAProducersAreSkippedAndThePositionMovesO
   const std::string event = R"("events": [{"event_id": "0192f1d2-0000-7000-8000-000000000001",)"
                             R"( "sequence": 1, "event_type": "E", "schema_version": 1,)"
                             R"( "payload": "{}", "headers": "{}"}])";
-  for (const std::string& body :
-       {std::string("not json"),
-        R"({"xid": "99999999999", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
-        R"( "aggregate_id": "x", )" + event + "}",
-        std::string(R"({"xid": "XID", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
-                    R"( "aggregate_id": "x", "events": [{"event_id": "0192f1d2-0000-7000-8000-000000000002",)"
-                    R"( "sequence": 1e300, "event_type": "E", "schema_version": 1,)"
-                    R"( "payload": "{}", "headers": "{}"}]})"),
-        std::string(R"({"xid": "XID", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
-                    R"( "aggregate_id": "x", "events": [{"event_id": "0192f1d2-0000-7000-8000-000000000003",)"
-                    R"( "sequence": 1, "event_type": "E", "schema_version": 1,)"
-                    R"( "payload": "{not json", "headers": "{}"}]})")}) {
+  for (
+      const std::string& body :
+      {std::string("not json"),
+       R"({"xid": "99999999999", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
+       R"( "aggregate_id": "x", )" +
+           event + "}",
+       std::string(
+           R"({"xid": "XID", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
+           R"( "aggregate_id": "x", "events": [{"event_id": "0192f1d2-0000-7000-8000-000000000002",)"
+           R"( "sequence": 1e300, "event_type": "E", "schema_version": 1,)"
+           R"( "payload": "{}", "headers": "{}"}]})"),
+       std::string(
+           R"({"xid": "XID", "occurred_at": "2026-01-01T00:00:00Z", "aggregate_type": "o",)"
+           R"( "aggregate_id": "x", "events": [{"event_id": "0192f1d2-0000-7000-8000-000000000003",)"
+           R"( "sequence": 1, "event_type": "E", "schema_version": 1,)"
+           R"( "payload": "{not json", "headers": "{}"}]})")}) {
     pg::exec(conn(), "BEGIN");
     const std::string xid(pg::exec(conn(), "SELECT pg_current_xact_id()::text").text(0, 0));
     std::string text = body;
@@ -969,9 +978,10 @@ TEST_F(TableLessTest, AfterAPostgresCrashANewRelayStartsFromTheSavedPositionNotT
     ASSERT_TRUE(wait_until([&] { return relay.stats().published >= ids.size(); }, 20s));
     ASSERT_TRUE(wait_until(
         [&] {
-          return count(conn(), "SELECT count(*) FROM " + registration +
-                                   " WHERE confirmed_lsn >= $1::pg_lsn",
-                       {after.c_str()}) == 1;
+          return count(
+                     conn(),
+                     "SELECT count(*) FROM " + registration + " WHERE confirmed_lsn >= $1::pg_lsn",
+                     {after.c_str()}) == 1;
         },
         10s))
         << "the relay saves its confirmed position within a second or two";
@@ -1073,12 +1083,13 @@ TEST_F(TableLessTest, ASlotFromBeforeTheWitnessIsReadAsBeforeThenWithTheWitness)
   ASSERT_TRUE(wait_until([&] { return relay.stats().published >= ids.size(); }, 20s))
       << relay.stats().published << "; " << relay.stats().last_error;
   const std::vector<EventId> later = enqueue_table_less(3, 2, 2);
-  pg::exec(conn(), "SELECT pg_logical_emit_message(true, $1, json_build_object('xid', "
-                   "pg_current_xact_id()::text, 'occurred_at', '2026-01-01T00:00:00Z', "
-                   "'aggregate_type', 'order', 'aggregate_id', 'agg-0', 'events', "
-                   "json_build_array(json_build_object('event_id', gen_random_uuid(), "
-                   "'sequence', 5, 'event_type', 'Step', 'schema_version', 1, 'payload', '{}', "
-                   "'headers', '{}')))::text)",
+  pg::exec(conn(),
+           "SELECT pg_logical_emit_message(true, $1, json_build_object('xid', "
+           "pg_current_xact_id()::text, 'occurred_at', '2026-01-01T00:00:00Z', "
+           "'aggregate_type', 'order', 'aggregate_id', 'agg-0', 'events', "
+           "json_build_array(json_build_object('event_id', gen_random_uuid(), "
+           "'sequence', 5, 'event_type', 'Step', 'schema_version', 1, 'payload', '{}', "
+           "'headers', '{}')))::text)",
            {schema_.message_prefix().c_str()});
   const std::vector<EventId> last = enqueue_table_less(3, 1, 5);
   ids.insert(ids.end(), later.begin(), later.end());
@@ -1101,8 +1112,7 @@ TEST_F(TableLessTest, AWitnessPublicationThatLeavesUpdatesOutIsRefused) {
     Relay relay(table_less_options("tl"), sink());
     ADD_FAILURE() << "a table-less relay took a witness publication without updates";
   } catch (const ConfigError& error) {
-    EXPECT_NE(std::string(error.what()).find("must publish inserts and updates"),
-              std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("must publish inserts and updates"), std::string::npos)
         << error.what();
   }
   pg::exec(conn(), "DROP PUBLICATION \"" + witness + "\"");
@@ -1142,8 +1152,9 @@ TEST_F(TableLessTest, ARelayWithoutItStopsWhenItsSlotIsRegisteredMeanwhileAndLos
     EXPECT_EQ(relay.stats().published, 0U);
     EXPECT_EQ(relay.stats().messages_rejected, 0U);
   }
-  EXPECT_EQ(count(conn(), "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
-                          "confirmed_flush_lsn > $2::pg_lsn",
+  EXPECT_EQ(count(conn(),
+                  "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND "
+                  "confirmed_flush_lsn > $2::pg_lsn",
                   {plain.cdc.slot.c_str(), before.c_str()}),
             0)
       << "the slot was confirmed past the table-less events";

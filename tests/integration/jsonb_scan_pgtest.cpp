@@ -10,8 +10,8 @@
 
 #include "common/json_text.hpp"
 #include "common/jsonb_scan.hpp"
-#include "support/test_env.hpp"
 #include "pg/array_literal.hpp"
+#include "support/test_env.hpp"
 
 namespace outbox::testing {
 namespace {

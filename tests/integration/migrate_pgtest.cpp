@@ -131,11 +131,12 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
                   "('lock_key', 'lease_ms', 'registered_at', 'ended_at') AND is_nullable = 'YES'"),
             4)
       << "migration 9 records each relay session's lock (nullable: older relays write no lock)";
-  EXPECT_EQ(count(conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid IN"
-                        " ('migrate_upgrade.outbox_aggregate_sequences'::regclass,"
-                        "  'migrate_upgrade.outbox_cleanup_horizon'::regclass)"
-                        " AND tgname LIKE '%forward' OR tgname = 'outbox_cleanup_horizon_not_ahead'"
-                        " AND tgrelid = 'migrate_upgrade.outbox_cleanup_horizon'::regclass"),
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_trigger WHERE tgrelid IN"
+                  " ('migrate_upgrade.outbox_aggregate_sequences'::regclass,"
+                  "  'migrate_upgrade.outbox_cleanup_horizon'::regclass)"
+                  " AND tgname LIKE '%forward' OR tgname = 'outbox_cleanup_horizon_not_ahead'"
+                  " AND tgrelid = 'migrate_upgrade.outbox_cleanup_horizon'::regclass"),
             3)
       << "migration 13 keeps counters and the horizon from going back";
 }
@@ -180,27 +181,33 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
   EXPECT_EQ(report.to_version, latest_schema_version());
   EXPECT_NO_THROW(create_roles(conn, schema));
   EXPECT_NO_THROW(create_roles(conn, schema));
-  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_operator_audit"
-                        " WHERE db_user IS NULL"),
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM migrate_from_eleven.outbox_operator_audit"
+                  " WHERE db_user IS NULL"),
             1);
-  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_relays"
-                        " WHERE backend_pid IS NULL AND lock_key = 42"),
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM migrate_from_eleven.outbox_relays"
+                  " WHERE backend_pid IS NULL AND lock_key = 42"),
             1);
   EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.processed_events"), 1);
   EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_events"), 1);
-  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_cleanup_horizon"
-                        " WHERE deleted_before <= now()"),
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM migrate_from_eleven.outbox_cleanup_horizon"
+                  " WHERE deleted_before <= now()"),
             1);
-  EXPECT_EQ(count(conn, "SELECT count(*) FROM migrate_from_eleven.outbox_table_less_slots"
-                        " WHERE witness_since IS NOT NULL"),
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM migrate_from_eleven.outbox_table_less_slots"
+                  " WHERE witness_since IS NOT NULL"),
             1);
-  EXPECT_EQ(count(conn, "SELECT count(*) FROM pg_publication p JOIN pg_publication_rel r ON "
-                        "r.prpubid = p.oid WHERE p.pubname = 'migrate_from_eleven_outbox_seq' "
-                        "AND p.pubinsert AND p.pubupdate AND r.prrelid = "
-                        "'migrate_from_eleven.outbox_aggregate_sequences'::regclass"),
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM pg_publication p JOIN pg_publication_rel r ON "
+                  "r.prpubid = p.oid WHERE p.pubname = 'migrate_from_eleven_outbox_seq' "
+                  "AND p.pubinsert AND p.pubupdate AND r.prrelid = "
+                  "'migrate_from_eleven.outbox_aggregate_sequences'::regclass"),
             1);
-  EXPECT_THROW(pg::exec(conn, "UPDATE migrate_from_eleven.outbox_aggregate_sequences"
-                              " SET last_sequence = 6"),
+  EXPECT_THROW(pg::exec(conn,
+                        "UPDATE migrate_from_eleven.outbox_aggregate_sequences"
+                        " SET last_sequence = 6"),
                DatabaseError);
   pg::exec(conn, "UPDATE migrate_from_eleven.outbox_aggregate_sequences SET last_sequence = 8");
   pg::exec(conn, "DROP PUBLICATION migrate_from_eleven_outbox_seq");
@@ -223,8 +230,9 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
            "ALTER TABLE migrate_lock.outbox_relays DROP COLUMN lock_key, DROP COLUMN lease_ms,"
            " DROP COLUMN registered_at, DROP COLUMN ended_at, DROP COLUMN backend_pid");
   pg::exec(conn, "DROP TABLE migrate_lock.outbox_inbox_consumers");
-  pg::exec(conn, "DROP TRIGGER outbox_aggregate_sequences_forward"
-                 " ON migrate_lock.outbox_aggregate_sequences");
+  pg::exec(conn,
+           "DROP TRIGGER outbox_aggregate_sequences_forward"
+           " ON migrate_lock.outbox_aggregate_sequences");
   pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_refuse_rewrite()");
   pg::exec(conn, "ALTER TABLE migrate_lock.outbox_operator_audit DROP COLUMN db_user");
   auto writer = connect();

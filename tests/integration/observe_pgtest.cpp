@@ -91,8 +91,8 @@ class ObserveTest : public RelayFixture {
   }
   // A pending row of a fresh aggregate of `type`, written and due `age` ago.
   void insert_pending(const std::string& type, const std::string& age, bool quarantined) {
-    insert({.type = type, .occurred_ago = age, .available_in = "-" + age,
-            .quarantined = quarantined});
+    insert(
+        {.type = type, .occurred_ago = age, .available_in = "-" + age, .quarantined = quarantined});
   }
 };
 
@@ -147,8 +147,8 @@ TEST_F(ObserveTest, ARelayServesItsCountsByAggregateTypeAndTheBacklogFromTheTabl
 TEST_F(ObserveTest, TheOldestPendingAgeCountsDelayedEventsFromTheirTime) {
   // A head written an hour ago to go in an hour, and its successor written an hour ago.
   insert({.type = "later", .id = "a", .occurred_ago = "1 h", .available_in = "1 h"});
-  insert({.type = "later", .id = "a", .sequence = 2, .occurred_ago = "1 h",
-          .available_in = "-1 h"});
+  insert(
+      {.type = "later", .id = "a", .sequence = 2, .occurred_ago = "1 h", .available_in = "-1 h"});
   // Delayed by 59 minutes, so due a minute ago.
   insert({.type = "due", .id = "b", .occurred_ago = "1 h", .available_in = "-1 minute"});
   ObserveServer server(observe_options());

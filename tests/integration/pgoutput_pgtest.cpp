@@ -246,7 +246,8 @@ TEST_F(PgoutputTest, DecodesMessagesAsPostgres15SendsThem) {
 
 // Updates (new row only; old key and new; old row and new, with an unchanged TOASTed value),
 // deletes (by key, by full row), a truncate, a type of the user's and a replication origin: each
-// decodes as its kind (updates as Update, the rest as Ignored), and the stream around them as usual.
+// decodes as its kind (updates as Update, the rest as Ignored), and the stream around them as
+// usual.
 TEST_F(PgoutputTest, ChecksAndSkipsEveryOtherKindPostgres15Sends) {
   const std::string table = schema_.table("cdc_moods");
   exec("CREATE TYPE " + schema_.quoted() + ".mood AS ENUM ('calm', 'tense')");

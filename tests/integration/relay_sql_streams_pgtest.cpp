@@ -72,10 +72,9 @@ TEST_F(RelaySqlStreams, AFailureWithoutATokenIsRecordedWithBackoffOrQuarantine) 
   const std::string retried = insert("o-1", 1);
   const std::string poisoned = insert("o-2", 1);
   const std::string ids = "{" + retried + "," + poisoned + "}";
-  const auto result =
-      pg::exec(conn_.get(), relay_sql::mark_failed(schema_),
-               {ids.c_str(), "{NULL,NULL}", "{timeout,too large}", "1000", "60000", "25",
-                "{false,true}"});
+  const auto result = pg::exec(
+      conn_.get(), relay_sql::mark_failed(schema_),
+      {ids.c_str(), "{NULL,NULL}", "{timeout,too large}", "1000", "60000", "25", "{false,true}"});
   const std::vector<relay_sql::FailedRow> rows = relay_sql::read_mark_failed(result);
   ASSERT_EQ(rows.size(), 2U);
   EXPECT_EQ(where("event_id = '" + retried +

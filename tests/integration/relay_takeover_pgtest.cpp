@@ -141,8 +141,9 @@ TEST_F(RelayTakeoverTest, ALoginQueuedForTheLockKeyDoesNotKeepADeadRelayAlive) {
   const auto ids = enqueue(10, 1);
   RelayRole victim_role(connection_, schema_, "takeover_queued_victim");
   RelayRole survivor_role(connection_, schema_, "takeover_queued_survivor");
-  pg::exec(conn(), "DO $$ BEGIN CREATE ROLE takeover_intruder LOGIN; EXCEPTION WHEN "
-                   "duplicate_object THEN NULL; END $$");
+  pg::exec(conn(),
+           "DO $$ BEGIN CREATE ROLE takeover_intruder LOGIN; EXCEPTION WHEN "
+           "duplicate_object THEN NULL; END $$");
   pg::exec(conn(), std::string("ALTER ROLE takeover_intruder LOGIN PASSWORD '") +
                        RelayRole::kPassword + "'");
   auto victim_options = relay_options("queued-victim", victim_role);
@@ -166,9 +167,10 @@ TEST_F(RelayTakeoverTest, ALoginQueuedForTheLockKeyDoesNotKeepADeadRelayAlive) {
   ASSERT_EQ(PQsendQuery(intruder.get(), ("SELECT pg_advisory_lock(" + key + ")").c_str()), 1);
   ASSERT_TRUE(wait_until(
       [&] {
-        return count(conn(), "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
-                             " ON a.pid = l.pid WHERE NOT l.granted AND l.locktype = 'advisory'"
-                             " AND a.usename = 'takeover_intruder'") == 1;
+        return count(conn(),
+                     "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
+                     " ON a.pid = l.pid WHERE NOT l.granted AND l.locktype = 'advisory'"
+                     " AND a.usename = 'takeover_intruder'") == 1;
       },
       5s));
 
@@ -176,9 +178,10 @@ TEST_F(RelayTakeoverTest, ALoginQueuedForTheLockKeyDoesNotKeepADeadRelayAlive) {
   const auto died = std::chrono::steady_clock::now();
   const bool intruder_holds = wait_until(
       [&] {
-        return count(conn(), "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
-                             " ON a.pid = l.pid WHERE l.granted AND l.locktype = 'advisory'"
-                             " AND a.usename = 'takeover_intruder'") == 1;
+        return count(conn(),
+                     "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
+                     " ON a.pid = l.pid WHERE l.granted AND l.locktype = 'advisory'"
+                     " AND a.usename = 'takeover_intruder'") == 1;
       },
       5s);
   Relay survivor(relay_options("queued-survivor", survivor_role), sink());
@@ -190,13 +193,13 @@ TEST_F(RelayTakeoverTest, ALoginQueuedForTheLockKeyDoesNotKeepADeadRelayAlive) {
   survivor_runner.join();
   victim_runner.join();
 
-  EXPECT_TRUE(intruder_holds) << "the intruder's queued lock should be granted once the victim died";
+  EXPECT_TRUE(intruder_holds)
+      << "the intruder's queued lock should be granted once the victim died";
   ASSERT_TRUE(taken_over) << unpublished() << " of 10 still unpublished "
                           << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                           << " ms after the victim died, its key held by another login";
   EXPECT_EQ(survivor.stats().published, 10U);
-  std::cout << "taken over "
-            << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+  std::cout << "taken over " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
             << " ms after the victim's session ended, its key held by another login\n";
   expect_on_broker_in_order(ids);
 }
@@ -273,8 +276,7 @@ TEST_F(RelayTakeoverTest, WhatAReconnectedRelayNoLongerHoldsIsTakenOverAfterTheG
   ASSERT_TRUE(wait_until([&] { return held.held() == 10; }, 20s)) << held.held();
   // The eleventh row, claimed under the blip's session by a claim the blip knows nothing of.
   const std::string events = schema_.table("outbox_events");
-  pg::exec(conn(), "UPDATE " + events +
-                       " SET claimed_by = (SELECT relay_id FROM " + relays() +
+  pg::exec(conn(), "UPDATE " + events + " SET claimed_by = (SELECT relay_id FROM " + relays() +
                        " WHERE relay_id LIKE 'blip:%') || ':999999',"
                        " claim_until = now() + interval '60 seconds' WHERE claimed_by IS NULL");
   const std::string orphaned =

@@ -49,9 +49,11 @@ TEST_F(ReplayTest, PublishedEventsGoAgainWithTheirIdsInOrderAndAreAudited) {
   EXPECT_EQ(unpublished(), 0) << "the plan changed something";
 
   std::vector<std::pair<std::size_t, std::size_t>> progress;
-  const auto replayed = replay_published(
-      conn(), schema_, one, "tester", "rebuild the projection",
-      [&](std::size_t done, std::size_t total) { progress.emplace_back(done, total); }, 1).replayed;
+  const auto replayed =
+      replay_published(
+          conn(), schema_, one, "tester", "rebuild the projection",
+          [&](std::size_t done, std::size_t total) { progress.emplace_back(done, total); }, 1)
+          .replayed;
   EXPECT_EQ(replayed.size(), 4u);
   EXPECT_EQ(unpublished(), 4);
   EXPECT_EQ(audited(), 4);
@@ -90,8 +92,7 @@ TEST_F(ReplayTest, AnAggregateWithAnEventInFlightIsLeftAloneAndCounted) {
   pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
                        " SET claimed_by = 'other-relay:1', claim_until = now() + interval '1 min'"
                        " WHERE aggregate_id = 'agg-0' AND aggregate_sequence = 3");
-  const ReplayResult result =
-      replay_published(conn(), schema_, since_2000(), "tester", "replay");
+  const ReplayResult result = replay_published(conn(), schema_, since_2000(), "tester", "replay");
   EXPECT_EQ(result.busy_aggregates, 1u);
   EXPECT_EQ(result.replayed.size(), 2u);  // agg-1's two
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events") +
@@ -107,7 +108,7 @@ TEST_F(ReplayTest, PendingSkippedAndOutOfWindowEventsAreNotReplayed) {
   const std::string events = schema_.table("outbox_events");
   pg::exec(conn(), "UPDATE " + events +
                        " SET skipped_at = now() WHERE aggregate_id = 'agg-1'");  // as skipped
-  EXPECT_EQ(plan_replay(conn(), schema_, since_2000()).events, 1);  // agg-0 #1 only
+  EXPECT_EQ(plan_replay(conn(), schema_, since_2000()).events, 1);               // agg-0 #1 only
   // A window that can hold nothing is refused, not planned as 0 events: since in the future,
   // until not after since.
   ReplayFilter future = since_2000();

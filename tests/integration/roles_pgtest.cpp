@@ -135,22 +135,25 @@ TEST_F(RolesTest, AWriterCanNeitherRewindACounterNorInsertAClaimedOrPublishedRow
   const std::string sequences = schema_.table("outbox_aggregate_sequences");
   EXPECT_EQ(refusal(writer.get(), "UPDATE " + sequences + " SET last_sequence = 1"), "42501");
   EXPECT_EQ(refusal(writer.get(), "UPDATE " + sequences + " SET aggregate_id = 'x'"), "42501");
-  EXPECT_EQ(refusal(writer.get(), "INSERT INTO " + events() +
-                                      " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
-                                      " event_type, payload, claimed_by, claim_until) VALUES"
-                                      " (gen_random_uuid(), 'o', '2', 1, 'X', '{}', 'ghost',"
-                                      " 'infinity')"),
-            "42501");
-  EXPECT_EQ(refusal(writer.get(), "INSERT INTO " + events() +
-                                      " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
-                                      " event_type, payload, published_at) VALUES"
-                                      " (gen_random_uuid(), 'o', '3', 1, 'X', '{}', now())"),
-            "42501");
-  EXPECT_EQ(refusal(writer.get(), "INSERT INTO " + events() +
-                                      " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
-                                      " event_type, payload, attempt_count) VALUES"
-                                      " (gen_random_uuid(), 'o', '4', 1, 'X', '{}', 99)"),
-            "42501");
+  EXPECT_EQ(
+      refusal(writer.get(), "INSERT INTO " + events() +
+                                " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                                " event_type, payload, claimed_by, claim_until) VALUES"
+                                " (gen_random_uuid(), 'o', '2', 1, 'X', '{}', 'ghost',"
+                                " 'infinity')"),
+      "42501");
+  EXPECT_EQ(
+      refusal(writer.get(), "INSERT INTO " + events() +
+                                " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                                " event_type, payload, published_at) VALUES"
+                                " (gen_random_uuid(), 'o', '3', 1, 'X', '{}', now())"),
+      "42501");
+  EXPECT_EQ(
+      refusal(writer.get(), "INSERT INTO " + events() +
+                                " (event_id, aggregate_type, aggregate_id, aggregate_sequence,"
+                                " event_type, payload, attempt_count) VALUES"
+                                " (gen_random_uuid(), 'o', '4', 1, 'X', '{}', 99)"),
+      "42501");
   // Not even the owner lowers a counter (the trigger refuses whoever asks).
   EXPECT_EQ(refusal(conn(), "UPDATE " + sequences + " SET last_sequence = 1"), "42501");
   pg::exec(writer.get(), "BEGIN");
@@ -194,11 +197,11 @@ TEST_F(RolesTest, AnInboxLoginMarksEventsOnlyUnderItsOwnListedConsumerName) {
   EXPECT_EQ(refusal(shipping.get(), "INSERT INTO " + processed + " VALUES ('billing', '" +
                                         EventId::generate().to_string() + "')"),
             "42501");
-  EXPECT_THROW(Inbox(schema_, "billing").process(shipping.get(), EventId::generate(),
-                                                 [](PGconn*) {}),
-               DatabaseError);
-  EXPECT_EQ(count(shipping.get(), "SELECT count(*) FROM " + processed +
-                                      " WHERE consumer_name = 'billing'"),
+  EXPECT_THROW(
+      Inbox(schema_, "billing").process(shipping.get(), EventId::generate(), [](PGconn*) {}),
+      DatabaseError);
+  EXPECT_EQ(count(shipping.get(),
+                  "SELECT count(*) FROM " + processed + " WHERE consumer_name = 'billing'"),
             0);
   // A name listed for a role that does not exist admits nobody.
   pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
@@ -215,8 +218,9 @@ TEST_F(RolesTest, AnInboxLoginMarksEventsOnlyUnderItsOwnListedConsumerName) {
   EXPECT_EQ(count(admin.get(), "SELECT count(*) FROM " + processed), 2);
   // A role's name is matched as written: mixed case and a '.' were folded, or failed, when the
   // policy parsed it as an identifier.
-  pg::exec(conn(), "DO $$ BEGIN CREATE ROLE \"Roles_Mixed.Login\"; EXCEPTION WHEN "
-                   "duplicate_object THEN NULL; END $$");
+  pg::exec(conn(),
+           "DO $$ BEGIN CREATE ROLE \"Roles_Mixed.Login\"; EXCEPTION WHEN "
+           "duplicate_object THEN NULL; END $$");
   pg::exec(conn(), "GRANT \"" + roles_.inbox + "\" TO \"Roles_Mixed.Login\"");
   pg::exec(conn(), "INSERT INTO " + schema_.table("outbox_inbox_consumers") +
                        " VALUES ('mixed', 'Roles_Mixed.Login')");
@@ -254,8 +258,8 @@ TEST_F(RolesTest, AnAdminRewritesNoPayloadForgesNoAuditLoginAndMovesTheHorizonOn
       << "an audit row names the login that wrote it";
   // Replay, too, needs nothing beyond the admin's columns.
   pg::exec(conn(), "UPDATE " + events() + " SET published_at = now() - interval '2 hours'");
-  EXPECT_EQ(replay_published(admin.get(), schema_, ReplayFilter{"-infinity", "", {}, {}, {}},
-                             "ops", "INC-1")
+  EXPECT_EQ(replay_published(admin.get(), schema_, ReplayFilter{"-infinity", "", {}, {}, {}}, "ops",
+                             "INC-1")
                 .replayed.size(),
             1U);
   pg::exec(conn(), "UPDATE " + events() + " SET published_at = now() - interval '2 hours'");
@@ -268,9 +272,9 @@ TEST_F(RolesTest, AnAdminRewritesNoPayloadForgesNoAuditLoginAndMovesTheHorizonOn
   ASSERT_EQ(count(conn(), "SELECT count(*) FROM " + horizon), 1);
   EXPECT_EQ(refusal(admin.get(), "UPDATE " + horizon + " SET deleted_before = '-infinity'"),
             "42501");
-  EXPECT_EQ(refusal(admin.get(), "UPDATE " + horizon +
-                                     " SET deleted_before = now() + interval '1 day'"),
-            "42501");
+  EXPECT_EQ(
+      refusal(admin.get(), "UPDATE " + horizon + " SET deleted_before = now() + interval '1 day'"),
+      "42501");
   EXPECT_EQ(refusal(admin.get(), "DELETE FROM " + horizon), "42501");
   EXPECT_EQ(refusal(conn(), "UPDATE " + horizon + " SET deleted_before = '-infinity'"), "42501")
       << "not even the owner moves it back";

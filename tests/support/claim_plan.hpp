@@ -14,10 +14,9 @@ namespace outbox::testing {
 inline long long claim_plan_rows(PGconn* conn, const SchemaName& schema, int batch) {
   const std::string batch_text = std::to_string(batch);
   pg::exec(conn, "BEGIN");
-  const auto plan =
-      pg::exec(conn, "EXPLAIN (ANALYZE, FORMAT JSON) " + relay_sql::claim(schema),
-               {"probe:1", batch_text.c_str(), "30000", "", "", "{}", "67108864", "true",
-                "infinity"});
+  const auto plan = pg::exec(
+      conn, "EXPLAIN (ANALYZE, FORMAT JSON) " + relay_sql::claim(schema),
+      {"probe:1", batch_text.c_str(), "30000", "", "", "{}", "67108864", "true", "infinity"});
   pg::exec(conn, "ROLLBACK");
   long long touched = 0;
   std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& node) {

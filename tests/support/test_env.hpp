@@ -4,9 +4,9 @@
 
 #include <string>
 
+#include "outbox/schema.hpp"
 #include "outbox/testing/embedded_postgres.hpp"
 #include "outbox/testing/kafka_mock.hpp"
-#include "outbox/schema.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox::testing {

@@ -147,8 +147,7 @@ TEST(ArrayLiteral, LeavesCommasBracesAndSpacesInsideQuotes) {
 }
 
 TEST(ArrayLiteral, TheWordNullStaysAString) {
-  EXPECT_EQ(parse_array_literal(text_array({"NULL", "null"})),
-            (ArrayElements{"NULL", "null"}));
+  EXPECT_EQ(parse_array_literal(text_array({"NULL", "null"})), (ArrayElements{"NULL", "null"}));
 }
 
 TEST(ArrayLiteral, CarriesJsonDocumentsUnchanged) {
@@ -227,12 +226,12 @@ TEST(ArrayLiteral, RoundTripsRandomStrings) {
   }
 }
 
-
 TEST(UuidArray, ListsEventIdsUnquoted) {
   const EventId a = EventId::generate();
   const EventId b = EventId::generate();
   EXPECT_EQ(uuid_array(std::vector<EventId>{}), "{}");
-  EXPECT_EQ(uuid_array(std::vector<EventId>{a, b}), "{" + a.to_string() + "," + b.to_string() + "}");
+  EXPECT_EQ(uuid_array(std::vector<EventId>{a, b}),
+            "{" + a.to_string() + "," + b.to_string() + "}");
 }
 
 }  // namespace

@@ -15,8 +15,9 @@ using std::chrono::milliseconds;
 
 TEST(Backoff, EachWaitIsHalfTheDelayPlusUpToTheOtherHalfAndTheDelayDoublesToTheCap) {
   Backoff backoff(milliseconds(100), milliseconds(1000), 42);
-  const milliseconds expected_delays[] = {milliseconds(100), milliseconds(200), milliseconds(400),
-                                          milliseconds(800), milliseconds(1000), milliseconds(1000)};
+  const milliseconds expected_delays[] = {milliseconds(100),  milliseconds(200),
+                                          milliseconds(400),  milliseconds(800),
+                                          milliseconds(1000), milliseconds(1000)};
   for (const milliseconds delay : expected_delays) {
     EXPECT_EQ(backoff.delay(), delay);
     const milliseconds wait = backoff.next();

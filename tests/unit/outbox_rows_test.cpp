@@ -25,19 +25,18 @@ Relation outbox_relation() {
 }
 
 struct Row {
-  std::vector<std::string> values{
-      "",  // claimed_by: null below
-      R"({"total": 5})",
-      "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b",
-      "order",
-      "o-1",
-      "3",
-      "OrderPlaced",
-      "2",
-      "{}",
-      "2026-12-01 08:00:00.123456+00",
-      "2026-12-01 08:00:00.123456+00",
-      "0"};
+  std::vector<std::string> values{"",  // claimed_by: null below
+                                  R"({"total": 5})",
+                                  "0190a1b2-c3d4-7e5f-8a6b-7c8d9e0f1a2b",
+                                  "order",
+                                  "o-1",
+                                  "3",
+                                  "OrderPlaced",
+                                  "2",
+                                  "{}",
+                                  "2026-12-01 08:00:00.123456+00",
+                                  "2026-12-01 08:00:00.123456+00",
+                                  "0"};
   Insert insert(std::uint32_t relation_id = 16400) const {
     Insert insert;
     insert.relation_id = relation_id;

@@ -312,9 +312,18 @@ TEST(Pgoutput, RefusesWhatPostgres15NeverSendsAndSaysWhere) {
 
 TEST(Pgoutput, DecodesUpdatesOfEveryShapeAndDeletesAsIgnored) {
   const std::string new_only = wire::Writer('U').u32(1).u8('N').u16(1).u8('u').done();
-  const std::string with_key =
-      wire::Writer('U').u32(7).u8('K').u16(1).u8('n').u8('N').u16(2).u8('n').u8('t').u32(2).raw(
-          "42").done();
+  const std::string with_key = wire::Writer('U')
+                                   .u32(7)
+                                   .u8('K')
+                                   .u16(1)
+                                   .u8('n')
+                                   .u8('N')
+                                   .u16(2)
+                                   .u8('n')
+                                   .u8('t')
+                                   .u32(2)
+                                   .raw("42")
+                                   .done();
   const Update plain = as<Update>(decode_pgoutput(new_only));
   EXPECT_EQ(plain.relation_id, 1U);
   ASSERT_EQ(plain.columns.size(), 1U);

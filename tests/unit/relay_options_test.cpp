@@ -2,13 +2,12 @@
 // with a message naming the option.
 #include "relay/relay_options.hpp"
 
-#include "relay/cdc/cdc_source.hpp"
-
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "outbox/error.hpp"
+#include "relay/cdc/cdc_source.hpp"
 
 namespace outbox::detail {
 namespace {
@@ -96,8 +95,9 @@ TEST(RelayOptionsCheck, EachUnworkableValueIsRefusedByName) {
   EXPECT_NE(reversed.find("backoff_base (--backoff-base-ms) is 1m40s and backoff_max"),
             std::string::npos)
       << reversed;
-  EXPECT_NE(with([](RelayOptions& o) { o.reconnect_backoff_base = milliseconds(0); })
-                .find("reconnect_backoff_base"),
+  EXPECT_NE(with([](RelayOptions& o) {
+              o.reconnect_backoff_base = milliseconds(0);
+            }).find("reconnect_backoff_base"),
             std::string::npos);
 }
 
@@ -117,7 +117,8 @@ TEST(RelayOptionsCheck, ChangeDataCaptureOptionsAreCheckedOnlyForThatSource) {
   EXPECT_EQ(refusal(options), "");
 }
 
-TEST(RelayOptionsCheck, ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteOrPastOnePebibyteAreRefused) {
+TEST(RelayOptionsCheck,
+     ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteOrPastOnePebibyteAreRefused) {
   RelayOptions options;
   options.source = RelaySource::cdc;
   options.cdc.takeover = std::chrono::hours(2);
@@ -132,7 +133,8 @@ TEST(RelayOptionsCheck, ATakeoverPastAnHourAndAWalBudgetUnderOneMebibyteOrPastOn
   EXPECT_EQ(refusal(options), "") << "0 turns the budget off";
   options.cdc.wal_budget = std::uint64_t{1} << 50;
   EXPECT_EQ(refusal(options), "");
-  // Past INT64_MAX it would read as negative beside the slot's bytes and let the slot go each second.
+  // Past INT64_MAX it would read as negative beside the slot's bytes and let the slot go each
+  // second.
   for (std::uint64_t huge : {(std::uint64_t{1} << 50) + 1, ~std::uint64_t{0}}) {
     options.cdc.wal_budget = huge;
     EXPECT_NE(refusal(options).find("at most 1 PiB"), std::string::npos) << refusal(options);
@@ -165,9 +167,9 @@ TEST(CdcShardNames, OnlyTheNamesAShardingWritesCountAsOne) {
   EXPECT_EQ(sharding_of(""), 1U);
   EXPECT_EQ(sharding_of("_0_of_2"), 2U);
   EXPECT_EQ(sharding_of("_63_of_64"), 64U);
-  for (const char* other : {"_2", "_7_of_2", "_0_of_0", "_0_of_1", "_1_of_02", "_01_of_2",
-                            "_0_of_65", "_0_of_2x", "x_0_of_2", "_of_2", "_0_of_", "_a_of_2",
-                            "_0_of_100"}) {
+  for (const char* other :
+       {"_2", "_7_of_2", "_0_of_0", "_0_of_1", "_1_of_02", "_01_of_2", "_0_of_65", "_0_of_2x",
+        "x_0_of_2", "_of_2", "_0_of_", "_a_of_2", "_0_of_100"}) {
     EXPECT_EQ(sharding_of(other), std::nullopt) << other;
   }
 }

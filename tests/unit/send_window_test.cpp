@@ -109,9 +109,9 @@ TEST(SendWindow, OnlyTransientFailuresWithoutAnAckBlameTheBroker) {
 TEST(SendWindow, AReportForNoEventInFlightIsCountedAndIgnored) {
   SendWindow window(10, 1000);
   const auto ticket = window.add(event_of(1), "t").first;
-  const auto summary = window.take(
-      {report(ticket + 100, DeliveryOutcome::published), report(ticket, DeliveryOutcome::published),
-       report(ticket, DeliveryOutcome::published)});
+  const auto summary = window.take({report(ticket + 100, DeliveryOutcome::published),
+                                    report(ticket, DeliveryOutcome::published),
+                                    report(ticket, DeliveryOutcome::published)});
   EXPECT_EQ(summary.unknown_tickets, 2U) << "a second report for the same ticket too";
   EXPECT_EQ(window.published().size(), 1U);
 }

@@ -13,9 +13,8 @@ Relation counters(std::uint32_t id = 77) {
   relation.relation_id = id;
   relation.namespace_name = "outbox";
   relation.name = "outbox_aggregate_sequences";
-  relation.columns = {{1, "aggregate_type", 25, -1},
-                      {1, "aggregate_id", 25, -1},
-                      {0, "last_sequence", 20, -1}};
+  relation.columns = {
+      {1, "aggregate_type", 25, -1}, {1, "aggregate_id", 25, -1}, {0, "last_sequence", 20, -1}};
   return relation;
 }
 
@@ -64,9 +63,9 @@ TEST(SequenceWitness, ChangesOfOtherTablesOrUnreadableRowsVouchForNothing) {
   witness.note(77, row("payment", "acct-42", "-7"));
   witness.note(77, row("payment", "acct-42", ""));
   witness.note(77, {{ColumnKind::text, "payment"}, {ColumnKind::text, "acct-42"}});
-  witness.note(77, {{ColumnKind::text, "payment"},
-                    {ColumnKind::text, "acct-42"},
-                    {ColumnKind::binary, "7"}});
+  witness.note(
+      77,
+      {{ColumnKind::text, "payment"}, {ColumnKind::text, "acct-42"}, {ColumnKind::binary, "7"}});
   EXPECT_FALSE(witness.vouch("payment", "acct-42", 7));
   EXPECT_FALSE(witness.vouch("payment", "acct-42", -7));
 }

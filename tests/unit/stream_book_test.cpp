@@ -31,7 +31,8 @@ std::vector<Event> read(StreamBook& book, std::vector<Event> events, Lsn end_lsn
 
 std::vector<std::string> ids(const std::vector<Event>& events) {
   std::vector<std::string> out;
-  for (const Event& e : events) out.push_back(e.aggregate_id + "#" + std::to_string(e.aggregate_sequence));
+  for (const Event& e : events)
+    out.push_back(e.aggregate_id + "#" + std::to_string(e.aggregate_sequence));
   return out;
 }
 
@@ -47,7 +48,8 @@ TEST(StreamBook, AnAggregatesNextEventWaitsUntilItsPredecessorIsPublished) {
   const auto second = read(book, {event("a", 2)}, 200);
   const StreamBook::Candidates candidates = book.next(100, 1000000, true);
   EXPECT_EQ(ids(candidates.events), (std::vector<std::string>{"a#1", "b#1"}));
-  EXPECT_EQ(candidates.needs_check, (std::vector<bool>{false, false})) << "sequence 1: nothing lower";
+  EXPECT_EQ(candidates.needs_check, (std::vector<bool>{false, false}))
+      << "sequence 1: nothing lower";
   EXPECT_EQ(book.decide({}).size(), 2U);
   EXPECT_TRUE(send_all(book).empty()) << "a#2 waits behind a#1";
 
@@ -184,10 +186,10 @@ TEST(StreamBook, TakeLeftNamesEveryEventLeftToTheTableOnceInOrder) {
   EXPECT_EQ(book.take_left(), (std::vector<EventId>{spilled.event_id}));
   EXPECT_TRUE(book.take_left().empty()) << "each id once";
 
-  const auto events = read(book, {event("a", 1), event("a", 2), event("b", 1), event("b", 2),
-                                  event("c", 1)}, 100);
+  const auto events =
+      read(book, {event("a", 1), event("a", 2), event("b", 1), event("b", 2), event("c", 1)}, 100);
   const StreamBook::Candidates next = book.next(100, 1000000, true);
-  ASSERT_EQ(next.events.size(), 3U);  // a#1, b#1, c#1
+  ASSERT_EQ(next.events.size(), 3U);               // a#1, b#1, c#1
   const std::vector<Event> go = book.decide({1});  // b#1 has a lower sequence in the table
   EXPECT_EQ(ids(go), (std::vector<std::string>{"a#1", "c#1"}));
   EXPECT_EQ(book.take_left(), (std::vector<EventId>{events[2].event_id, events[3].event_id}))

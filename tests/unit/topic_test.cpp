@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "contains.hpp"
+#include "kafka/kafka_topic.hpp"
 #include "outbox/error.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/sink.hpp"
-#include "kafka/kafka_topic.hpp"
 
 namespace outbox {
 namespace {

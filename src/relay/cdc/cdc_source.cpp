@@ -2,10 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_set>
 
@@ -85,8 +84,8 @@ void CdcSource::ensure_publications() {
   const std::string filter =
       options_.cdc.shards <= 1
           ? std::string()
-          : " WHERE (" +
-                relay_sql::shard_condition("", options_.cdc.shards, options_.cdc.shard) + ")";
+          : " WHERE (" + relay_sql::shard_condition("", options_.cdc.shards, options_.cdc.shard) +
+                ")";
   ensure_publication(publication_, table, "insert", filter);
   if (!witness_publication_.empty()) {
     // Every statement of a table-less producer inserts or updates its aggregate's counter.
@@ -94,12 +93,12 @@ void CdcSource::ensure_publications() {
     ensure_publication(witness_publication_, counters, "insert, update", "");
     // One made by hand may leave out what the proof needs: every message of an aggregate that
     // had a counter already would be refused, and a table-less event has no other copy.
-    const auto shape = pg::exec(
-        table_.connection(),
-        "SELECT p.pubinsert AND p.pubupdate AND r.prqual IS NULL AND r.prattrs IS NULL "
-        "FROM pg_publication p JOIN pg_publication_rel r ON r.prpubid = p.oid "
-        "WHERE p.pubname = $1 AND r.prrelid = $2::regclass",
-        {witness_publication_.c_str(), counters.c_str()});
+    const auto shape =
+        pg::exec(table_.connection(),
+                 "SELECT p.pubinsert AND p.pubupdate AND r.prqual IS NULL AND r.prattrs IS NULL "
+                 "FROM pg_publication p JOIN pg_publication_rel r ON r.prpubid = p.oid "
+                 "WHERE p.pubname = $1 AND r.prrelid = $2::regclass",
+                 {witness_publication_.c_str(), counters.c_str()});
     if (shape.rows() == 1 && shape.text(0, 0) != "t") {
       throw ConfigError(fmt::format(
           "relay --source cdc --table-less: publication {} must publish inserts and updates of "
@@ -192,9 +191,10 @@ void CdcSource::drop_other_shardings() {
     if (!shards || *shards == options_.cdc.shards) continue;  // not a sharding of ours, or ours
     try {
       pg::exec(table_.connection(), "SELECT pg_drop_replication_slot($1)", {name.c_str()});
-      log().warn("relay {}: dropped slot {} of another sharding than {} shard(s); the table "
-                 "path publishes what it held",
-                 options_.relay_id, name, options_.cdc.shards);
+      log().warn(
+          "relay {}: dropped slot {} of another sharding than {} shard(s); the table "
+          "path publishes what it held",
+          options_.relay_id, name, options_.cdc.shards);
     } catch (const DatabaseError& error) {
       if (error.retryable() && error.sqlstate() != "55006" && error.sqlstate() != "42704") throw;
       log().info("relay {}: slot {} of another sharding not dropped: {}", options_.relay_id, name,
@@ -236,9 +236,9 @@ void CdcSource::start_stream() {
       if (!raced) throw;
       if (attempt == 3) {
         // Other relays keep dropping and creating it: an outage of the slot, tried again later.
-        throw DatabaseError(fmt::format("slot {}: raced with other relays three times ({})",
-                                        slot_, error.what()),
-                            error.sqlstate(), true);
+        throw DatabaseError(
+            fmt::format("slot {}: raced with other relays three times ({})", slot_, error.what()),
+            error.sqlstate(), true);
       }
     }
   }
@@ -306,10 +306,11 @@ bool CdcSource::outlived_publication() {
                               {wanted.text().c_str()});
   if (found.int64(0, 0) != static_cast<std::int64_t>(names.size())) return false;
   if (!options_.cdc.table_less) {
-    log().warn("relay {}: slot {} holds WAL from before its publication {} existed, which "
-               "PostgreSQL cannot decode; making the slot again (the table path publishes what it "
-               "held)",
-               options_.relay_id, slot_, printable(publication_));
+    log().warn(
+        "relay {}: slot {} holds WAL from before its publication {} existed, which "
+        "PostgreSQL cannot decode; making the slot again (the table path publishes what it "
+        "held)",
+        options_.relay_id, slot_, printable(publication_));
     drop_slot_first_ = true;
     return true;
   }
@@ -338,11 +339,12 @@ bool CdcSource::outlived_publication() {
   if (!until) return false;
   witness_retried_ = true;
   unproven_until_ = *until;
-  log().warn("relay {}: slot {} holds WAL from before publication {} (the proof that a "
-             "table-less message is a producer's) existed; its table-less messages up to {} are "
-             "taken unproven, as before this version, and the stream starts again with the proof "
-             "from there",
-             options_.relay_id, slot_, printable(witness_publication_), cdc::format_lsn(*until));
+  log().warn(
+      "relay {}: slot {} holds WAL from before publication {} (the proof that a "
+      "table-less message is a producer's) existed; its table-less messages up to {} are "
+      "taken unproven, as before this version, and the stream starts again with the proof "
+      "from there",
+      options_.relay_id, slot_, printable(witness_publication_), cdc::format_lsn(*until));
   return true;
 }
 
@@ -401,11 +403,12 @@ void CdcSource::prepare_slot() {
   std::optional<cdc::SlotInfo> info = stream_->find_slot(slot);
   if (options_.cdc.table_less && (!info || info->wal_status == cdc::WalStatus::lost) &&
       registered_before_) {
-    log().error("relay {}: slot {}, registered for table-less events, is {}: table-less events "
-                "committed before it was lost and not yet published are LOST (they were nowhere "
-                "else); producers were refused from then until now. Replay them from the broker "
-                "or the producers' own records",
-                options_.relay_id, slot_, info ? "invalidated (its WAL was removed)" : "missing");
+    log().error(
+        "relay {}: slot {}, registered for table-less events, is {}: table-less events "
+        "committed before it was lost and not yet published are LOST (they were nowhere "
+        "else); producers were refused from then until now. Replay them from the broker "
+        "or the producers' own records",
+        options_.relay_id, slot_, info ? "invalidated (its WAL was removed)" : "missing");
   }
   registered_before_ = true;  // from now on, every loss is one
   if (info && (info->slot_type != "logical" || info->plugin != "pgoutput")) {
@@ -417,9 +420,10 @@ void CdcSource::prepare_slot() {
         printable(info->plugin), slot));
   }
   if (info && info->wal_status == cdc::WalStatus::lost) {
-    log().warn("relay {}: slot {} was invalidated (WAL removed); creating it again, the table "
-               "path publishes what it held",
-               options_.relay_id, slot);
+    log().warn(
+        "relay {}: slot {} was invalidated (WAL removed); creating it again, the table "
+        "path publishes what it held",
+        options_.relay_id, slot);
     try {
       stream_->drop_slot(slot);
     } catch (const cdc::ReplicationError& error) {
@@ -442,7 +446,7 @@ Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holdin
   if (polling()) {
     // Released over the budget: what the stream had out keeps its horizon until it is done, then
     // every pending row. Waiting for a slot another relay streams: touched rows only.
-    table_.set_claim_horizon(streamed_out_          ? fallback_horizon_
+    table_.set_claim_horizon(streamed_out_               ? fallback_horizon_
                              : released_ && !slot_taken_ ? "infinity"
                                                          : "-infinity");
     Fetched claimed = table_.fetch(limit, byte_room, holding_nothing);
@@ -461,9 +465,9 @@ Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holdin
   if (table_due_ && fetched.events.size() < limit) {
     table_due_ = false;
     table_.set_claim_horizon(horizon());
-    Fetched claimed = table_.fetch(limit - fetched.events.size(),
-                                   byte_room > used ? byte_room - used : 0,
-                                   holding_nothing && fetched.events.empty());
+    Fetched claimed =
+        table_.fetch(limit - fetched.events.size(), byte_room > used ? byte_room - used : 0,
+                     holding_nothing && fetched.events.empty());
     for (SourcedEvent& event : claimed.events) fetched.events.push_back(std::move(event));
     fetched.waiting_bytes = claimed.waiting_bytes;
     table_due_ = !claimed.reached_end;
@@ -570,9 +574,9 @@ void CdcSource::take(const cdc::StreamMessage& message) {
 void CdcSource::take_change(std::string_view payload) {
   cdc::PgOutputMessage change = cdc::decode_pgoutput(payload);
   if (const auto* error = std::get_if<cdc::DecodeError>(&change)) {
-    throw DatabaseError("relay --source cdc: a replication message did not decode: " +
-                            error->message,
-                        "08P01", false);
+    throw DatabaseError(
+        "relay --source cdc: a replication message did not decode: " + error->message, "08P01",
+        false);
   }
   if (const auto* message = std::get_if<cdc::LogicalMessage>(&change)) {
     if (message->prefix == message_prefix_) {
@@ -652,9 +656,10 @@ void CdcSource::take_change(std::string_view payload) {
     const std::uint64_t bytes = row.event.payload.size() + row.event.headers.size();
     if (book_.reading_bytes() + bytes > options_.max_in_flight_bytes) {
       // A transaction larger than the relay may hold: its events stay in the table.
-      log().info("relay {}: a transaction with more than {} bytes of events is left to the "
-                 "relay's own claim",
-                 options_.relay_id, options_.max_in_flight_bytes);
+      log().info(
+          "relay {}: a transaction with more than {} bytes of events is left to the "
+          "relay's own claim",
+          options_.relay_id, options_.max_in_flight_bytes);
       book_.spill();
       materialize_left(false);  // table-less events read before it in this transaction
       return;
@@ -666,11 +671,11 @@ void CdcSource::take_change(std::string_view payload) {
 // Untouched rows older than this are the table path's: the stream's certain position (the
 // oldest transaction not done, or a probe that found it caught up) less the grace.
 std::string CdcSource::horizon() const {
-  const PgTimestamp position = std::max(book_.position_time(),
-                                        book_.open_events() == 0 ? caught_up_time_ : 0);
+  const PgTimestamp position =
+      std::max(book_.position_time(), book_.open_events() == 0 ? caught_up_time_ : 0);
   if (position == 0) return "-infinity";
-  const auto grace = std::chrono::duration_cast<std::chrono::microseconds>(
-      options_.cdc.horizon_grace);
+  const auto grace =
+      std::chrono::duration_cast<std::chrono::microseconds>(options_.cdc.horizon_grace);
   return cdc::format_pg_timestamp(position - grace.count());
 }
 
@@ -717,21 +722,22 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
 // committed event the stream owes may be (its certain position's age). Past the budget it is
 // let go.
 bool CdcSource::look_at_slot() {
-  const auto result = pg::exec(
-      table_.connection(),
-      "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text, "
-      "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, "
-      "((extract(epoch FROM clock_timestamp()) - 946684800) * 1000000)::bigint::text "
-      "FROM pg_replication_slots WHERE slot_name = $1",
-      {slot_.c_str()});
+  const auto result =
+      pg::exec(table_.connection(),
+               "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text, "
+               "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, "
+               "((extract(epoch FROM clock_timestamp()) - 946684800) * 1000000)::bigint::text "
+               "FROM pg_replication_slots WHERE slot_name = $1",
+               {slot_.c_str()});
   if (result.rows() == 0 || result.is_null(0, 0) || result.is_null(0, 1)) return false;
   const std::int64_t retained = result.int64(0, 0);
   RelayCounters::set(counters_.slot_retained_bytes, retained);
   RelayCounters::set(counters_.slot_lag_bytes, std::max<std::int64_t>(0, result.int64(0, 1)));
-  const PgTimestamp position = std::max(book_.position_time(),
-                                        book_.open_events() == 0 ? caught_up_time_ : 0);
-  RelayCounters::set(counters_.slot_lag_ms,
-                     position == 0 ? -1 : std::max<std::int64_t>(0, (result.int64(0, 2) - position) / 1000));
+  const PgTimestamp position =
+      std::max(book_.position_time(), book_.open_events() == 0 ? caught_up_time_ : 0);
+  RelayCounters::set(
+      counters_.slot_lag_ms,
+      position == 0 ? -1 : std::max<std::int64_t>(0, (result.int64(0, 2) - position) / 1000));
   if (options_.cdc.wal_budget == 0 ||
       retained <= static_cast<std::int64_t>(options_.cdc.wal_budget)) {
     return false;
@@ -741,11 +747,11 @@ bool CdcSource::look_at_slot() {
 }
 
 void CdcSource::release_slot(std::int64_t retained) {
-  log().warn("relay {}: slot {} holds {} MiB of WAL, over the budget of {} MiB (cdc.wal_budget): "
-             "letting it go; the relay publishes from the table until it has caught up, then "
-             "streams from a new slot",
-             options_.relay_id, slot_, retained >> 20,
-             options_.cdc.wal_budget >> 20);
+  log().warn(
+      "relay {}: slot {} holds {} MiB of WAL, over the budget of {} MiB (cdc.wal_budget): "
+      "letting it go; the relay publishes from the table until it has caught up, then "
+      "streams from a new slot",
+      options_.relay_id, slot_, retained >> 20, options_.cdc.wal_budget >> 20);
   fallback_horizon_ = horizon();
   fallback_since_ = Clock::now();
   released_ = true;
@@ -758,7 +764,7 @@ void CdcSource::release_slot(std::int64_t retained) {
   } catch (const DatabaseError& error) {
     log().debug("relay {}: ending the replication stream: {}", options_.relay_id, error.what());
   }
-  stream_.reset();           // the walsender exits and lets the slot go
+  stream_.reset();            // the walsender exits and lets the slot go
   book_ = cdc::StreamBook{};  // what was read and is not out stays pending in the table
   table_less_.clear();        // (never table-less: their relays have no budget)
   probe_.reset();
@@ -774,8 +780,7 @@ void CdcSource::release_slot(std::int64_t retained) {
 void CdcSource::drop_released_slot() {
   if (released_walsender_ == 0) return;
   const auto result = pg::exec(
-      table_.connection(),
-      "SELECT active_pid::text FROM pg_replication_slots WHERE slot_name = $1",
+      table_.connection(), "SELECT active_pid::text FROM pg_replication_slots WHERE slot_name = $1",
       {slot_.c_str()});
   if (result.rows() == 0) {
     released_walsender_ = 0;  // gone already (an operator, another relay)
@@ -789,14 +794,12 @@ void CdcSource::drop_released_slot() {
     return;
   }
   try {
-    pg::exec(table_.connection(), "SELECT pg_drop_replication_slot($1)",
-             {slot_.c_str()});
+    pg::exec(table_.connection(), "SELECT pg_drop_replication_slot($1)", {slot_.c_str()});
     log().info("relay {}: dropped replication slot {}", options_.relay_id, slot_);
   } catch (const DatabaseError& error) {
     if (error.retryable() && error.sqlstate() != "55006" && error.sqlstate() != "42704") throw;
     // 55006: another relay took it meanwhile; 42704: someone dropped it first.
-    log().info("relay {}: slot {} not dropped: {}", options_.relay_id, slot_,
-               error.what());
+    log().info("relay {}: slot {} not dropped: {}", options_.relay_id, slot_, error.what());
   }
   released_walsender_ = 0;
 }
@@ -810,12 +813,11 @@ bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window)
     // its outcome unwritten, the table path keeps the horizon it had, or it would send them
     // again (its claim takes an aggregate's lowest pending row, so never one behind them).
     const auto streamed = [](const auto& outcome) { return outcome.token.empty(); };
-    const bool out =
-        std::any_of(window.in_flight().begin(), window.in_flight().end(),
-                    [](const auto& entry) { return entry.second.token.empty(); }) ||
-        !retry_published_.empty() || !retry_failed_.empty() ||
-        std::any_of(window.published().begin(), window.published().end(), streamed) ||
-        std::any_of(window.failed().begin(), window.failed().end(), streamed);
+    const bool out = std::any_of(window.in_flight().begin(), window.in_flight().end(),
+                                 [](const auto& entry) { return entry.second.token.empty(); }) ||
+                     !retry_published_.empty() || !retry_failed_.empty() ||
+                     std::any_of(window.published().begin(), window.published().end(), streamed) ||
+                     std::any_of(window.failed().begin(), window.failed().end(), streamed);
     if (!out) {
       streamed_out_ = false;
       table_caught_up_ = false;  // the claims so far stopped at the old horizon
@@ -828,29 +830,30 @@ bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window)
   // standby): wait. A missing slot is created, which waits for every transaction writing at that
   // moment to end, and the loop with it: after a release, not while one has been writing for a
   // second already (such a transaction may be why the slot went over the budget).
-  const auto seen = pg::exec(
-      table_.connection(),
-      "SELECT coalesce((SELECT (active_pid IS NOT NULL)::text FROM pg_replication_slots "
-      "WHERE slot_name = $1), 'missing'), "
-      "(SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL "
-      "AND pid <> pg_backend_pid() AND xact_start < now() - interval '1 second')::text",
-      {slot_.c_str()});
+  const auto seen =
+      pg::exec(table_.connection(),
+               "SELECT coalesce((SELECT (active_pid IS NOT NULL)::text FROM pg_replication_slots "
+               "WHERE slot_name = $1), 'missing'), "
+               "(SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL "
+               "AND pid <> pg_backend_pid() AND xact_start < now() - interval '1 second')::text",
+               {slot_.c_str()});
   const std::string slot_state(seen.text(0, 0));
   const bool was_taken = slot_taken_;
   slot_taken_ = slot_state == "true" && released_walsender_ == 0;
   if (slot_taken_ != was_taken) news = true;  // the horizon changed
   if (slot_state == "true") return news;
   if (released_ && (streamed_out_ || !table_caught_up_ || released_walsender_ != 0 ||
-                    now - *fallback_since_ < std::max<Clock::duration>(
-                                                 options_.cdc.horizon_grace, kSlotLookEvery))) {
+                    now - *fallback_since_ <
+                        std::max<Clock::duration>(options_.cdc.horizon_grace, kSlotLookEvery))) {
     return news;
   }
   // Only after a release: a standby that finds the slot missing (dropped while it waited, or its
   // streaming relay's and its own start crossed the drop) creates it at once, or no relay would.
   if (released_ && slot_state == "missing" && seen.int64(0, 1) > 0) {
-    log().debug("relay {}: not creating slot {} while {} transaction(s) have been writing for "
-                "over a second (creating it would wait for them)",
-                options_.relay_id, slot_, seen.text(0, 1));
+    log().debug(
+        "relay {}: not creating slot {} while {} transaction(s) have been writing for "
+        "over a second (creating it would wait for them)",
+        options_.relay_id, slot_, seen.text(0, 1));
     return news;
   }
   bool streaming = false;
@@ -858,8 +861,8 @@ bool CdcSource::fallback_duties(Clock::time_point now, const SendWindow& window)
     streaming = try_start_stream();
   } catch (const DatabaseError& error) {
     if (!error.retryable()) throw;
-    log().info("relay {}: streaming from slot {} failed ({}); polling on", options_.relay_id,
-               slot_, error.what());
+    log().info("relay {}: streaming from slot {} failed ({}); polling on", options_.relay_id, slot_,
+               error.what());
     stream_.reset();
   }
   if (!streaming) {
@@ -911,8 +914,8 @@ void CdcSource::send_status(bool ask_reply) {
 
 CdcSource::Clock::time_point CdcSource::next_duty() const {
   if (polling()) return std::min(table_.next_duty(), Clock::now() + options_.cdc.table_poll);
-  return std::min({table_.next_duty(), next_table_poll_,
-                   Clock::now() + stream_->until_status_due()});
+  return std::min(
+      {table_.next_duty(), next_table_poll_, Clock::now() + stream_->until_status_due()});
 }
 
 bool CdcSource::reconnect(SendWindow& window) {
@@ -1043,9 +1046,10 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
     }
     RelayCounters::add(counters_.fenced, 1);
     counters_.by_type.add(outcome.type, TypedCounts::fenced);
-    log().warn("relay {}: event {}: its row is not ours to complete (claimed by another, or "
-               "skipped); a duplicate publish is possible",
-               options_.relay_id, outcome.event_id.to_string());
+    log().warn(
+        "relay {}: event {}: its row is not ours to complete (claimed by another, or "
+        "skipped); a duplicate publish is possible",
+        options_.relay_id, outcome.event_id.to_string());
     done(outcome.event_id);
   }
   if (failed) materialize_left(true);  // table-less events that waited behind a failed one
@@ -1072,10 +1076,11 @@ void CdcSource::check_table_less_registration() {
       conn,
       // witness_since: the first time a relay of this version saw the slot (the witness
       // publication exists by now): WAL before it may predate the publication.
-      "INSERT INTO " + table + " AS t (slot_name, relay_id, witness_since) VALUES ($1, $2, "
-      "pg_current_wal_insert_lsn()) ON CONFLICT (slot_name) DO UPDATE SET relay_id = "
-      "EXCLUDED.relay_id, witness_since = coalesce(t.witness_since, EXCLUDED.witness_since) "
-      "RETURNING (t.xmax <> 0)::text",
+      "INSERT INTO " + table +
+          " AS t (slot_name, relay_id, witness_since) VALUES ($1, $2, "
+          "pg_current_wal_insert_lsn()) ON CONFLICT (slot_name) DO UPDATE SET relay_id = "
+          "EXCLUDED.relay_id, witness_since = coalesce(t.witness_since, EXCLUDED.witness_since) "
+          "RETURNING (t.xmax <> 0)::text",
       {slot_.c_str(), options_.relay_id.c_str()});
   registered_before_ = registered.text(0, 0) == "true";
 }
@@ -1085,11 +1090,11 @@ void CdcSource::check_table_less_registration() {
 void CdcSource::check_still_unregistered() {
   if (registration_checked_xid_ == reading_xid_) return;
   registration_checked_xid_ = reading_xid_;
-  const auto found = pg::exec(table_.connection(),
-                              "SELECT relay_id FROM " +
-                                  options_.schema.table("outbox_table_less_slots") +
-                                  " WHERE slot_name = $1",
-                              {slot_.c_str()});
+  const auto found =
+      pg::exec(table_.connection(),
+               "SELECT relay_id FROM " + options_.schema.table("outbox_table_less_slots") +
+                   " WHERE slot_name = $1",
+               {slot_.c_str()});
   if (found.rows() == 0) return;
   hold_position_ = true;  // the slot keeps the message for the table-less relay
   throw ConfigError(fmt::format(
@@ -1107,9 +1112,10 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
   // Before it is parsed (any role may emit a message of up to 1 GB, and parsing one takes many
   // times that): a transaction that moved no counter carries no producer's message.
   if (unproven_until_ == 0 && witness_.empty()) {
-    reject_message(message, "nothing proves a producer wrote it: its transaction moved no counter "
-                            "of outbox_aggregate_sequences (which only producers may write, where "
-                            "any role may emit a message: forged, or written by hand)");
+    reject_message(message,
+                   "nothing proves a producer wrote it: its transaction moved no counter "
+                   "of outbox_aggregate_sequences (which only producers may write, where "
+                   "any role may emit a message: forged, or written by hand)");
     return;
   }
   if (message.content.size() > kMaxTableLessMessageBytes) {
@@ -1158,9 +1164,8 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
       event.occurred_at = occurred_at;
       // What the table would refuse, refused here: such an event could be neither sent as the
       // producer's nor written to the table.
-      if (event.aggregate_type.empty() || event.aggregate_id.empty() ||
-          event.event_type.empty() || !nlohmann::json::accept(event.payload) ||
-          !nlohmann::json::accept(event.headers) ||
+      if (event.aggregate_type.empty() || event.aggregate_id.empty() || event.event_type.empty() ||
+          !nlohmann::json::accept(event.payload) || !nlohmann::json::accept(event.headers) ||
           !nlohmann::json::parse(event.headers).is_object()) {
         throw std::invalid_argument("an empty name, or payload or headers not JSON");
       }
@@ -1199,17 +1204,19 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
       // The same id twice (a caller that supplies ids and retried, or reused one): nothing keeps
       // a table-less producer from it, and the book counts an event by its id. The same id is the
       // same event to every consumer; the first is published, this one is not.
-      log().warn("relay {}: table-less event {} ({} {} #{}) has the id of an event not yet "
-                 "published; it is not published again",
-                 options_.relay_id, id.to_string(), printable(event.aggregate_type),
-                 printable(event.aggregate_id), event.aggregate_sequence);
+      log().warn(
+          "relay {}: table-less event {} ({} {} #{}) has the id of an event not yet "
+          "published; it is not published again",
+          options_.relay_id, id.to_string(), printable(event.aggregate_type),
+          printable(event.aggregate_id), event.aggregate_sequence);
       continue;
     }
     table_less_.insert_or_assign(id, TableLess{event, xid, reading_commit_time_});
     if (!book_.spilled() && book_.reading_bytes() + bytes > options_.max_in_flight_bytes) {
-      log().info("relay {}: a transaction with more than {} bytes of events is left to the "
-                 "relay's own claim (its table-less events are written to the table)",
-                 options_.relay_id, options_.max_in_flight_bytes);
+      log().info(
+          "relay {}: a transaction with more than {} bytes of events is left to the "
+          "relay's own claim (its table-less events are written to the table)",
+          options_.relay_id, options_.max_in_flight_bytes);
       book_.spill();
     }
     if (book_.spilled()) {
@@ -1229,11 +1236,12 @@ void CdcSource::take_table_less(const cdc::LogicalMessage& message) {
 
 void CdcSource::reject_message(const cdc::LogicalMessage& message, const std::string& why) {
   RelayCounters::add(counters_.messages_rejected, 1);
-  log().error("relay {}: a logical decoding message with prefix {} at {} (transaction {}) is not "
-              "published: {}. Counted in outbox_relay_cdc_messages_rejected_total; the relay goes "
-              "on",
-              options_.relay_id, message_prefix_, cdc::format_lsn(message.lsn), reading_xid_,
-              printable(why));
+  log().error(
+      "relay {}: a logical decoding message with prefix {} at {} (transaction {}) is not "
+      "published: {}. Counted in outbox_relay_cdc_messages_rejected_total; the relay goes "
+      "on",
+      options_.relay_id, message_prefix_, cdc::format_lsn(message.lsn), reading_xid_,
+      printable(why));
 }
 
 // Writes the table-less events among `ids` to the table, once their transactions are visible
@@ -1246,8 +1254,8 @@ void CdcSource::materialize(const std::vector<EventId>& ids, bool touched) {
   }
   if (rows.empty()) return;
   try {
-    pg::ArrayLiteral xids, event_ids, types, aggregates, sequences, event_types, versions,
-        payloads, headers, occurred;
+    pg::ArrayLiteral xids, event_ids, types, aggregates, sequences, event_types, versions, payloads,
+        headers, occurred;
     for (const auto& [id, row] : rows) {
       const Event& event = row->event;
       xids.add_plain(row->xid);
@@ -1266,32 +1274,33 @@ void CdcSource::materialize(const std::vector<EventId>& ids, bool touched) {
       occurred.add(touched ? event.occurred_at : cdc::format_pg_timestamp(row->commit_time));
     }
     const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (pg::exec(table_.connection(), relay_sql::invisible_transactions(),
-                    {xids.text().c_str()})
+    while (pg::exec(table_.connection(), relay_sql::invisible_transactions(), {xids.text().c_str()})
                .int64(0, 0) > 0) {
       if (Clock::now() > deadline) {
-        throw DatabaseError("relay --source cdc: table-less events' transactions still not "
-                            "visible after 30 s (a synchronous standby that does not answer?)",
-                            "", true);
+        throw DatabaseError(
+            "relay --source cdc: table-less events' transactions still not "
+            "visible after 30 s (a synchronous standby that does not answer?)",
+            "", true);
       }
       std::this_thread::sleep_for(milliseconds(2));
     }
-    const auto written = pg::exec(
-        table_.connection(), relay_sql::materialize_table_less(options_.schema),
-        {event_ids.text().c_str(), types.text().c_str(), aggregates.text().c_str(),
-         sequences.text().c_str(), event_types.text().c_str(), versions.text().c_str(),
-         payloads.text().c_str(), headers.text().c_str(), occurred.text().c_str(),
-         touched ? "true" : "false"});
+    const auto written =
+        pg::exec(table_.connection(), relay_sql::materialize_table_less(options_.schema),
+                 {event_ids.text().c_str(), types.text().c_str(), aggregates.text().c_str(),
+                  sequences.text().c_str(), event_types.text().c_str(), versions.text().c_str(),
+                  payloads.text().c_str(), headers.text().c_str(), occurred.text().c_str(),
+                  touched ? "true" : "false"});
     if (written.rows() != static_cast<int>(rows.size())) {
       // Not written: its id is there already (written before a restart: fine), or another
       // pending event of its aggregate holds its sequence (rows written by hand?): say so.
-      const auto clash = pg::exec(table_.connection(),
-                                  relay_sql::materialize_clashes(options_.schema),
-                                  {event_ids.text().c_str()});
+      const auto clash =
+          pg::exec(table_.connection(), relay_sql::materialize_clashes(options_.schema),
+                   {event_ids.text().c_str()});
       for (int row = 0; row < clash.rows(); ++row) {
-        log().error("relay {}: table-less event {} was not written to the table: another pending "
-                    "event of its aggregate holds its sequence; it is not published",
-                    options_.relay_id, clash.text(row, 0));
+        log().error(
+            "relay {}: table-less event {} was not written to the table: another pending "
+            "event of its aggregate holds its sequence; it is not published",
+            options_.relay_id, clash.text(row, 0));
       }
     }
   } catch (...) {

@@ -23,9 +23,9 @@
 // it lags, in bytes and age: RelayStats). Past CdcOptions::wal_budget it lets the slot go: stops
 // streaming, drops the slot, and publishes from the table as the polling relay does (claiming
 // every pending row once no streamed event is in flight any more: before that, only what its
-// horizon allowed, so a streamed event still out is not sent a second time). Once the table path has caught up, and at least horizon_grace
-// later, it streams again from a new slot; rows committed meanwhile are older than the new
-// stream's horizon and go through the table path.
+// horizon allowed, so a streamed event still out is not sent a second time). Once the table path
+// has caught up, and at least horizon_grace later, it streams again from a new slot; rows committed
+// meanwhile are older than the new stream's horizon and go through the table path.
 //
 // Table-less events (CdcOptions::table_less): a producer's transactional message carries its
 // events and transaction id; they go through the same book and check as streamed rows (visible
@@ -37,16 +37,16 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
-#include <string>
 #include <vector>
 
-#include "relay/cdc/outbox_rows.hpp"
 #include "cdc/replication_stream.hpp"
+#include "outbox/relay.hpp"
+#include "relay/cdc/outbox_rows.hpp"
 #include "relay/cdc/sequence_witness.hpp"
 #include "relay/cdc/stream_book.hpp"
-#include "outbox/relay.hpp"
 #include "relay/event_source.hpp"
 #include "relay/polling_source.hpp"
 #include "relay/relay_counters.hpp"
@@ -78,8 +78,7 @@ class CdcSource final : public RelaySourceBase {
   bool reconnect(SendWindow& window) override;
   void leave() noexcept override;
 
-  std::vector<SourcedEvent> record_published(std::vector<Outcome>& published,
-                                             bool take_successors,
+  std::vector<SourcedEvent> record_published(std::vector<Outcome>& published, bool take_successors,
                                              std::uint64_t successor_bytes) override;
   void record_failed(std::vector<Outcome>& failed) override;
 
@@ -154,7 +153,7 @@ class CdcSource final : public RelaySourceBase {
   bool witness_due_ = false;  // reading stopped at unproven_until_; restart once all is confirmed
   bool witness_retried_ = false;  // unproven_until_ was witness_since once: next time, now
   bool drop_slot_first_ = false;  // the slot outlived its publication: made again (not table-less)
-  PollingSource table_;  // the table path, and the session for marks and checks
+  PollingSource table_;           // the table path, and the session for marks and checks
   std::unique_ptr<cdc::ReplicationStream> stream_;
   cdc::StreamBook book_;
   std::optional<cdc::OutboxColumns> columns_;

@@ -38,17 +38,17 @@ bool parse_integer(std::string_view text, Integer& value) {
 
 const std::vector<std::string>& outbox_column_names() {
   static const std::vector<std::string> names{
-      "event_id",       "aggregate_type", "aggregate_id", "aggregate_sequence",
-      "event_type",     "schema_version", "payload",      "headers",
-      "occurred_at",    "available_at",   "attempt_count"};
+      "event_id",    "aggregate_type", "aggregate_id", "aggregate_sequence",
+      "event_type",  "schema_version", "payload",      "headers",
+      "occurred_at", "available_at",   "attempt_count"};
   return names;
 }
 
 std::variant<OutboxColumns, DecodeError> map_outbox_columns(const Relation& relation) {
   auto found = find_columns(relation, outbox_column_names());
   if (auto* missing = std::get_if<MissingColumn>(&found)) {
-    return error("relation " + printable(relation.namespace_name) + "." +
-                 printable(relation.name) + ": " + missing->message);
+    return error("relation " + printable(relation.namespace_name) + "." + printable(relation.name) +
+                 ": " + missing->message);
   }
   return OutboxColumns{relation.relation_id, std::get<std::vector<std::size_t>>(std::move(found))};
 }

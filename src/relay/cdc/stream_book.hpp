@@ -9,8 +9,9 @@
 // candidate: unless its sequence is 1 or the book itself saw its predecessor published, the source
 // asks the table whether a lower sequence is still pending (relay_sql::check_streamed) and tells
 // the book (decide). Every candidate's row must also be visible to other sessions before it goes
-// (a transaction is streamed a moment before it is seen committed): one that is not waits. An event with a lower one pending is left to the table, and so is every
-// event of its aggregate that waits here; a failed event likewise.
+// (a transaction is streamed a moment before it is seen committed): one that is not waits. An event
+// with a lower one pending is left to the table, and so is every event of its aggregate that waits
+// here; a failed event likewise.
 //
 // The confirmed position: a transaction is done when each of its events is published, failed
 // (recorded in the table) or left to the table; the position moves to the end of the last
@@ -133,9 +134,9 @@ class StreamBook {
     std::uint64_t transaction = 0;
   };
   struct Aggregate {
-    bool busy = false;            // an event of it is a candidate, out or in flight
-    std::deque<Waiting> behind;   // its events read after that one, in order
-    std::int64_t published = 0;   // the sequence last published through the book (0: none)
+    bool busy = false;           // an event of it is a candidate, out or in flight
+    std::deque<Waiting> behind;  // its events read after that one, in order
+    std::int64_t published = 0;  // the sequence last published through the book (0: none)
   };
   struct Transaction {
     Lsn end_lsn = 0;
@@ -158,15 +159,15 @@ class StreamBook {
   void leave_behind_to_table(Aggregate& aggregate);
   void became_idle(Key key);
 
-  std::optional<std::vector<Waiting>> reading_;  // the transaction being read
+  std::optional<std::vector<Waiting>> reading_;      // the transaction being read
   std::unordered_set<EventId, IdHash> reading_ids_;  // its events' ids
   std::uint64_t reading_bytes_ = 0;
   bool spilled_ = false;
-  std::deque<Waiting> ready_;                    // candidates not handed out yet, in order
-  std::vector<Waiting> checking_;                // handed out by next(), until decide()
+  std::deque<Waiting> ready_;      // candidates not handed out yet, in order
+  std::vector<Waiting> checking_;  // handed out by next(), until decide()
   std::unordered_map<Key, Aggregate, KeyHash> aggregates_;
   std::unordered_map<EventId, Open, IdHash> events_;  // read and not done
-  std::deque<Key> idle_;  // aggregates that went idle, oldest first (may repeat)
+  std::deque<Key> idle_;                  // aggregates that went idle, oldest first (may repeat)
   std::deque<Transaction> transactions_;  // not yet confirmable, oldest first
   std::uint64_t first_transaction_ = 0;   // the number of transactions_.front()
   Lsn confirmed_ = 0;

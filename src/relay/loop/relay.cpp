@@ -6,8 +6,8 @@
 #include "common/backoff.hpp"
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
-#include "relay/cdc/cdc_source.hpp"
 #include "common/log.hpp"
+#include "relay/cdc/cdc_source.hpp"
 #include "relay/claim_schedule.hpp"
 #include "relay/polling_source.hpp"
 #include "relay/relay_counters.hpp"
@@ -22,8 +22,8 @@ using std::chrono::milliseconds;
 
 using detail::kAwakePoll;
 using detail::kFirstIdleWait;
-using detail::kStalledPoll;
 using detail::kStallAfter;
+using detail::kStalledPoll;
 using detail::kStayAwake;
 
 // The loop: fetch from the source into the send window and the sink, take the sink's reports,
@@ -72,8 +72,8 @@ class Relay::Impl {
         reconnect(error);
         pass.claim_wanted = true;
         pass.schedule.announced();
-        pass.last_report = Clock::now();  // reports taken during the outage are written by now
-        pass.registered = false;          // say again that we are awake, on the new connection
+        pass.last_report = Clock::now();    // reports taken during the outage are written by now
+        pass.registered = false;            // say again that we are awake, on the new connection
       } catch (const ConfigError& error) {  // what the stream met and an operator must fix
         health_.set(Health::stopped, error.what());
         throw;
@@ -119,7 +119,7 @@ class Relay::Impl {
     // with nothing in flight.
     Clock::time_point last_report = Clock::now();
     Clock::time_point last_work = Clock::now();  // the last fetch that found rows, or report
-    std::vector<DeliveryReport> reports;  // reused by every step: no allocation per poll
+    std::vector<DeliveryReport> reports;         // reused by every step: no allocation per poll
   };
 
   void connect_source() {
@@ -137,9 +137,11 @@ class Relay::Impl {
   // Until PostgreSQL takes the first connection, tries again with backoff; false when stopped or
   // past the deadline of run_until_idle first.
   bool first_connection(bool until_idle, Clock::time_point deadline) {
-    return retry([this] { connect_source(); }, [&] {
-      return stop_.load(std::memory_order_relaxed) || (until_idle && Clock::now() >= deadline);
-    });
+    return retry([this] { connect_source(); },
+                 [&] {
+                   return stop_.load(std::memory_order_relaxed) ||
+                          (until_idle && Clock::now() >= deadline);
+                 });
   }
 
   // Tries `attempt` until it works, with backoff between tries, calling `between` in slices while
@@ -190,13 +192,13 @@ class Relay::Impl {
     const bool can_fetch = window_.allows_a_fetch();
     const bool busy = fetched > 0 || (pass.claim_wanted && can_fetch && !paced);
     // Wait for reports until our own next look is due, at most 5 ms.
-    const milliseconds look = paced ? detail::ClaimSchedule::kGap : stalled ? kStalledPoll
-                                                                            : kAwakePoll;
-    const milliseconds wait =
-        !can_fetch ? milliseconds(5)
-        : busy     ? milliseconds(0)
-                   : std::clamp(pass.schedule.until(Clock::now(), look), milliseconds(0),
-                                milliseconds(5));
+    const milliseconds look = paced     ? detail::ClaimSchedule::kGap
+                              : stalled ? kStalledPoll
+                                        : kAwakePoll;
+    const milliseconds wait = !can_fetch ? milliseconds(5)
+                              : busy     ? milliseconds(0)
+                                         : std::clamp(pass.schedule.until(Clock::now(), look),
+                                                      milliseconds(0), milliseconds(5));
     std::vector<DeliveryReport>& reports = pass.reports;
     if (!window_.empty()) {
       sender_.poll(wait, reports);
@@ -230,8 +232,7 @@ class Relay::Impl {
     if (window_.empty()) pass.last_report = now;
     detail::Fetched result = fetch_and_send(limit);
     std::size_t fetched = result.events.size();
-    if (result.reached_end && result.began_mid_way && fetched < limit &&
-        window_.allows_a_fetch()) {
+    if (result.reached_end && result.began_mid_way && fetched < limit && window_.allows_a_fetch()) {
       // Wrap around: the aggregates before the cursor get their turn in this same pass.
       const detail::Fetched wrapped = fetch_and_send(limit - fetched);
       fetched += wrapped.events.size();
@@ -278,8 +279,8 @@ class Relay::Impl {
     }
     // Sleep until NOTIFY or the adaptive poll interval (rows whose backoff or foreign lease ends
     // announce nothing), never past the source's next duty.
-    const auto duty_due = std::chrono::duration_cast<milliseconds>(
-        source_->next_duty() - Clock::now() + milliseconds(1));
+    const auto duty_due = std::chrono::duration_cast<milliseconds>(source_->next_duty() -
+                                                                   Clock::now() + milliseconds(1));
     if (source_->wait_for_news(std::clamp(duty_due, milliseconds(0), pass.idle_wait))) {
       pass.idle_wait = kFirstIdleWait;
       pass.schedule.announced();
@@ -293,8 +294,8 @@ class Relay::Impl {
   // Writes the outcomes taken so far, and sends the successors the marks claimed. What a failed
   // write left in the window is written by the next call.
   void record() {
-    std::vector<detail::SourcedEvent> successors = recorder_->record_published(
-        window_.published(), !draining_, window_.room_beyond_waiting());
+    std::vector<detail::SourcedEvent> successors =
+        recorder_->record_published(window_.published(), !draining_, window_.room_beyond_waiting());
     sender_.send(successors);
     recorder_->record_failed(window_.failed());
   }
@@ -312,7 +313,8 @@ class Relay::Impl {
       counters_.reconnects.fetch_add(1, std::memory_order_relaxed);
       health_.set(Health::running);
     };
-    retry(reconnected, [this] { return stop_.load(std::memory_order_relaxed); }, take_reports);
+    retry(
+        reconnected, [this] { return stop_.load(std::memory_order_relaxed); }, take_reports);
   }
 
   void drain() {
@@ -337,7 +339,7 @@ class Relay::Impl {
   detail::SendWindow window_;
   detail::RelayCounters counters_;
   detail::HealthBoard health_;
-  detail::Sender sender_;  // the sink, driven into and out of the window
+  detail::Sender sender_;                           // the sink, driven into and out of the window
   std::unique_ptr<detail::RelaySourceBase> owner_;  // the source and the recorder
   detail::EventSource* source_ = nullptr;
   detail::CompletionRecorder* recorder_ = nullptr;
