@@ -18,7 +18,7 @@ edges="$(grep -rHoE '^#include "[a-z_/]+\.hpp"' src | while IFS=: read -r file i
   [[ -f "src/$header" ]] || continue
   from="$(dirname "${file#src/}")"
   to="$(dirname "$header")"
-  [[ "$from" != "$to" ]] && echo "$from $to"
+  if [[ "$from" != "$to" ]]; then echo "$from $to"; fi
 done | sort -u)"
 
 status=0

@@ -1,4 +1,4 @@
-// `outbox bench`: what outbox costs a writer, how fast it drains a backlog, how soon an event
+// `outbox-dev bench`: what outbox costs a writer, how fast it drains a backlog, how soon an event
 // reaches the broker — each measured next to the machine's own ceiling in the same run. The
 // scenarios are in bench_scenarios.hpp; this file has the flags and runs the chosen scenarios in
 // order on one PostgreSQL and one Kafka (embedded unless --db / --kafka-brokers).

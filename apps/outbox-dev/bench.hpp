@@ -1,5 +1,5 @@
 #pragma once
-// `outbox bench`: what the scenarios share. The files:
+// `outbox-dev bench`: what the scenarios share. The files:
 //   bench.cpp            the flags and the order of the scenarios
 //   bench_setup.cpp      schemas, the backlog, the relay's command line (this header's Setup)
 //   bench_processes.cpp  child processes: relays started, read, paused and stopped; CPU time

@@ -1,4 +1,4 @@
-// `outbox bench`: producer clients, closed or open loop.
+// `outbox-dev bench`: producer clients, closed or open loop.
 
 #include "bench_clients.hpp"
 

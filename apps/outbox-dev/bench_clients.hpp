@@ -1,6 +1,6 @@
 #pragma once
-// `outbox bench`: producer clients. Each commits the workload's business transaction (an order and
-// its customer's count), with or without one event, from a connection of its own.
+// `outbox-dev bench`: producer clients. Each commits the workload's business transaction (an order
+// and its customer's count), with or without one event, from a connection of its own.
 
 #include <atomic>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// `outbox bench`: live, commit→ack latency at offered rates while a relay process runs.
+// `outbox-dev bench`: live, commit→ack latency at offered rates while a relay process runs.
 
 #include <fmt/format.h>
 

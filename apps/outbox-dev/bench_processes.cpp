@@ -1,4 +1,4 @@
-// `outbox bench`: child processes, their output, their CPU time.
+// `outbox-dev bench`: child processes, their output, their CPU time.
 
 #include "bench_processes.hpp"
 

@@ -1,5 +1,5 @@
 #pragma once
-// `outbox bench`: child processes (relays run as `outbox relay`, so their CPU time and peak RSS
+// `outbox-dev bench`: child processes (relays run as `outbox relay`, so their CPU time and peak RSS
 // are their own), what they print, and what they and their PostgreSQL sessions cost in CPU.
 
 #include <sys/types.h>

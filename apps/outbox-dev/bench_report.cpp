@@ -1,4 +1,4 @@
-// `outbox bench`: the table, the machine, results.json.
+// `outbox-dev bench`: the table, the machine, results.json.
 
 #include "bench_report.hpp"
 

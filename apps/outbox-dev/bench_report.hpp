@@ -1,6 +1,6 @@
 #pragma once
-// `outbox bench`'s report: every scenario's JSON object as it finishes (stdout), then a table, the
-// machine line, and results.json with every object and the machine's.
+// `outbox-dev bench`'s report: every scenario's JSON object as it finishes (stdout), then a table,
+// the machine line, and results.json with every object and the machine's.
 
 #include <nlohmann/json.hpp>
 #include <vector>

@@ -1,4 +1,5 @@
-// `outbox bench`: the producer scenario, and ceiling and drain (a backlog through relay processes).
+// `outbox-dev bench`: the producer scenario, and ceiling and drain (a backlog through relay
+// processes).
 
 #include "bench_scenarios.hpp"
 

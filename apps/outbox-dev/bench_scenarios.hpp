@@ -1,5 +1,5 @@
 #pragma once
-// `outbox bench`'s scenarios, all on one PostgreSQL and one Kafka:
+// `outbox-dev bench`'s scenarios, all on one PostgreSQL and one Kafka:
 //   producer  the same business transaction with and without one enqueued event, alternating
 //             rounds from several clients; the ratio of their rates is the overhead.
 //   ceiling   a backlog drained by relays whose sink acknowledges at once (`--sink discard`):

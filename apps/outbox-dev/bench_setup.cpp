@@ -1,4 +1,4 @@
-// `outbox bench`: the schemas each scenario runs in, the backlog, the relays' command line.
+// `outbox-dev bench`: the schemas each scenario runs in, the backlog, the relays' command line.
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// `outbox demo`: an order service, relays and a consumer on embedded PostgreSQL and Kafka, then
+// `outbox-dev demo`: an order service, relays and a consumer on embedded PostgreSQL and Kafka, then
 // a check of every guarantee against what actually happened.
 
 #include <fmt/format.h>

@@ -26,7 +26,8 @@ int run_kafka_mock(const KafkaMockFlags& flags) {
   // librdkafka's mock cluster has no setting for either limit: say so rather than let a consumer
   // that fell behind find its offset silently gone.
   std::cerr << fmt::format(
-      "outbox kafka-mock: an in-memory test broker. Each partition keeps at most 5 MiB and drops "
+      "outbox-dev kafka-mock: an in-memory test broker. Each partition keeps at most 5 MiB and "
+      "drops "
       "its oldest messages beyond that; {} ({} partition(s) each); other topics are created on "
       "first use with {} partitions. For demos and tests, not for data you need.\n",
       flags.topics.empty() ? std::string("no topic created up front (--topic NAME)")

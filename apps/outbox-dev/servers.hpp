@@ -1,6 +1,7 @@
 #pragma once
-// The database and brokers `outbox demo` and `outbox bench` talk to: the user's when given, else
-// a private PostgreSQL cluster and a Kafka mock cluster started here and stopped with this object.
+// The database and brokers `outbox-dev demo` and `outbox-dev bench` talk to: the user's when given,
+// else a private PostgreSQL cluster and a Kafka mock cluster started here and stopped with this
+// object.
 
 #include <functional>
 #include <optional>

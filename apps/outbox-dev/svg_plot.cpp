@@ -1,4 +1,4 @@
-// The SVG chart writer behind `outbox bench --svg`: plain string building, no plotting library.
+// The SVG chart writer behind `outbox-dev bench --svg`: plain string building, no plotting library.
 
 #include "svg_plot.hpp"
 

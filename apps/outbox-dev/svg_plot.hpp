@@ -1,5 +1,5 @@
 #pragma once
-// A small, dependency-free SVG line-chart writer for `outbox bench` results.
+// A small, dependency-free SVG line-chart writer for `outbox-dev bench` results.
 
 #include <string>
 #include <utility>

@@ -1,6 +1,6 @@
 #pragma once
-// The business side of `outbox demo` and `outbox bench`: orders and the customers who place them,
-// changed in the same transaction as the events that announce them.
+// The business side of `outbox-dev demo` and `outbox-dev bench`: orders and the customers who place
+// them, changed in the same transaction as the events that announce them.
 
 #include <libpq-fe.h>
 

@@ -65,8 +65,9 @@ class ObserveServer {
 
   // What GET /metrics answers (for tests and for embedding in another server).
   [[nodiscard]] std::string metrics_text();
-  // Runs the backlog query now (not waiting out --backlog-refresh) and waits up to `timeout`
-  // for a run that began after this call, so what is served next reflects every change
+  // Runs the backlog query now (not waiting out --backlog-refresh; but not sooner than ten times
+  // the last run's duration after it, at most 60 s: a slow query's stretch holds) and waits up to
+  // `timeout` for a run that began after this call, so what is served next reflects every change
   // committed before it. True also when that run failed (the gauges are then absent). False
   // when it timed out, when stopping, and without a backlog (options.backlog false, or not
   // started).

@@ -5,9 +5,10 @@
 # (docs/PERFORMANCE.md, "Table-less producers": the witness costs nothing measurable)
 set -euo pipefail
 bin="$1"; txs="${2:-100}"
+dev="${OUTBOX_DEV_BINARY:-$(dirname "$bin")/outbox-dev}"  # the throwaway servers
 work="$(mktemp -d)"; trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
-"$bin" postgres >"$work/pg.out" 2>"$work/pg.err" &
-"$bin" kafka-mock >"$work/k.out" 2>"$work/k.err" &
+"$dev" postgres >"$work/pg.out" 2>"$work/pg.err" &
+"$dev" kafka-mock >"$work/k.out" 2>"$work/k.err" &
 until [[ -s "$work/pg.out" && -s "$work/k.out" ]]; do sleep 0.2; done
 db="$(head -1 "$work/pg.out")"; brokers="$(head -1 "$work/k.out")"
 "$bin" migrate --db "$db" >/dev/null 2>&1

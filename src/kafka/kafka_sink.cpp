@@ -256,7 +256,7 @@ class KafkaSink final : public Sink {
         return;
       }
       if (err == RD_KAFKA_RESP_ERR__QUEUE_FULL && attempt < kQueueFullRetries) {
-        counters_.kafka_queue_full_waits.fetch_add(1, std::memory_order_relaxed);
+        if (attempt == 0) counters_.kafka_queue_full_waits.fetch_add(1, std::memory_order_relaxed);
         rd_kafka_poll(handle_.get(), 10);  // serve delivery reports to make room
         continue;
       }

@@ -9,11 +9,13 @@ readonly outbox_binary="${1:?usage: operator_binary.sh /path/to/outbox /path/to/
 readonly dev_binary="${2:?usage: operator_binary.sh /path/to/outbox /path/to/outbox-dev}"
 readonly servers='outbox::(EmbeddedPostgres|KafkaMockCluster)::'
 
-if ! nm -C "$dev_binary" | grep -E "$servers" >/dev/null; then
+dev_symbols="$(nm -C "$dev_binary")"
+if ! grep -E "$servers" <<<"$dev_symbols" >/dev/null; then
   echo "operator_binary: FAIL: no embedded server symbol found even in $dev_binary" >&2
   exit 1
 fi
-found="$(nm -C "$outbox_binary" | grep -E "$servers" || true)"
+symbols="$(nm -C "$outbox_binary")"  # a failing nm stops the test (set -e), never passes it
+found="$(grep -E "$servers" <<<"$symbols" || true)"
 if [[ -n "$found" ]]; then
   echo "operator_binary: FAIL: $outbox_binary links the embedded servers:" >&2
   sed -n 1,3p <<<"$found" >&2
