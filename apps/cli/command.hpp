@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -75,6 +76,26 @@ class Commands {
   std::vector<std::pair<CLI::App*, std::function<int()>>> commands_;
   std::string password_file_;
 };
+
+// Which program has each command: `outbox`, the operator's, or `outbox-dev`, the developer's,
+// whose commands start throwaway servers of their own unless told otherwise. run_program() refuses
+// to start when a program registered other commands than these (every CLI test would see it), and
+// `outbox demo` says where demo is from this table.
+inline constexpr std::string_view kOperatorProgram = "outbox";
+inline constexpr std::string_view kDevProgram = "outbox-dev";
+inline constexpr std::pair<std::string_view, std::string_view> kCommandPrograms[] = {
+    {"migrate", kOperatorProgram}, {"relay", kOperatorProgram},      {"status", kOperatorProgram},
+    {"admin", kOperatorProgram},   {"quarantine", kOperatorProgram}, {"replay", kOperatorProgram},
+    {"audit", kOperatorProgram},   {"cleanup", kOperatorProgram},    {"demo", kDevProgram},
+    {"bench", kDevProgram},        {"postgres", kDevProgram},        {"kafka-mock", kDevProgram}};
+
+// The program that has `command`; "" for a name that is no command.
+constexpr std::string_view program_of(std::string_view command) {
+  for (const auto& [name, owner] : kCommandPrograms) {
+    if (name == command) return owner;
+  }
+  return {};
+}
 
 // outbox's commands (apps/outbox).
 void register_migrate(Commands& commands);

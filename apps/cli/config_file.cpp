@@ -8,6 +8,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "cli/command.hpp"
 #include "cli/settings_file.hpp"
 #include "common/redact.hpp"
 #include "outbox/error.hpp"
@@ -21,9 +22,6 @@ const std::map<std::string, std::string> kEnvironmentFirst = {
     {"db-password-file", "OUTBOX_DATABASE_PASSWORD_FILE"},
     {"log-format", "OUTBOX_LOG_FORMAT"},
 };
-
-// Commands that start throwaway servers unless told otherwise: top-level keys never reach them.
-const std::set<std::string> kOwnServers = {"demo", "bench", "postgres", "kafka-mock"};
 
 bool environment_wins(const std::string& key) {
   const auto it = kEnvironmentFirst.find(key);
@@ -199,7 +197,9 @@ std::vector<CLI::ConfigItem> TomlConfig::from_config(std::istream& input) const 
   // command's name cannot fool it).
   std::string chosen;
   for (const CLI::App* command : app_->get_subcommands()) chosen = command->get_name();
-  const bool takes_shared = !kOwnServers.contains(chosen);
+  // outbox-dev's commands start throwaway servers unless told otherwise: top-level keys never
+  // reach them.
+  const bool takes_shared = program_of(chosen) != kDevProgram;
   std::vector<CLI::ConfigItem> out;
   const auto has = [&](const std::string& command, const std::string& key) {
     const auto it = flags_.find(command);

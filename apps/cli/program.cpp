@@ -23,20 +23,30 @@ namespace {
 
 using namespace outbox::cli;
 
-// Which program has each command, so that `outbox demo` says where demo is.
-constexpr std::pair<std::string_view, std::string_view> kCommandPrograms[] = {
-    {"migrate", "outbox"},   {"relay", "outbox"},        {"status", "outbox"},
-    {"admin", "outbox"},     {"quarantine", "outbox"},   {"replay", "outbox"},
-    {"audit", "outbox"},     {"cleanup", "outbox"},      {"demo", "outbox-dev"},
-    {"bench", "outbox-dev"}, {"postgres", "outbox-dev"}, {"kafka-mock", "outbox-dev"}};
-
 // "; `outbox-dev demo` runs it" when `command` is the other program's, else "".
 std::string other_program_hint(const std::string& command, const std::string& program) {
-  for (const auto& [name, owner] : kCommandPrograms) {
-    if (name == command && owner != program) {
-      return "; it is " + std::string(owner) + "'s: `" + std::string(owner) + " " + command +
-             "` runs it";
+  const std::string_view owner = program_of(command);
+  if (owner.empty() || owner == program) return {};
+  return "; it is " + std::string(owner) + "'s: `" + std::string(owner) + " " + command +
+         "` runs it";
+}
+
+// The commands `program` registered are exactly kCommandPrograms' for it; else a message naming
+// the first difference (a command added to one and not the other).
+std::string command_table_problem(const CLI::App& app, const std::string& program) {
+  std::size_t registered = 0;
+  for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+    ++registered;
+    if (program_of(command->get_name()) != program) {
+      return "command \"" + command->get_name() + "\" is not " + program +
+             "'s in kCommandPrograms (apps/cli/command.hpp)";
     }
+  }
+  std::size_t listed = 0;
+  for (const auto& [name, owner] : kCommandPrograms) listed += owner == program ? 1 : 0;
+  if (listed != registered) {
+    return "kCommandPrograms (apps/cli/command.hpp) names " + std::to_string(listed) +
+           " commands of " + program + ", which registered " + std::to_string(registered);
   }
   return {};
 }
@@ -121,6 +131,10 @@ int run_program(int argc, char** argv, const std::string& program, const std::st
 
   Commands commands(app);
   register_commands(commands);
+  if (const std::string problem = command_table_problem(app, program); !problem.empty()) {
+    std::cerr << program << ": internal error: " << problem << "\n";
+    return 3;
+  }
   decimal_integers_only(app);
   add_config_option(app);
   try {

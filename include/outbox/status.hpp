@@ -47,7 +47,8 @@ struct OutboxStatus {
   std::vector<RelaySessionStatus> relays;  // newest first
 };
 
-// The relay sessions, newest first, at most `limit`. One query. Throws DatabaseError.
+// The relay sessions, newest first, at most `limit`. One query. Throws DatabaseError, and
+// InvalidArgument for a negative limit.
 std::vector<RelaySessionStatus> read_relay_sessions(PGconn* conn, const SchemaName& schema,
                                                     int limit = 100);
 

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "outbox/error.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox {
@@ -23,6 +24,10 @@ std::string_view RelaySessionStatus::state() const {
 
 std::vector<RelaySessionStatus> read_relay_sessions(PGconn* conn, const SchemaName& schema,
                                                     int limit) {
+  if (limit < 0) {
+    throw InvalidArgument("read_relay_sessions: a limit of " + std::to_string(limit) +
+                          " sessions; give 0 or more");
+  }
   const std::string limit_text = std::to_string(limit);
   const auto rows =
       pg::exec(conn,

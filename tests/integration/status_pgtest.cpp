@@ -74,6 +74,7 @@ TEST_F(StatusTest, CountsEachStateOnceAndNamesWhatEachRelaySessionDoes) {
   EXPECT_TRUE(table[1].ended);
   EXPECT_EQ(table[1].seen_seconds_ago, -1);
   EXPECT_EQ(read_relay_sessions(conn(), schema_, 1).size(), 1U) << "the limit holds";
+  EXPECT_THROW(read_relay_sessions(conn(), schema_, -1), InvalidArgument);
 }
 
 }  // namespace
