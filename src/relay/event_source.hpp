@@ -24,10 +24,11 @@
 
 namespace outbox::detail {
 
-// An event to send and the completion token its outcome is recorded with.
+// An event to send and the completion token its outcome is recorded with (none when unclaimed).
 struct SourcedEvent {
   Event event;
   std::string token;
+  Origin origin = Origin::claimed;
 };
 
 struct Fetched {

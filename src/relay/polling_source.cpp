@@ -43,7 +43,7 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
 }
 
 // Refuses a schema without migration 14 (9: the relays' session locks; 10: the table-less slots a
-// CDC relay looks up; 12: the session's backend; 14: where a table-less slot's proof begins) with
+// relay looks up; 12: the session's backend; 14: where a table-less slot's proof begins) with
 // what to do, instead of a missing column or table later.
 void check_schema(PGconn* conn, const SchemaName& schema) {
   constexpr int kNeeded = 14;
@@ -63,15 +63,12 @@ void check_schema(PGconn* conn, const SchemaName& schema) {
 
 }  // namespace
 
-PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counters)
+PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counters,
+                             const std::string& claim_scope)
     : options_(options),
       counters_(counters),
       session_(open_session(options)),
-      claim_sql_(relay_sql::claim(
-          options.schema,
-          options.source == RelaySource::cdc && options.cdc.shards > 1
-              ? relay_sql::shard_condition("e.", options.cdc.shards, options.cdc.shard)
-              : std::string())),
+      claim_sql_(relay_sql::claim(options.schema, claim_scope)),
       mark_published_sql_(relay_sql::mark_published(options.schema)),
       mark_failed_sql_(relay_sql::mark_failed(options.schema)),
       renew_sql_(relay_sql::renew(options.schema)),
@@ -130,11 +127,12 @@ Fetched PollingSource::fetch(std::size_t limit, std::uint64_t byte_room, bool ho
   const std::string limit_text = std::to_string(limit);
   const std::string lease_text = std::to_string(options_.lease.count());
   const std::string bytes_text = std::to_string(byte_room);
+  const std::string horizon_text = claim_horizon_.sql_text();
   const auto result = pg::exec_prepared(
       session_.connection.get(), claim_sql_,
       {token.c_str(), limit_text.c_str(), lease_text.c_str(), cursor_type_.c_str(),
        cursor_id_.c_str(), dead_sessions_.prefixes().c_str(), bytes_text.c_str(),
-       holding_nothing ? "true" : "false", claim_horizon_.c_str()});
+       holding_nothing ? "true" : "false", horizon_text.c_str()});
   RelayCounters::add(counters_.claim_queries, 1);
   relay_sql::ClaimRows rows = relay_sql::read_claim(result);
   if (!rows.events.empty()) OUTBOX_FAULT(fault::kRelayAfterClaim);
@@ -225,12 +223,18 @@ bool PollingSource::reconnect(SendWindow& window) {
 void PollingSource::adopt_claims(SendWindow& window) {
   last_renewal_ = Clock::now();
   std::unordered_map<std::string, std::string> held;  // event id: the token it was claimed under
-  const auto add = [&](const EventId& event_id, const std::string& token) {
-    if (!token.empty()) held.emplace(event_id.to_string(), token);  // streamed: no claim
+  const auto add = [&](const EventId& event_id, Origin origin, const std::string& token) {
+    if (origin == Origin::claimed) held.emplace(event_id.to_string(), token);
   };
-  for (const auto& [ticket, item] : window.in_flight()) add(item.event.event_id, item.token);
-  for (const Outcome& outcome : window.published()) add(outcome.event_id, outcome.token);
-  for (const Outcome& outcome : window.failed()) add(outcome.event_id, outcome.token);
+  for (const auto& [ticket, item] : window.in_flight()) {
+    add(item.event.event_id, item.origin, item.token);
+  }
+  for (const Outcome& outcome : window.published()) {
+    add(outcome.event_id, outcome.origin, outcome.token);
+  }
+  for (const Outcome& outcome : window.failed()) {
+    add(outcome.event_id, outcome.origin, outcome.token);
+  }
   if (held.empty()) return;
   const std::string token = next_token();
   const std::string lease_text = std::to_string(options_.lease.count());
@@ -301,9 +305,9 @@ bool PollingSource::sweep() {
 void PollingSource::renew_leases(const SendWindow& window) {
   last_renewal_ = Clock::now();
   pg::ArrayLiteral ids, tokens;
-  std::size_t claimed = 0;  // streamed events (no token) hold no lease
+  std::size_t claimed = 0;  // unclaimed events hold no lease
   for (const auto& [ticket, item] : window.in_flight()) {
-    if (item.token.empty()) continue;
+    if (item.origin == Origin::unclaimed) continue;
     ids.add(item.event.event_id);
     tokens.add(item.token);
     ++claimed;
@@ -327,13 +331,13 @@ std::vector<SourcedEvent> PollingSource::record_published(std::vector<Outcome>& 
 
 void PollingSource::record_failed(std::vector<Outcome>& failed) { write_failed(failed, nullptr); }
 
-void PollingSource::record_streamed_published(std::vector<Outcome>& published,
-                                              std::vector<Outcome>& unwritten) {
+void PollingSource::record_unclaimed_published(std::vector<Outcome>& published,
+                                               std::vector<Outcome>& unwritten) {
   write_published(published, false, 0, &unwritten);
 }
 
-void PollingSource::record_streamed_failed(std::vector<Outcome>& failed,
-                                           std::vector<Outcome>& unwritten) {
+void PollingSource::record_unclaimed_failed(std::vector<Outcome>& failed,
+                                            std::vector<Outcome>& unwritten) {
   write_failed(failed, &unwritten);
 }
 
@@ -436,8 +440,8 @@ std::size_t PollingSource::complete(const std::string& sql, const std::vector<Ou
     pg::ArrayLiteral ids, tokens;
     for (const Outcome* outcome : pending) {
       ids.add(outcome->event_id);
-      if (outcome->token.empty()) {
-        tokens.add_null();  // streamed, claimed by no one
+      if (outcome->origin == Origin::unclaimed) {
+        tokens.add_null();  // claimed by no one
       } else {
         tokens.add(outcome->token);
       }

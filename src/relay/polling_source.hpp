@@ -14,6 +14,7 @@
 
 #include "outbox/relay.hpp"
 #include "pg/connection.hpp"
+#include "relay/claim_horizon.hpp"
 #include "relay/dead_sessions.hpp"
 #include "relay/event_source.hpp"
 #include "relay/relay_counters.hpp"
@@ -26,8 +27,10 @@ class PollingSource final : public RelaySourceBase {
   using milliseconds = std::chrono::milliseconds;
 
   // Connects (throws DatabaseError), and refuses a schema without the migrations it needs
-  // (ConfigError). `options` and `counters` must outlive it.
-  PollingSource(const RelayOptions& options, RelayCounters& counters);
+  // (ConfigError). `options` and `counters` must outlive it. `claim_scope`: a condition on the
+  // row `e` that claims keep to (relay_sql::claim; a shard of the aggregates), "" for every row.
+  PollingSource(const RelayOptions& options, RelayCounters& counters,
+                const std::string& claim_scope = "");
 
   Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;
   bool wait_for_news(milliseconds timeout) override;
@@ -42,22 +45,21 @@ class PollingSource final : public RelaySourceBase {
                                              std::uint64_t successor_bytes) override;
   void record_failed(std::vector<Outcome>& failed) override;
 
-  // For a change-data-capture relay's streamed events (no claim token): as record_published
-  // (without successors) and record_failed, but an outcome whose row was not there to write is
-  // handed back in `unwritten` instead of being counted as fenced. A streamed transaction can be
-  // decoded a moment before other sessions see it committed (the commit record is flushed before
-  // the transaction leaves the proc array): its rows are then not visible yet.
-  void record_streamed_published(std::vector<Outcome>& published, std::vector<Outcome>& unwritten);
-  void record_streamed_failed(std::vector<Outcome>& failed, std::vector<Outcome>& unwritten);
+  // For events no claim holds (Origin::unclaimed, from a source built on this one): as
+  // record_published (without successors) and record_failed on rows no one claimed, but an
+  // outcome whose row was not there to write is handed back in `unwritten` instead of being
+  // counted as fenced (the source may have read the event before other sessions see its row).
+  void record_unclaimed_published(std::vector<Outcome>& published, std::vector<Outcome>& unwritten);
+  void record_unclaimed_failed(std::vector<Outcome>& failed, std::vector<Outcome>& unwritten);
 
   // Extends the leases of everything in flight.
   void renew_leases(const SendWindow& window);
 
-  // For a change-data-capture relay's table path: claims take rows no relay has touched only
-  // when they occurred before `horizon` (timestamptz text; "infinity", the default, takes all).
-  void set_claim_horizon(std::string horizon) { claim_horizon_ = std::move(horizon); }
+  // Which untouched rows claims take (claim_horizon.hpp); every one by default. A source built
+  // on this one narrows it to what it does not bring itself.
+  void set_claim_horizon(ClaimHorizon horizon) { claim_horizon_ = horizon; }
 
-  // The session, for a source built on this one (a change-data-capture relay's own statements).
+  // The session, for a source built on this one (its own statements).
   [[nodiscard]] PGconn* connection() const { return session_.connection.get(); }
 
  private:
@@ -109,7 +111,7 @@ class PollingSource final : public RelaySourceBase {
   Clock::time_point last_renewal_;
   std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
   std::string cursor_id_;
-  std::string claim_horizon_ = "infinity";
+  ClaimHorizon claim_horizon_ = ClaimHorizon::everything();
 };
 
 }  // namespace outbox::detail

@@ -2,8 +2,7 @@
 // The statements of the relay's table path (claims, marks, failures, registration, sweeps), in
 // one place, with one reader per statement that turns its rows into structs (the columns are
 // named next to the SQL, in relay_sql.cpp). Both sources use them: a change-data-capture relay
-// claims and marks through its table path too. The CDC source's own statements are still in
-// relay/cdc/cdc_source.cpp (issue 24 moves them here).
+// claims and marks through its table path too (its own statements: relay/cdc/cdc_sql.hpp).
 
 #include <cstdint>
 #include <optional>
@@ -74,21 +73,6 @@ std::string take_session_lock();
 // until it counts as dead;
 // <= 0: dead, its claims may be taken over).
 std::string sweep(const SchemaName& schema);
-// A change-data-capture relay's look before it sends streamed events: $1 uuid[] event ids,
-// $2 aggregate_type[], $3 aggregate_id[], $4 sequence[], $5 bool[] whether to ask about lower
-// sequences, $6 text[] a table-less event's transaction id ('' or NULL for a row's). Rows, only for
-// events that must wait: (1-based position, visible, lower pending). An event whose row this
-// snapshot does not see yet must not be announced; one with a lower sequence of its aggregate still
-// pending must not overtake it.
-std::string check_streamed(const SchemaName& schema);
-// Table-less events into the table as pending rows ($1..$9: ids, aggregate types and ids,
-// sequences, event types, schema versions, payloads and headers as text, occurred_at; $10 bool:
-// touched, claimable at once). Returns the ids written.
-std::string materialize_table_less(const SchemaName& schema);
-// Of the ids $1 (uuid[]), those with no row: not written, their sequences held by other rows.
-std::string materialize_clashes(const SchemaName& schema);
-// The count of the transactions ($1: xid8 as text) not visible to this session yet.
-std::string invisible_transactions();
 // The highest migration applied to the schema.
 std::string schema_version(const SchemaName& schema);
 
@@ -121,16 +105,6 @@ struct FailedRow {
   bool quarantined = false;
 };
 std::vector<FailedRow> read_mark_failed(const pg::Result& result);
-
-// check_streamed's rows: 0-based positions, sorted.
-struct StreamCheck {
-  std::vector<std::size_t> invisible;  // not committed as far as other sessions see: wait
-  // A lower sequence pending, or the row is the table path's (touched, quarantined, claimed):
-  // leave it and its aggregate to the table path.
-  std::vector<std::size_t> blocked;
-  std::vector<std::size_t> finished;  // marked or skipped already: done, not sent again
-};
-StreamCheck read_check_streamed(const pg::Result& result);
 
 // A sweep's rows: ended sessions and the ms until each counts as dead (<= 0: it does).
 struct EndedSession {

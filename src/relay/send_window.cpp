@@ -8,8 +8,9 @@
 namespace outbox::detail {
 
 std::pair<std::uint64_t, const Event&> SendWindow::add(Event event, std::string token,
-                                                       std::uint32_t type) {
-  InFlight item{std::move(event), std::move(token), 0, type, std::chrono::steady_clock::now()};
+                                                       std::uint32_t type, Origin origin) {
+  InFlight item{
+      std::move(event), std::move(token), 0, type, std::chrono::steady_clock::now(), origin};
   item.bytes = item.event.payload.size() + item.event.headers.size();
   bytes_ += item.bytes;
   const std::uint64_t ticket = next_ticket_++;
@@ -29,7 +30,8 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
     }
     if (observe) observe(it->second, report);
     Outcome outcome{
-        it->second.event.event_id, std::move(it->second.token), {}, false, it->second.type};
+        it->second.event.event_id, std::move(it->second.token), {}, false, it->second.type,
+        it->second.origin};
     if (report.outcome == DeliveryOutcome::published) {
       published_.push_back(std::move(outcome));
       ++summary.published;
@@ -51,12 +53,12 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
 }
 
 void SendWindow::retoken(const std::unordered_set<std::string>& moved, const std::string& token) {
-  const auto move = [&](const EventId& event_id, std::string& carried) {
-    if (!carried.empty() && moved.contains(event_id.to_string())) carried = token;
+  const auto move = [&](const EventId& event_id, Origin origin, std::string& carried) {
+    if (origin == Origin::claimed && moved.contains(event_id.to_string())) carried = token;
   };
-  for (auto& [ticket, item] : in_flight_) move(item.event.event_id, item.token);
-  for (Outcome& outcome : published_) move(outcome.event_id, outcome.token);
-  for (Outcome& outcome : failed_) move(outcome.event_id, outcome.token);
+  for (auto& [ticket, item] : in_flight_) move(item.event.event_id, item.origin, item.token);
+  for (Outcome& outcome : published_) move(outcome.event_id, outcome.origin, outcome.token);
+  for (Outcome& outcome : failed_) move(outcome.event_id, outcome.origin, outcome.token);
 }
 
 void log_report(const std::string& relay_id, const Event& event, const DeliveryReport& report) {

@@ -6,8 +6,8 @@
 // sends, polls and writes; this keeps the books (tests/unit/send_window_test.cpp).
 //
 // An event's completion token says which claim sent it: the claim token its mark must match. An
-// event a change-data-capture stream brought holds no claim: its token is empty, and its mark
-// matches the unclaimed row instead (relay/cdc/cdc_source.hpp).
+// event that came from no claim (Origin::unclaimed: a source that reads events elsewhere, such as
+// a replication stream) has no token, and its mark matches the row no one claimed instead.
 
 #include <chrono>
 #include <cstddef>
@@ -24,6 +24,9 @@
 
 namespace outbox::detail {
 
+// Where an event to send came from: a claim (its outcome matches the claim's token), or none.
+enum class Origin : std::uint8_t { claimed, unclaimed };
+
 // A finished send whose outcome still has to be written.
 struct Outcome {
   EventId event_id;
@@ -31,6 +34,7 @@ struct Outcome {
   std::string error;  // empty: published
   bool permanent = false;
   std::uint32_t type = 0;  // its aggregate type's index in RelayCounters::by_type
+  Origin origin = Origin::claimed;
 };
 
 class SendWindow {
@@ -41,6 +45,7 @@ class SendWindow {
     std::uint64_t bytes = 0;  // payload and headers: what it counts against the byte budget
     std::uint32_t type = 0;   // as Outcome::type
     std::chrono::steady_clock::time_point sent_at{};
+    Origin origin = Origin::claimed;
   };
 
   // What the reports taken by one take() said about the broker.
@@ -60,9 +65,9 @@ class SendWindow {
       : max_events_(max_events), max_bytes_(max_bytes) {}
 
   // Takes `event` into the window; returns the ticket to send it with and the stored event.
-  // `type` is carried to its outcome.
-  std::pair<std::uint64_t, const Event&> add(Event event, std::string token,
-                                             std::uint32_t type = 0);
+  // `type` and `origin` are carried to its outcome; an unclaimed event has no token.
+  std::pair<std::uint64_t, const Event&> add(Event event, std::string token, std::uint32_t type = 0,
+                                             Origin origin = Origin::claimed);
 
   // Moves the reported sends to the outcomes still to be written (published, failed).
   ReportSummary take(const std::vector<DeliveryReport>& reports,

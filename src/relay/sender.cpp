@@ -16,7 +16,7 @@ void Sender::send(std::vector<SourcedEvent>& events) {
     const auto type = counters_.by_type.index(sourced.event.aggregate_type);
     if (sourced.event.attempt_count > 0) counters_.by_type.add(type, TypedCounts::retried);
     const auto [ticket, event] =
-        window_.add(std::move(sourced.event), std::move(sourced.token), type);
+        window_.add(std::move(sourced.event), std::move(sourced.token), type, sourced.origin);
     OUTBOX_FAULT(fault::kRelayBeforePublish);
     sink_->send(event, ticket);
   }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "relay/cdc/cdc_sql.hpp"
 #include "relay/relay_sql.hpp"
 #include "support/test_env.hpp"
 
@@ -43,9 +44,9 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
       {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
       {"retire_relay", relay_sql::retire_relay(schema), "'r:1'"},
       {"sweep", relay_sql::sweep(schema), "'1000', '10000'"},
-      {"check_streamed", relay_sql::check_streamed(schema),
+      {"check_streamed", cdc_sql::check_streamed(schema),
        ids + ", '{order}', '{o-1}', '{3}', '{true}', '{NULL}'"},
-      {"check_streamed (table-less)", relay_sql::check_streamed(schema),
+      {"check_streamed (table-less)", cdc_sql::check_streamed(schema),
        ids + ", '{order}', '{o-1}', '{3}', '{true}', '{1234}'"},
   };
 }

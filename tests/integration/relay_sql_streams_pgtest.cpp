@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "relay/cdc/cdc_sql.hpp"
 #include "relay/relay_sql.hpp"
 #include "support/test_env.hpp"
 
@@ -121,18 +122,18 @@ TEST_F(RelaySqlStreams, CheckStreamedNamesEventsWithALowerSequencePending) {
   // (x,2): x 1 is pending. (y,2): y 1 is published. (z,1) and (x,1): nothing lower. (x,2) once
   // more without asking about lower sequences: nothing to say.
   const std::string ids = "{" + x2 + "," + y2 + "," + z1 + "," + x1 + "," + x2 + "}";
-  const auto result = pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+  const auto result = pg::exec(conn_.get(), cdc_sql::check_streamed(schema_),
                                {ids.c_str(), "{order,order,order,order,order}", "{x,y,z,x,x}",
                                 "{2,2,1,1,2}", "{t,t,t,t,f}", nullptr});
-  const relay_sql::StreamCheck check = relay_sql::read_check_streamed(result);
+  const cdc_sql::StreamCheck check = cdc_sql::read_check_streamed(result);
   EXPECT_EQ(check.blocked, std::vector<std::size_t>{0});
   EXPECT_TRUE(check.invisible.empty());
   pg::exec(conn_.get(), "UPDATE " + events_ + " SET skipped_at = now() WHERE event_id = $1",
            {x1.c_str()});
   const std::string x2_only = "{" + x2 + "}";
-  const auto after_skip = pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+  const auto after_skip = pg::exec(conn_.get(), cdc_sql::check_streamed(schema_),
                                    {x2_only.c_str(), "{order}", "{x}", "{2}", "{t}", nullptr});
-  EXPECT_TRUE(relay_sql::read_check_streamed(after_skip).blocked.empty())
+  EXPECT_TRUE(cdc_sql::read_check_streamed(after_skip).blocked.empty())
       << "a skipped row is finished";
 }
 
@@ -151,14 +152,14 @@ TEST_F(RelaySqlStreams, CheckStreamedNamesEventsWhoseRowsAreNotVisibleYet) {
                    " RETURNING event_id::text")
           .text(0, 0));
   const std::string ids = "{" + seen + "," + unseen + "}";
-  const relay_sql::StreamCheck before = relay_sql::read_check_streamed(
-      pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+  const cdc_sql::StreamCheck before = cdc_sql::read_check_streamed(
+      pg::exec(conn_.get(), cdc_sql::check_streamed(schema_),
                {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}", nullptr}));
   EXPECT_EQ(before.invisible, std::vector<std::size_t>{1});
   EXPECT_TRUE(before.blocked.empty());
   pg::exec(writer.get(), "COMMIT");
-  const relay_sql::StreamCheck after = relay_sql::read_check_streamed(
-      pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+  const cdc_sql::StreamCheck after = cdc_sql::read_check_streamed(
+      pg::exec(conn_.get(), cdc_sql::check_streamed(schema_),
                {ids.c_str(), "{order,order}", "{a,b}", "{1,1}", "{f,f}", nullptr}));
   EXPECT_TRUE(after.invisible.empty());
 }
@@ -173,21 +174,21 @@ TEST_F(RelaySqlStreams, CheckStreamedWaitsForATableLessTransactionAndLeavesAWrit
   const std::string ids = "{" + rowless + "}";
   const std::string xids = "{" + xid + "}";
   const auto check = [&] {
-    return relay_sql::read_check_streamed(
-        pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+    return cdc_sql::read_check_streamed(
+        pg::exec(conn_.get(), cdc_sql::check_streamed(schema_),
                  {ids.c_str(), "{order}", "{t}", "{1}", "{f}", xids.c_str()}));
   };
   EXPECT_EQ(check().invisible, std::vector<std::size_t>{0}) << "not committed yet";
   pg::exec(writer.get(), "COMMIT");
-  const relay_sql::StreamCheck visible = check();
+  const cdc_sql::StreamCheck visible = check();
   EXPECT_TRUE(visible.invisible.empty() && visible.blocked.empty() && visible.finished.empty())
       << "committed and seen: it goes";
 
   const std::string written = insert("w", 1);  // as if the relay had written it to the table
   const std::string written_ids = "{" + written + "}";
   const auto check_written = [&] {
-    return relay_sql::read_check_streamed(
-        pg::exec(conn_.get(), relay_sql::check_streamed(schema_),
+    return cdc_sql::read_check_streamed(
+        pg::exec(conn_.get(), cdc_sql::check_streamed(schema_),
                  {written_ids.c_str(), "{order}", "{w}", "{1}", "{f}", xids.c_str()}));
   };
   EXPECT_EQ(check_written().blocked, std::vector<std::size_t>{0})

@@ -6,8 +6,8 @@
 
 #include <string>
 
+#include "cdc/slot_admin.hpp"
 #include "outbox/error.hpp"
-#include "relay/cdc/cdc_source.hpp"
 
 namespace outbox::detail {
 namespace {
@@ -164,13 +164,13 @@ TEST(RelayOptionsCheck, ShardsAreOneToSixtyFourAndTheShardOneOfThem) {
 }
 
 TEST(CdcShardNames, OnlyTheNamesAShardingWritesCountAsOne) {
-  EXPECT_EQ(sharding_of(""), 1U);
-  EXPECT_EQ(sharding_of("_0_of_2"), 2U);
-  EXPECT_EQ(sharding_of("_63_of_64"), 64U);
+  EXPECT_EQ(cdc::sharding_of(""), 1U);
+  EXPECT_EQ(cdc::sharding_of("_0_of_2"), 2U);
+  EXPECT_EQ(cdc::sharding_of("_63_of_64"), 64U);
   for (const char* other :
        {"_2", "_7_of_2", "_0_of_0", "_0_of_1", "_1_of_02", "_01_of_2", "_0_of_65", "_0_of_2x",
         "x_0_of_2", "_of_2", "_0_of_", "_a_of_2", "_0_of_100"}) {
-    EXPECT_EQ(sharding_of(other), std::nullopt) << other;
+    EXPECT_EQ(cdc::sharding_of(other), std::nullopt) << other;
   }
 }
 

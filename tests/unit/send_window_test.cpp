@@ -82,7 +82,7 @@ TEST(SendWindow, RetokenMovesOnlyTheNamedClaimsInFlightAndReported) {
   const Event reported = event_of(10);
   const auto t_moved = window.add(moved_in_flight, "old:1").first;
   const auto t_lost = window.add(lost, "old:1").first;
-  const auto t_streamed = window.add(streamed, "").first;
+  const auto t_streamed = window.add(streamed, "", 0, Origin::unclaimed).first;
   const auto t_reported = window.add(reported, "old:2").first;
   window.take({report(t_reported, DeliveryOutcome::published)});
   window.retoken({moved_in_flight.event_id.to_string(), streamed.event_id.to_string(),
@@ -90,7 +90,8 @@ TEST(SendWindow, RetokenMovesOnlyTheNamedClaimsInFlightAndReported) {
                  "new:1");
   EXPECT_EQ(window.in_flight().at(t_moved).token, "new:1");
   EXPECT_EQ(window.in_flight().at(t_lost).token, "old:1");
-  EXPECT_EQ(window.in_flight().at(t_streamed).token, "") << "a streamed event holds no claim";
+  EXPECT_EQ(window.in_flight().at(t_streamed).token, "") << "an unclaimed event holds no claim";
+  EXPECT_EQ(window.in_flight().at(t_streamed).origin, Origin::unclaimed);
   ASSERT_EQ(window.published().size(), 1U);
   EXPECT_EQ(window.published()[0].token, "new:1");
 }

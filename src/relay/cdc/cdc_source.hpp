@@ -6,7 +6,7 @@
 //
 // The stream path: ReplicationStream reads pgoutput messages; outbox_rows turns inserts into
 // events; StreamBook keeps per-aggregate order and the confirmable position; before the first
-// event of an aggregate with nothing out, relay_sql::check_streamed asks whether a lower sequence
+// event of an aggregate with nothing out, cdc_sql::check_streamed asks whether a lower sequence
 // is still pending, and such events are left to the table path; no event goes before its row is
 // visible to other sessions (the stream can bring a transaction a moment before, and under
 // synchronous replication until the standby confirmed it). Streamed events carry no claim
@@ -35,28 +35,34 @@
 // Until a write that failed is behind a restarted stream, no position is reported.
 
 #include <chrono>
-#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
-#include "cdc/replication_stream.hpp"
 #include "outbox/relay.hpp"
-#include "relay/cdc/outbox_rows.hpp"
-#include "relay/cdc/sequence_witness.hpp"
-#include "relay/cdc/stream_book.hpp"
+#include "pg/array_literal.hpp"
+#include "relay/cdc/cdc_sql.hpp"
+#include "relay/cdc/publications.hpp"
+#include "relay/cdc/resume_position.hpp"
+#include "relay/cdc/slot_mode.hpp"
+#include "relay/cdc/stream_session.hpp"
 #include "relay/event_source.hpp"
 #include "relay/polling_source.hpp"
 #include "relay/relay_counters.hpp"
 
 namespace outbox::detail {
 
-// The shard count a slot name says after its base name: "" is 1 shard, "_<i>_of_<n>" exactly as
-// shard_slot_name writes it is n; anything else is not a sharding of that base (nullopt).
-std::optional<unsigned> sharding_of(std::string_view rest);
-
+// The source's parts, one job each (docs/ARCHITECTURE.md, "Change data capture"):
+//   Publications      publication set-up, and a slot older than its publication (publications.cpp)
+//   StreamSession     one stream's state, built and dropped whole (stream_session.hpp)
+//   slot_mode         streaming / standby / released, pure transitions (slot_mode.hpp)
+//   ResumePosition    where a stream starts (resume_position.hpp)
+//   parse_table_less_message  the table-less message format (table_less_message.hpp)
+//   cdc_sql, cdc::slot_admin  every statement
+// and CdcSource's own functions, by job: the façade the loop drives (cdc_source.cpp), the stream
+// (cdc_stream.cpp), the slot's upkeep and the modes (cdc_slot.cpp), table-less events
+// (cdc_table_less.cpp), and the outcomes of streamed events (cdc_outcomes.cpp).
 class CdcSource final : public RelaySourceBase {
  public:
   using Clock = std::chrono::steady_clock;
@@ -83,131 +89,112 @@ class CdcSource final : public RelaySourceBase {
   void record_failed(std::vector<Outcome>& failed) override;
 
  private:
-  void ensure_publications();
-  void drop_other_shardings();
-  static constexpr std::chrono::seconds kShardingSweepEvery{60};
-  Clock::time_point next_sharding_sweep_;
+  // --- the façade (cdc_source.cpp) ---
+  // The book's candidates, checked against the table: the events to send.
+  std::vector<Event> stream_candidates(std::size_t limit, std::uint64_t byte_room,
+                                       bool holding_nothing);
+  cdc_sql::StreamCheck check_candidates(const cdc::StreamBook::Candidates& candidates);
+  Fetched fetch_polling(std::size_t limit, std::uint64_t byte_room, bool holding_nothing);
+  // Streams, or waits as a standby when another relay streams the slot.
+  void stream_or_stand_by();
+  void retry_unwritten();
+  [[nodiscard]] bool polling() const { return slot_mode::polling(mode_); }
+
+  // --- the stream (cdc_stream.cpp) ---
+  // The one place a stream's state is dropped: an empty session (no stream) replaces it.
+  void reset_session();
   void start_stream();
   bool try_start_stream();
-  void wait_as_standby();
   void prepare_slot();
+  void drop_outlived_slot();
+  [[nodiscard]] cdc::Lsn start_position();
+  void save_position(cdc::Lsn confirmed);
   // Reads what has arrived (waiting at most `timeout` for the first message), up to the budget;
   // true when a message came.
   bool read_stream(milliseconds timeout);
   void take(const cdc::StreamMessage& message);
   void take_change(std::string_view payload);
-  // The book's candidates, checked against the table: the events to send.
-  std::vector<Event> stream_candidates(std::size_t limit, std::uint64_t byte_room,
-                                       bool holding_nothing);
-  [[nodiscard]] std::string horizon() const;
-  void send_status(bool ask_reply);
-  void write_streamed(std::vector<Outcome>& outcomes, bool failed);
+  void take_message(const cdc::LogicalMessage& message);
+  void take_relation(const cdc::Relation& relation);
+  void take_insert(const cdc::Insert& insert);
+  [[nodiscard]] std::int64_t certain_position() const;
+  [[nodiscard]] ClaimHorizon horizon() const;
   bool probe_caught_up();
+  void send_status(bool ask_reply);
+  // Restarts the stream once the WAL older than the witness publication is done.
+  void restart_with_witness();
+
+  // --- the slot: its upkeep and the modes (cdc_slot.cpp) ---
+  void drop_other_shardings();
+  static constexpr std::chrono::seconds kShardingSweepEvery{60};
   // Measures the slot's lag into the counters; true when it holds more WAL than the budget.
   bool look_at_slot();
+  // Another relay streams the slot: waits as its standby.
+  void wait_as_standby();
   // Over the budget: stops streaming and lets the slot go; the table path publishes meanwhile.
   void release_slot(std::int64_t retained);
+  void drop_released_slot();
   // While not streaming: drops a released slot once our walsender let go of it, claims every
   // pending row once no streamed event is in flight (released) or touched rows only (another
   // relay streams), streams again when it may. True when rows became claimable.
   bool fallback_duties(Clock::time_point now, const SendWindow& window);
-  void drop_released_slot();
-  // Table-less events: the registration of the slot (or the refusal of a registered one), the
-  // events of one message, and the writing of those the book left to the table.
+  [[nodiscard]] bool any_streamed_out(const SendWindow& window) const;
+  bool try_stream_again(Clock::time_point now);
+  // The mode's flags into the counters.
+  void show_mode();
+
+  // --- table-less events (cdc_table_less.cpp) ---
+  // The registration of the slot (or the refusal of a registered one).
   void check_table_less_registration();
   void take_table_less(const cdc::LogicalMessage& message);
+  // Why the message cannot be a producer's before it is parsed; "" when it may be.
+  [[nodiscard]] std::string refuse_unparsed(const cdc::LogicalMessage& message) const;
+  void admit_table_less(std::vector<Event>& events, const std::string& xid);
   // A relay without --table-less met a table-less message: throws ConfigError (holding the
   // position) when its slot has been registered for table-less events since it started.
   void check_still_unregistered();
-  std::uint32_t registration_checked_xid_ = 0;
   // Logs and counts a message with the outbox prefix that is not published; never stops.
   void reject_message(const cdc::LogicalMessage& message, const std::string& why);
-  // The publications the stream reads: the outbox table's, and for a table-less relay the
-  // sequence counters' (the witness), unless the slot's WAL is older than that (see below).
-  [[nodiscard]] std::vector<std::string> stream_publications() const;
-  // A publication for `table` publishing `publish`, created (or the table added) when missing.
-  void ensure_publication(const std::string& name, const std::string& table,
-                          const std::string& publish, const std::string& filter);
-  // The stream failed with "publication ... does not exist" although it exists now: the slot's
-  // unread WAL predates it. Returns false when it is really missing.
-  bool outlived_publication();
-  void drop_outlived_slot();
-  // `touched`: claimable by the table path at once (failed, or blocked by a pending lower
-  // sequence); otherwise only past the horizon (a spilled transaction).
+  // Writes the table-less events among `ids` to the table. `touched`: claimable by the table
+  // path at once (failed, or blocked by a pending lower sequence); otherwise only past the
+  // horizon (a spilled transaction).
   void materialize(const std::vector<EventId>& ids, bool touched);
-  void materialize_left(bool touched) { materialize(book_.take_left(), touched); }
-  [[nodiscard]] bool polling() const { return fallback_since_.has_value(); }
+  void materialize_left(bool touched) { materialize(session_.book.take_left(), touched); }
+  void wait_visible(pg::ArrayLiteral& xids);
+  void report_clashes(pg::ArrayLiteral& event_ids);
+
+  // --- outcomes of streamed events (cdc_outcomes.cpp) ---
+  void write_streamed(std::vector<Outcome>& outcomes, bool failed);
+  // Table-less outcomes: published, done; failed, written to the table first. The rest stay.
+  void settle_table_less(std::vector<Outcome>& outcomes, bool failed);
+  void streamed_done(const EventId& id, bool failed);
 
   const RelayOptions& options_;
   RelayCounters& counters_;
-  std::string slot_;         // the shard's
-  std::string publication_;  // the shard's
-  // Table-less: the sequence counters' publication (<publication>_seq) and what it shows.
-  std::string witness_publication_;
-  cdc::SequenceWitness witness_;
-  // The slot's unread WAL predates the witness publication (a relay upgraded onto a table-less
-  // slot): PostgreSQL 15 cannot decode changes from before a publication existed under its name,
-  // so the stream reads the outbox publication alone, and table-less messages unproven, up to
-  // this position (the server's WAL when that was found); then it starts again with the witness.
-  cdc::Lsn unproven_until_ = 0;
-  bool witness_due_ = false;  // reading stopped at unproven_until_; restart once all is confirmed
-  bool witness_retried_ = false;  // unproven_until_ was witness_since once: next time, now
-  bool drop_slot_first_ = false;  // the slot outlived its publication: made again (not table-less)
-  PollingSource table_;           // the table path, and the session for marks and checks
-  std::unique_ptr<cdc::ReplicationStream> stream_;
-  cdc::StreamBook book_;
-  std::optional<cdc::OutboxColumns> columns_;
-  std::uint32_t table_oid_ = 0;  // outbox_events now: a dropped one's WAL is not ours
+  Publications publications_;
+  PollingSource table_;  // the table path, and the session for marks and checks
   const std::string check_sql_;
+  const std::string message_prefix_;
+  const std::string replay_prefix_;
+  StreamSession session_;
+  slot_mode::SlotMode mode_;
+  ResumePosition resume_;
   bool listening_ = false;
   bool table_due_ = true;
-  bool deferred_ = false;  // the last look found rows not visible yet
   Clock::time_point next_table_poll_;
-  cdc::Lsn confirmed_sent_ = 0;
-  // The furthest position this relay confirmed, and on which server and timeline: everything
-  // before it is done (published, or in the table), whatever the slot says after a crash.
-  struct Done {
-    std::string system_id;
-    std::uint32_t timeline = 0;
-    cdc::Lsn lsn = 0;
-  } done_;
-  // The stream had received all WAL flushed at this server time (a probe while nothing was
-  // open): with nothing open, the horizon follows it rather than the last commit read.
-  cdc::PgTimestamp caught_up_time_ = 0;
-  std::optional<std::pair<cdc::PgTimestamp, cdc::Lsn>> probe_;  // (server time, flush lsn)
+  Clock::time_point next_sharding_sweep_;
+  // The WAL budget (see the top of this file).
+  static constexpr std::chrono::seconds kSlotLookEvery{1};
+  Clock::time_point next_slot_look_;
+  Clock::time_point next_stream_try_;
   // Streamed outcomes whose rows were not there to write, tried again each turn.
   static constexpr std::chrono::seconds kUnwrittenGiveUp{2};
   std::vector<Outcome> retry_published_, retry_failed_;
   std::unordered_map<EventId, Clock::time_point, cdc::StreamBook::IdHash> unwritten_since_;
-  // The WAL budget (see the top of this file).
-  static constexpr std::chrono::seconds kSlotLookEvery{1};
-  Clock::time_point next_slot_look_;
-  std::optional<Clock::time_point> fallback_since_;  // not streaming since (let go, or standby)
-  bool released_ = false;    // not streaming because this relay let the slot go over the budget
-  bool slot_taken_ = false;  // not streaming: another relay streams the slot
-  Clock::time_point next_stream_try_;
-  std::string fallback_horizon_;  // the table path's horizon while streamed events are out
-  bool streamed_out_ = false;     // polling: streamed events may still be in flight
-  bool table_caught_up_ = false;  // polling: the last claim found every ready row
-  int released_walsender_ = 0;    // the walsender that held the slot we let go, until dropped
-  // Table-less events read and not done, with their transaction ids.
-  struct TableLess {
-    Event event;
-    std::string xid;
-    cdc::PgTimestamp commit_time = 0;  // its transaction's
-  };
-  std::unordered_map<EventId, TableLess, cdc::StreamBook::IdHash> table_less_;
-  const std::string message_prefix_;
-  const std::string replay_prefix_;
-  bool registered_before_ = true;  // the slot was registered for table-less events before us
-  bool hold_position_ = false;     // a table-less write failed: report no position until restart
-  std::uint32_t reading_xid_ = 0;  // Begin's xid of the transaction being read
-  cdc::PgTimestamp reading_commit_time_ = 0;  // and its commit time
-  // Where a stream starts (see the function); a table-less relay's saved position.
-  cdc::Lsn start_position();
-  void save_position(cdc::Lsn confirmed);
-  cdc::Lsn saved_position_ = 0;
-  Clock::time_point next_position_save_;
+  // Table-less: whether the slot was registered before this relay; the transaction whose
+  // registration a relay without --table-less looked up last (once per transaction).
+  bool registered_before_ = true;
+  std::uint32_t registration_checked_xid_ = 0;
 };
 
 }  // namespace outbox::detail

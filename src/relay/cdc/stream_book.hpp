@@ -7,7 +7,7 @@
 // aggregate's events in sequence order; at most one of them is out (handed to the loop, or being
 // checked) at a time, the next waits here. The first event of an aggregate with nothing out is a
 // candidate: unless its sequence is 1 or the book itself saw its predecessor published, the source
-// asks the table whether a lower sequence is still pending (relay_sql::check_streamed) and tells
+// asks the table whether a lower sequence is still pending (cdc_sql::check_streamed) and tells
 // the book (decide). Every candidate's row must also be visible to other sessions before it goes
 // (a transaction is streamed a moment before it is seen committed): one that is not waits. An event
 // with a lower one pending is left to the table, and so is every event of its aggregate that waits

@@ -1,0 +1,142 @@
+// CdcSource and outcomes: the table path records those of claimed rows; streamed events (no
+// claim token) are written here, on rows claimed by no one, and the book hears of them.
+#include <unordered_set>
+
+#include "common/log.hpp"
+#include "relay/cdc/cdc_source.hpp"
+
+namespace outbox::detail {
+
+std::vector<SourcedEvent> CdcSource::record_published(std::vector<Outcome>& published,
+                                                      bool take_successors,
+                                                      std::uint64_t successor_bytes) {
+  std::vector<Outcome> streamed = std::move(retry_published_), claimed;
+  retry_published_.clear();
+  for (Outcome& outcome : published) {
+    (outcome.origin == Origin::unclaimed ? streamed : claimed).push_back(std::move(outcome));
+  }
+  published.clear();
+  std::vector<SourcedEvent> successors;
+  try {
+    successors = table_.record_published(claimed, take_successors, successor_bytes);
+    write_streamed(streamed, false);
+  } catch (...) {
+    for (Outcome& outcome : claimed) published.push_back(std::move(outcome));
+    for (Outcome& outcome : streamed) published.push_back(std::move(outcome));
+    throw;
+  }
+  return successors;
+}
+
+void CdcSource::record_failed(std::vector<Outcome>& failed) {
+  std::vector<Outcome> streamed = std::move(retry_failed_), claimed;
+  retry_failed_.clear();
+  for (Outcome& outcome : failed) {
+    (outcome.origin == Origin::unclaimed ? streamed : claimed).push_back(std::move(outcome));
+  }
+  failed.clear();
+  try {
+    table_.record_failed(claimed);
+    write_streamed(streamed, true);
+  } catch (...) {
+    for (Outcome& outcome : claimed) failed.push_back(std::move(outcome));
+    for (Outcome& outcome : streamed) failed.push_back(std::move(outcome));
+    throw;
+  }
+}
+
+void CdcSource::retry_unwritten() {
+  if (!retry_published_.empty()) {
+    std::vector<Outcome> retry = std::move(retry_published_);
+    retry_published_.clear();
+    write_streamed(retry, false);
+  }
+  if (!retry_failed_.empty()) {
+    std::vector<Outcome> retry = std::move(retry_failed_);
+    retry_failed_.clear();
+    write_streamed(retry, true);
+  }
+}
+
+// Writes streamed outcomes; the book hears of those written. A row not there to write is most
+// often one whose transaction other sessions do not see committed yet (decoded a moment before
+// it leaves the proc array): it is tried again at the next turn. One still not there after
+// kUnwrittenGiveUp belongs to another claim (a straggler claim, an operator's skip): counted as
+// fenced, as in polling.
+void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
+  if (outcomes.empty()) return;
+  if (!session_.table_less.empty()) {
+    settle_table_less(outcomes, failed);
+    if (outcomes.empty()) return;
+  }
+  std::vector<EventId> ids;
+  for (const Outcome& outcome : outcomes) ids.push_back(outcome.event_id);
+  std::vector<Outcome> unwritten;
+  if (failed) {
+    table_.record_unclaimed_failed(outcomes, unwritten);
+  } else {
+    table_.record_unclaimed_published(outcomes, unwritten);
+  }
+  std::unordered_set<EventId, cdc::StreamBook::IdHash> missing;
+  for (const Outcome& outcome : unwritten) missing.insert(outcome.event_id);
+  for (const EventId& id : ids) {
+    if (!missing.contains(id)) streamed_done(id, failed);
+  }
+  const auto now = Clock::now();
+  for (Outcome& outcome : unwritten) {
+    const auto since = unwritten_since_.try_emplace(outcome.event_id, now).first->second;
+    if (now - since < kUnwrittenGiveUp) {
+      (failed ? retry_failed_ : retry_published_).push_back(std::move(outcome));
+      continue;
+    }
+    RelayCounters::add(counters_.fenced, 1);
+    counters_.by_type.add(outcome.type, TypedCounts::fenced);
+    log().warn(
+        "relay {}: event {}: its row is not ours to complete (claimed by another, or "
+        "skipped); a duplicate publish is possible",
+        options_.relay_id, outcome.event_id.to_string());
+    streamed_done(outcome.event_id, failed);
+  }
+  if (failed) materialize_left(true);  // table-less events that waited behind a failed one
+}
+
+void CdcSource::streamed_done(const EventId& id, bool failed) {
+  unwritten_since_.erase(id);
+  if (failed) {
+    session_.book.failed(id);
+  } else {
+    session_.book.published(id);
+  }
+}
+
+// Table-less events: published, they are done (no row to mark); failed, they get their row
+// first, and the failure is then recorded on it as on any streamed row.
+void CdcSource::settle_table_less(std::vector<Outcome>& outcomes, bool failed) {
+  std::vector<EventId> to_write;
+  std::vector<Outcome> rows;
+  for (Outcome& outcome : outcomes) {
+    const bool table_less = session_.table_less.contains(outcome.event_id);
+    if (table_less && !session_.book.is_out(outcome.event_id)) {
+      // A send from before the stream restarted, of an event the new stream brought again
+      // and this book has not sent yet: it sends it (the position never passed it). An
+      // outcome of such a send that comes before the event is read again takes the row path
+      // and finds no row: counted fenced after kUnwrittenGiveUp, and the book ignores it.
+      continue;
+    }
+    if (!table_less) {
+      rows.push_back(std::move(outcome));
+    } else if (failed) {
+      to_write.push_back(outcome.event_id);
+      rows.push_back(std::move(outcome));
+    } else {
+      session_.table_less.erase(outcome.event_id);
+      RelayCounters::add(counters_.published, 1);
+      counters_.by_type.add(outcome.type, TypedCounts::published);
+      session_.book.published(outcome.event_id);
+    }
+  }
+  outcomes = std::move(rows);
+  materialize(to_write, true);
+}
+
+}  // namespace outbox::detail

@@ -1,0 +1,133 @@
+// The table-less message format and its parser (relay/cdc/table_less_message.hpp): pure, no
+// PostgreSQL. Any role may emit a message with the outbox prefix, so each refusal is a case here.
+#include "relay/cdc/table_less_message.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace outbox::detail {
+namespace {
+
+constexpr std::uint32_t kXid = 1234;
+
+// What a producer's statement emits (producer.cpp, insert_table_less_sql's json_build_object).
+nlohmann::json producers(int events = 2) {
+  nlohmann::json doc = {{"xid", std::to_string(kXid)},
+                        {"occurred_at", "2026-12-02T16:00:00.123456+00:00"},
+                        {"aggregate_type", "order"},
+                        {"aggregate_id", "o-1"},
+                        {"events", nlohmann::json::array()}};
+  for (int i = 0; i < events; ++i) {
+    doc["events"].push_back(
+        {{"event_id", "0190f7a4-1e4b-7a3c-8f00-00000000000" + std::to_string(i)},
+         {"sequence", 7 + i},
+         {"event_type", "OrderPlaced"},
+         {"schema_version", 1},
+         {"payload", R"({"total": 12})"},
+         {"headers", R"({"traceparent": "00-x"})"}});
+  }
+  return doc;
+}
+
+std::string refusal(const nlohmann::json& doc, std::uint32_t xid = kXid) {
+  auto parsed = parse_table_less_message(doc.dump(), xid);
+  if (const auto* why = std::get_if<std::string>(&parsed)) return *why;
+  return "";
+}
+
+TEST(TableLessMessage, AProducersMessageParsesIntoItsEvents) {
+  auto parsed = parse_table_less_message(producers().dump(), kXid);
+  ASSERT_TRUE(std::holds_alternative<TableLessMessage>(parsed)) << std::get<std::string>(parsed);
+  const TableLessMessage& message = std::get<TableLessMessage>(parsed);
+  EXPECT_EQ(message.xid, "1234");
+  ASSERT_EQ(message.events.size(), 2U);
+  const Event& first = message.events[0];
+  EXPECT_EQ(first.event_id.to_string(), "0190f7a4-1e4b-7a3c-8f00-000000000000");
+  EXPECT_EQ(first.aggregate_type, "order");
+  EXPECT_EQ(first.aggregate_id, "o-1");
+  EXPECT_EQ(first.aggregate_sequence, 7);
+  EXPECT_EQ(first.event_type, "OrderPlaced");
+  EXPECT_EQ(first.schema_version, 1);
+  EXPECT_EQ(first.payload, R"({"total": 12})");
+  EXPECT_EQ(first.headers, R"({"traceparent": "00-x"})");
+  EXPECT_EQ(first.occurred_at, "2026-12-02T16:00:00.123456+00:00");
+  EXPECT_EQ(message.events[1].aggregate_sequence, 8);
+}
+
+TEST(TableLessMessage, NotJsonIsRefused) {
+  auto parsed = parse_table_less_message("not json", kXid);
+  ASSERT_TRUE(std::holds_alternative<std::string>(parsed));
+  EXPECT_NE(std::get<std::string>(parsed).find("it is not an outbox producer's message"),
+            std::string::npos);
+  EXPECT_NE(refusal(nlohmann::json::array()), "");
+  nlohmann::json missing = producers();
+  missing.erase("aggregate_id");
+  EXPECT_NE(refusal(missing), "");
+}
+
+TEST(TableLessMessage, TheXidMustNameTheTransactionThatCarriesIt) {
+  for (const char* bad : {"", "12a", "123456789012345678901", "-1"}) {
+    nlohmann::json doc = producers();
+    doc["xid"] = bad;
+    EXPECT_NE(refusal(doc).find("xid is not a transaction id"), std::string::npos) << bad;
+  }
+  nlohmann::json other = producers();
+  other["xid"] = "1235";
+  EXPECT_NE(refusal(other).find("not the transaction's"), std::string::npos);
+  nlohmann::json epoch = producers();
+  epoch["xid"] = std::to_string((std::uint64_t{1} << 32) + kXid);
+  EXPECT_EQ(refusal(epoch), "") << "an xid8 of a later epoch carries Begin's 32 bits";
+  nlohmann::json number = producers();
+  number["xid"] = kXid;
+  EXPECT_NE(refusal(number), "") << "a number, not the text a producer writes";
+}
+
+TEST(TableLessMessage, EventsMustBeThereAndWhatTheTableAccepts) {
+  nlohmann::json none = producers();
+  none["events"] = nlohmann::json::array();
+  EXPECT_NE(refusal(none).find("no events"), std::string::npos);
+  nlohmann::json object = producers();
+  object["events"] = nlohmann::json::object();
+  EXPECT_NE(refusal(object).find("no events"), std::string::npos);
+  const auto with = [](const char* key, nlohmann::json value) {
+    nlohmann::json doc = producers(1);
+    doc["events"][0][key] = std::move(value);
+    return refusal(doc);
+  };
+  EXPECT_NE(with("event_id", "not-a-uuid").find("not a UUID"), std::string::npos);
+  EXPECT_NE(with("event_type", "").find("an empty name"), std::string::npos);
+  EXPECT_NE(with("payload", "{not json").find("not JSON"), std::string::npos);
+  EXPECT_NE(with("headers", "[]").find("not JSON"), std::string::npos) << "headers: an object";
+  nlohmann::json empty_type = producers(1);
+  empty_type["aggregate_type"] = "";
+  EXPECT_NE(refusal(empty_type).find("an empty name"), std::string::npos);
+}
+
+TEST(TableLessMessage, SequencesAndVersionsArePositiveIntegers) {
+  const auto with = [](const char* key, nlohmann::json value) {
+    nlohmann::json doc = producers(1);
+    doc["events"][0][key] = std::move(value);
+    return refusal(doc);
+  };
+  EXPECT_NE(with("sequence", 1e300), "") << "a float is not converted";
+  EXPECT_NE(with("sequence", 7.0), "");
+  EXPECT_NE(with("sequence", 0), "");
+  EXPECT_NE(with("sequence", "7"), "");
+  EXPECT_NE(with("schema_version", 0), "");
+  EXPECT_NE(with("schema_version", std::int64_t{1} << 31), "");
+  EXPECT_EQ(with("schema_version", (std::int64_t{1} << 31) - 1), "");
+}
+
+TEST(TableLessMessage, SequencesFollowOneAnother) {
+  nlohmann::json gap = producers(2);
+  gap["events"][1]["sequence"] = 9;
+  EXPECT_EQ(refusal(gap), "its events' sequences do not follow one another");
+  nlohmann::json back = producers(2);
+  back["events"][1]["sequence"] = 7;
+  EXPECT_EQ(refusal(back), "its events' sequences do not follow one another");
+}
+
+}  // namespace
+}  // namespace outbox::detail
