@@ -21,10 +21,10 @@
 #include <thread>
 
 #include "cli/settings_file.hpp"
-#include "common/redact.hpp"
+#include "outbox/connection.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
-#include "pg/connection.hpp"
+#include "outbox/text.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -52,14 +52,14 @@ std::string with_password(const std::string& url, const std::string& password) {
     std::string why = error != nullptr ? error : "out of memory";
     if (error != nullptr) PQfreemem(error);
     while (!why.empty() && why.back() == '\n') why.pop_back();
-    throw ConfigError("--db " + detail::redact_connection_string(url) + ": " +
-                      detail::scrub(why, detail::connection_secrets(url)));
+    throw ConfigError("--db " + outbox::redact_connection_string(url) + ": " +
+                      outbox::scrub(why, outbox::connection_secrets(url)));
   }
   std::string out;
   for (const PQconninfoOption* option = options.get(); option->keyword != nullptr; ++option) {
     if (option->val == nullptr || *option->val == '\0') continue;
     if (std::strcmp(option->keyword, "password") == 0) {
-      throw ConfigError("--db " + detail::redact_connection_string(url) +
+      throw ConfigError("--db " + outbox::redact_connection_string(url) +
                         " has a password and a password file is given too; keep only the file");
     }
     out += std::string(option->keyword) + "=" + conninfo_quoted(option->val) + " ";
@@ -84,11 +84,10 @@ std::string database_url(const std::string& flag) {
   return with_password(url, read_secret_file(file, "database password"));
 }
 
-pg::Connection open_cli_connection(const std::string& db_flag, std::string_view application_name) {
-  auto connection = pg::Connection::open(database_url(db_flag), application_name);
-  pg::exec(connection.get(), fmt::format("SET lock_timeout = {}", kCliLockTimeout.count()));
-  pg::exec(connection.get(),
-           fmt::format("SET statement_timeout = {}", kCliStatementTimeout.count()));
+Connection open_cli_connection(const std::string& db_flag, std::string_view application_name) {
+  auto connection = Connection::open(database_url(db_flag), application_name);
+  connection.execute(fmt::format("SET lock_timeout = {}", kCliLockTimeout.count()));
+  connection.execute(fmt::format("SET statement_timeout = {}", kCliStatementTimeout.count()));
   return connection;
 }
 
@@ -283,11 +282,11 @@ std::vector<std::string> argument_secrets(int argc, char** argv) {
   std::vector<std::string> secrets;
   for (int i = 1; i < argc; ++i) {
     const std::string_view argument = argv[i];
-    for (std::string& secret : detail::connection_secrets(argument)) {
+    for (std::string& secret : outbox::connection_secrets(argument)) {
       secrets.push_back(std::move(secret));
     }
     if (const auto eq = argument.find('=');
-        eq != std::string_view::npos && detail::is_secret_kafka_property(argument.substr(0, eq))) {
+        eq != std::string_view::npos && outbox::is_secret_kafka_property(argument.substr(0, eq))) {
       secrets.emplace_back(argument.substr(eq + 1));
     }
   }

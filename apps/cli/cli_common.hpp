@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "pg/connection.hpp"
+#include "outbox/connection.hpp"
 
 namespace CLI {
 class App;
@@ -37,7 +37,7 @@ inline constexpr std::chrono::milliseconds kCliLockTimeout{5000};
 inline constexpr std::chrono::milliseconds kCliStatementTimeout{300000};
 
 // Connects for status, quarantine and cleanup, with the timeouts above.
-pg::Connection open_cli_connection(const std::string& db_flag, std::string_view application_name);
+Connection open_cli_connection(const std::string& db_flag, std::string_view application_name);
 
 // Reads a secret from a file: its first line, without the line end. Warns on stderr when others
 // may read the file. Throws ConfigError naming the file (never its content).

@@ -10,8 +10,8 @@
 
 #include "cli/command.hpp"
 #include "cli/settings_file.hpp"
-#include "common/redact.hpp"
 #include "outbox/error.hpp"
+#include "outbox/text.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -150,11 +150,11 @@ bool holds_secret(const std::string& key, const toml::node& node) {
   const auto look = [&](const toml::node& value) {
     const auto* s = value.as_string();
     if (s == nullptr) return;
-    if (key == "db") secret = secret || !detail::connection_secrets(s->get()).empty();
+    if (key == "db") secret = secret || !outbox::connection_secrets(s->get()).empty();
     if (key == "kafka-property") {
       const auto eq = s->get().find('=');
       secret = secret || (eq != std::string::npos &&
-                          detail::is_secret_kafka_property(s->get().substr(0, eq)));
+                          outbox::is_secret_kafka_property(s->get().substr(0, eq)));
     }
   };
   if (const auto* array = node.as_array()) {

@@ -13,11 +13,10 @@
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
 #include "cli/config_file.hpp"
-#include "common/fault.hpp"
-#include "common/printable.hpp"
-#include "common/redact.hpp"
 #include "outbox/error.hpp"
+#include "outbox/fault_injection.hpp"
 #include "outbox/log.hpp"
+#include "outbox/text.hpp"
 
 namespace {
 
@@ -65,14 +64,14 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char**
     const std::vector<std::string> rest = app.remaining();
     err << program << ": "
         << (rest.empty() ? std::string("say which command to run")
-                         : "no command \"" + outbox::detail::printable(rest.front(), 40) + "\"" +
+                         : "no command \"" + outbox::printable(rest.front(), 40) + "\"" +
                                other_program_hint(rest.front(), program))
         << "; `" << program << " --help` lists them\n";
   } else {
     app.exit(e, out, err);
   }
-  std::cout << outbox::detail::scrub(out.str(), secrets);
-  std::cerr << outbox::detail::scrub(err.str(), secrets);
+  std::cout << outbox::scrub(out.str(), secrets);
+  std::cerr << outbox::scrub(err.str(), secrets);
   return e.get_exit_code() == 0 ? 0 : kExitError;
 }
 
@@ -80,7 +79,7 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& e, int argc, char**
 // configuration, database, broker) or 3 (anything else).
 int run(const Commands& commands, const std::string& program) {
   try {
-    outbox::fault::arm_from_environment();  // tests only: the crash campaign arms the relays
+    outbox::arm_faults_from_environment();  // tests only: the crash campaign arms the relays
     const int code = commands.run_chosen();
     // A report that could not be written (stdout closed, disk full) is not a success.
     if (!(std::cout << std::flush) && code == 0 && !stdout_closure_said()) {

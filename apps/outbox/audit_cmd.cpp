@@ -11,6 +11,7 @@
 #include "cli/command.hpp"
 #include "outbox/audit.hpp"
 #include "outbox/duration.hpp"
+#include "outbox/error.hpp"
 
 namespace outbox::cli {
 namespace {

@@ -10,11 +10,11 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
-#include "common/printable.hpp"
 #include "outbox/cleanup.hpp"
+#include "outbox/connection.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
-#include "pg/connection.hpp"
+#include "outbox/text.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -70,7 +70,7 @@ void print(const CleanupFlags& flags, const CleanupReport& report, double second
                      "the cutoff; if it is behind rather than idle or retired, the events it "
                      "misses are being deleted: replay them now (docs/OPERATIONS.md, "
                      "OutboxConsumerOffsetGap)",
-                     detail::printable(c.consumer), c.last_applied_at)
+                     outbox::printable(c.consumer), c.last_applied_at)
               << std::endl;
   }
   std::cout << fmt::format(

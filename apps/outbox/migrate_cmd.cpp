@@ -8,9 +8,9 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
+#include "outbox/connection.hpp"
 #include "outbox/roles.hpp"
 #include "outbox/schema.hpp"
-#include "pg/connection.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -24,7 +24,7 @@ struct MigrateFlags {
 
 int run_migrate(const MigrateFlags& flags) {
   const SchemaName schema(flags.schema);
-  auto connection = pg::Connection::open(database_url(flags.db), "outbox-migrate");
+  auto connection = Connection::open(database_url(flags.db), "outbox-migrate");
   const auto report =
       migrate(connection.get(), schema, std::chrono::milliseconds(flags.lock_timeout_ms));
   std::cout << "schema " << schema.name() << ": version " << report.from_version << " -> "

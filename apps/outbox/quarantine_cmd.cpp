@@ -8,10 +8,10 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
-#include "common/printable.hpp"
+#include "outbox/connection.hpp"
 #include "outbox/error.hpp"
 #include "outbox/quarantine.hpp"
-#include "pg/connection.hpp"
+#include "outbox/text.hpp"
 #include "quarantine_format.hpp"
 
 namespace outbox::cli {
@@ -33,7 +33,7 @@ std::vector<EventId> parse_ids(const std::vector<std::string>& texts) {
   for (const std::string& text : texts) {
     const auto id = EventId::parse(text);
     if (!id) {
-      throw InvalidArgument("\"" + detail::printable(text) +
+      throw InvalidArgument("\"" + outbox::printable(text) +
                             "\" is not an event id (a UUID such as "
                             "0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b); see `outbox quarantine list`");
     }

@@ -4,12 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/printable.hpp"
+#include "outbox/text.hpp"
 
 namespace outbox::cli {
 
 std::string quarantined_text(const QuarantinedEvent& event) {
-  using detail::printable;
+  using outbox::printable;
   return fmt::format("{}  {} {} #{} {}  {} ({} attempts), {} blocked behind it\n    {}\n",
                      event.event_id.to_string(), printable(event.aggregate_type),
                      printable(event.aggregate_id), event.aggregate_sequence,

@@ -14,13 +14,13 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
-#include "common/log.hpp"
 #include "observe_flags.hpp"
 #include "outbox/byte_size.hpp"
 #include "outbox/discard_sink.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/kafka_sink.hpp"
+#include "outbox/log.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/relay.hpp"
 #include "relay_stats_format.hpp"
@@ -147,7 +147,8 @@ void print_stats(const RelayFlags& flags, const Relay& relay) {
   static bool said = false;
   if (!std::cout && !said) {
     said = true;
-    detail::log().warn("stdout is closed: no more stats lines (--stats-every); the relay goes on");
+    write_log(LogLevel::warn,
+              "stdout is closed: no more stats lines (--stats-every); the relay goes on");
   }
 }
 

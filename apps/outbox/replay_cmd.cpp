@@ -13,11 +13,11 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
-#include "common/printable.hpp"
+#include "outbox/connection.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/replay.hpp"
-#include "pg/connection.hpp"
+#include "outbox/text.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -70,7 +70,7 @@ int run_replay(const ReplayFlags& flags) {
   if (!flags.event_id.empty()) {
     filter.event_id = EventId::parse(flags.event_id);
     if (!filter.event_id) {
-      throw InvalidArgument("replay: --event-id \"" + detail::printable(flags.event_id, 80) +
+      throw InvalidArgument("replay: --event-id \"" + outbox::printable(flags.event_id, 80) +
                             "\" is not a UUID");
     }
   }

@@ -15,11 +15,11 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
-#include "common/printable.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/status.hpp"
+#include "outbox/text.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -41,7 +41,7 @@ void print_text(const OutboxStatus& s) {
             << ", skipped " << s.skipped << ", oldest pending "
             << fmt::format("{:g}", s.oldest_pending_seconds) << " s\n";
   for (const SlotStatus& slot : s.slots) {
-    std::cout << "slot " << detail::printable(slot.name) << ": "
+    std::cout << "slot " << outbox::printable(slot.name) << ": "
               << (slot.walsender.empty() ? std::string("not streamed")
                                          : "streamed (walsender " + slot.walsender + ")")
               << ", wal_status " << slot.wal_status;
@@ -57,7 +57,7 @@ void print_text(const OutboxStatus& s) {
     std::cout << "\n";
   }
   for (const RelaySessionStatus& relay : s.relays) {
-    std::cout << "relay " << detail::printable(relay.relay_id) << ": "
+    std::cout << "relay " << outbox::printable(relay.relay_id) << ": "
               << (relay.ended
                       ? std::string("ended")
                       : fmt::format("seen {:.0f} s ago, {}", relay.seen_seconds_ago, relay.state()))

@@ -4,10 +4,18 @@
 //   {"ts":"2026-12-01T18:07:01.123Z","level":"info","logger":"outbox","msg":"relay r1 started"}
 // OUTBOX_LOG_FORMAT=json chooses JSON before the first line; set_log_format() at any time.
 
+#include <string_view>
+
 namespace outbox {
 
 enum class LogFormat { text, json };
 
 void set_log_format(LogFormat format);
+
+enum class LogLevel { debug, info, warn, error };
+
+// One line through the library's logger, in its format: a program's own lines beside the
+// library's.
+void write_log(LogLevel level, std::string_view message);
 
 }  // namespace outbox

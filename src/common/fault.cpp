@@ -164,3 +164,9 @@ void hit(std::string_view point) {
 }
 
 }  // namespace outbox::fault
+
+namespace outbox {
+
+std::string arm_faults_from_environment() { return fault::arm_from_environment(); }
+
+}  // namespace outbox

@@ -77,4 +77,21 @@ namespace outbox {
 
 void set_log_format(LogFormat format) { detail::apply(detail::log(), format); }
 
+void write_log(LogLevel level, std::string_view message) {
+  switch (level) {
+    case LogLevel::debug:
+      detail::log().debug("{}", message);
+      break;
+    case LogLevel::info:
+      detail::log().info("{}", message);
+      break;
+    case LogLevel::warn:
+      detail::log().warn("{}", message);
+      break;
+    case LogLevel::error:
+      detail::log().error("{}", message);
+      break;
+  }
+}
+
 }  // namespace outbox

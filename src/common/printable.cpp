@@ -76,6 +76,12 @@ std::optional<HostileCharacter> find_hostile_character(std::string_view text) {
   return std::nullopt;
 }
 
+}  // namespace outbox::detail
+
+namespace outbox {
+
+using namespace detail;  // this file's helpers
+
 std::string printable(std::string_view text, std::size_t max_bytes) {
   std::string out;
   out.reserve(std::min(text.size(), max_bytes) + 8);
@@ -103,4 +109,4 @@ std::string printable(std::string_view text, std::size_t max_bytes) {
   return out;
 }
 
-}  // namespace outbox::detail
+}  // namespace outbox

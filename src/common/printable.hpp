@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "outbox/text.hpp"
+
 namespace outbox::detail {
 
 struct HostileCharacter {
@@ -23,10 +25,7 @@ struct HostileCharacter {
 // paragraph separators (U+2028, U+2029); or a byte that is not part of well-formed UTF-8.
 std::optional<HostileCharacter> find_hostile_character(std::string_view text);
 
-// `text` with each of those characters escaped (\x1b, \x7f, \u0085, \u202e, \xff for a stray
-// byte) and each backslash doubled, so the output shows exactly what is stored and nothing else
-// happens. Everything else, other UTF-8 included, is kept. At most `max_bytes` of the input are
-// shown, then "...".
-std::string printable(std::string_view text, std::size_t max_bytes = 4096);
+// printable(): outbox/text.hpp.
+using outbox::printable;
 
 }  // namespace outbox::detail

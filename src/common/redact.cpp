@@ -204,6 +204,12 @@ std::string unquoted(std::string_view value) {
 
 }  // namespace
 
+}  // namespace outbox::detail
+
+namespace outbox {
+
+using namespace detail;  // this file's helpers
+
 std::vector<std::string> connection_secrets(std::string_view conninfo) {
   std::vector<std::string> secrets;
   auto add = [&](std::string secret) {
@@ -250,4 +256,4 @@ bool is_secret_kafka_property(std::string_view key) {
                      [&](std::string_view mark) { return lower.find(mark) != std::string::npos; });
 }
 
-}  // namespace outbox::detail
+}  // namespace outbox

@@ -479,6 +479,12 @@ ConnectFailure classify_connect_failure(PGconn* conn, const std::string& message
 
 }  // namespace
 
+}  // namespace outbox::pg
+
+namespace outbox {
+
+using pg::make_error;
+
 Connection Connection::open(const std::string& database_url, std::string_view application_name,
                             const std::vector<Setting>& overrides) {
   // With expand_dbname, settings in the user's string override the keywords before "dbname":
@@ -496,17 +502,18 @@ Connection Connection::open(const std::string& database_url, std::string_view ap
   }
   keys.push_back(nullptr);
   values.push_back(nullptr);
-  ConnHandle handle(PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1));
-  if (!handle) throw DatabaseError("cannot connect: out of memory", "", true);
-  if (PQstatus(handle.get()) != CONNECTION_OK) {
+  Connection connection(PQconnectdbParams(keys.data(), values.data(), /*expand_dbname=*/1));
+  PGconn* handle = connection.get();
+  if (handle == nullptr) throw DatabaseError("cannot connect: out of memory", "", true);
+  if (PQstatus(handle) != CONNECTION_OK) {
     // Neither the string nor libpq's message (which may quote a part it could not parse) is
     // printed with its password.
     std::string message =
-        detail::scrub(PQerrorMessage(handle.get()), detail::connection_secrets(database_url));
+        detail::scrub(PQerrorMessage(handle), detail::connection_secrets(database_url));
     while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
       message.pop_back();
     }
-    const ConnectFailure failure = classify_connect_failure(handle.get(), message);
+    const pg::ConnectFailure failure = pg::classify_connect_failure(handle, message);
     throw DatabaseError(
         "cannot connect to PostgreSQL (" +
             (database_url.empty() ? std::string("PG* environment")
@@ -515,14 +522,16 @@ Connection Connection::open(const std::string& database_url, std::string_view ap
             ". Check --db / OUTBOX_DATABASE_URL.",
         failure.sqlstate, failure.retryable);
   }
-  return Connection(std::move(handle));
+  return connection;
 }
 
 bool Connection::healthy() const noexcept {
   return handle_ && PQstatus(handle_.get()) == CONNECTION_OK;
 }
 
-void Connection::listen(const std::string& channel) { exec(get(), "LISTEN " + channel); }
+void Connection::execute(const std::string& sql) { pg::exec(get(), sql); }
+
+void Connection::listen(const std::string& channel) { execute("LISTEN " + channel); }
 
 int Connection::wait_for_notifications(std::chrono::milliseconds timeout) {
   PGconn* conn = get();
@@ -541,4 +550,4 @@ int Connection::wait_for_notifications(std::chrono::milliseconds timeout) {
   return count;
 }
 
-}  // namespace outbox::pg
+}  // namespace outbox

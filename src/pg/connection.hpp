@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/holder.hpp"
+#include "outbox/connection.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::pg {
@@ -91,37 +92,7 @@ void commit(PGconn* conn, bool redo_is_safe = false);
 // ROLLBACK that never throws; for cleanup paths.
 void rollback_quietly(PGconn* conn) noexcept;
 
-// An owned connection.
-class Connection {
- public:
-  // A connection setting that wins over the connection string's own (the CDC stream's
-  // replication=database).
-  struct Setting {
-    std::string keyword;
-    std::string value;
-  };
-
-  // Connects (blocking) to a libpq connection string or URI; "" uses the PG* variables.
-  // `overrides` are passed after the string (PQconnectdbParams with expand_dbname: later keywords
-  // win), so they hold also when the string is a URI or sets them itself.
-  // Throws DatabaseError, retryable for an outage (it says which server it could not reach), not
-  // retryable for a refusal no retry fixes (SQLSTATE 28P01, 28000, 3D000, 42501, 08001).
-  static Connection open(const std::string& database_url,
-                         std::string_view application_name = "outbox",
-                         const std::vector<Setting>& overrides = {});
-
-  [[nodiscard]] PGconn* get() const noexcept { return handle_.get(); }
-  [[nodiscard]] bool healthy() const noexcept;
-
-  // LISTEN on `channel` (already a valid identifier).
-  void listen(const std::string& channel);
-  // Waits until the socket is readable or `timeout` passes, then drains notifications. Returns
-  // how many arrived.
-  int wait_for_notifications(std::chrono::milliseconds timeout);
-
- private:
-  explicit Connection(ConnHandle handle) : handle_(std::move(handle)) {}
-  ConnHandle handle_;
-};
+// An owned connection: outbox/connection.hpp.
+using Connection = outbox::Connection;
 
 }  // namespace outbox::pg
