@@ -1,178 +1,26 @@
+// pgoutput's logical replication messages, protocol version 1 (pgoutput.hpp), and a relation's
+// columns by name. No I/O. The CopyData messages around them: copy_data.cpp.
+
 #include "cdc/pgoutput.hpp"
 
-#include <fmt/chrono.h>
 #include <fmt/format.h>
 
-#include <cstring>
-#include <ctime>
 #include <utility>
 
+#include "cdc/wire_reader.hpp"
 #include "common/printable.hpp"
 
-// Layouts: PostgreSQL 15, src/backend/replication/logical/proto.c (logicalrep_write_*) and
-// src/backend/replication/walsender.c (XLogData, keepalive; ProcessStandbyReplyMessage), as
-// documented in "Logical Replication Message Formats" and "Streaming Replication Protocol".
+// Layouts: PostgreSQL 15, src/backend/replication/logical/proto.c (logicalrep_write_*), as
+// documented in "Logical Replication Message Formats".
 
 namespace outbox::cdc {
 namespace {
 
-// 2000-01-01 00:00:00 UTC in microseconds since 1970-01-01.
-constexpr PgTimestamp kPgEpochInUnixMicros = 946'684'800'000'000;
-constexpr std::size_t kXLogDataHeaderSize = 1 + 8 + 8 + 8;
-constexpr std::size_t kKeepaliveSize = 1 + 8 + 8 + 1;
 // The least a Relation's column takes: flags, an empty name's NUL, type OID, type modifier.
 constexpr std::size_t kMinRelationColumnBytes = 1 + 1 + 4 + 4;
 // The least a TupleData column takes: its kind byte ('n' or 'u').
 constexpr std::size_t kMinTupleColumnBytes = 1;
 constexpr std::size_t kMaxNamesListed = 20;
-
-// A byte as an error message shows it: 'B' (0x42), or 0x00 when it is not printable ASCII.
-std::string describe_byte(unsigned char byte) {
-  if (byte >= 0x20 && byte < 0x7f)
-    return fmt::format("'{}' (0x{:02x})", static_cast<char>(byte), byte);
-  return fmt::format("0x{:02x}", byte);
-}
-
-// Reads big-endian fields from a buffer and never past its end. The first failure is kept and
-// every later read is a no-op returning false, so a decoder reads its fields one after the other
-// and checks once (ok(), finish()).
-class Reader {
- public:
-  Reader(std::string_view bytes, std::string_view what, std::size_t start)
-      : bytes_(bytes), what_(what), offset_(start) {}
-
-  [[nodiscard]] bool ok() const noexcept { return !failed_; }
-  [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - offset_; }
-  [[nodiscard]] DecodeError error() const { return error_; }
-  // Errors name the column being read, if any (-1: none).
-  void at_column(long column) noexcept { column_ = column; }
-
-  bool u8(std::uint8_t& value, std::string_view field) { return unsigned_int(value, field); }
-  bool u16(std::uint16_t& value, std::string_view field) { return unsigned_int(value, field); }
-  bool u32(std::uint32_t& value, std::string_view field) { return unsigned_int(value, field); }
-  bool u64(std::uint64_t& value, std::string_view field) { return unsigned_int(value, field); }
-  bool i32(std::int32_t& value, std::string_view field) {
-    std::uint32_t raw = 0;
-    if (!unsigned_int(raw, field)) return false;
-    value = static_cast<std::int32_t>(raw);  // two's complement, as PostgreSQL wrote it
-    return true;
-  }
-  bool i64(std::int64_t& value, std::string_view field) {
-    std::uint64_t raw = 0;
-    if (!unsigned_int(raw, field)) return false;
-    value = static_cast<std::int64_t>(raw);
-    return true;
-  }
-
-  // `count` bytes as a view into the buffer.
-  bool bytes(std::size_t count, std::string_view& value, std::string_view field) {
-    if (!need(count, field)) return false;
-    value = bytes_.substr(offset_, count);
-    offset_ += count;
-    return true;
-  }
-
-  // A NUL-terminated string; the view excludes the NUL.
-  bool cstring(std::string_view& value, std::string_view field) {
-    if (failed_) return false;
-    const void* nul = std::memchr(bytes_.data() + offset_, '\0', remaining());
-    if (nul == nullptr) {
-      return fail(fmt::format("{} has no terminating NUL ({} bytes left)", field, remaining()));
-    }
-    const auto length =
-        static_cast<std::size_t>(static_cast<const char*>(nul) - bytes_.data()) - offset_;
-    value = bytes_.substr(offset_, length);
-    offset_ += length + 1;
-    return true;
-  }
-
-  // Refuses a declared count of items that cannot fit in the bytes left, before anything is
-  // reserved for them: a hostile count costs nothing.
-  bool count_fits(std::uint64_t count, std::size_t min_bytes_each, std::string_view items) {
-    if (failed_ || count <= remaining() / min_bytes_each) return !failed_;
-    return fail(fmt::format("{} {} declared but only {} bytes left (each takes at least {})", count,
-                            items, remaining(), min_bytes_each));
-  }
-
-  // Records an error at the current offset; returns false.
-  bool fail(std::string_view detail) {
-    if (failed_) return false;
-    failed_ = true;
-    const std::string column = column_ >= 0 ? fmt::format(" (column {})", column_) : "";
-    error_ =
-        DecodeError{fmt::format("{}: {}{} at byte {}", what_, detail, column, offset_), offset_};
-    return false;
-  }
-
-  // True when everything was read without error and nothing is left over.
-  bool finish() {
-    if (failed_) return false;
-    if (remaining() == 0) return true;
-    return fail(fmt::format("{} unexpected bytes after the end of the message", remaining()));
-  }
-
- private:
-  bool need(std::size_t count, std::string_view field) {
-    if (failed_) return false;
-    if (count <= remaining()) return true;
-    return fail(
-        fmt::format("truncated reading {} ({} bytes needed, {} left)", field, count, remaining()));
-  }
-
-  template <typename Unsigned>
-  bool unsigned_int(Unsigned& value, std::string_view field) {
-    if (!need(sizeof(Unsigned), field)) return false;
-    std::uint64_t result = 0;
-    for (std::size_t i = 0; i < sizeof(Unsigned); ++i) {
-      result = (result << 8U) | static_cast<unsigned char>(bytes_[offset_ + i]);
-    }
-    offset_ += sizeof(Unsigned);
-    value = static_cast<Unsigned>(result);
-    return true;
-  }
-
-  std::string_view bytes_;
-  std::string_view what_;
-  std::size_t offset_;
-  long column_ = -1;
-  bool failed_ = false;
-  DecodeError error_;
-};
-
-void put_u64(char* out, std::uint64_t value) {
-  for (int i = 7; i >= 0; --i) {
-    *out++ = static_cast<char>((value >> (8U * static_cast<unsigned>(i))) & 0xFFU);
-  }
-}
-
-// ---- CopyData ----
-
-CopyDataMessage decode_xlog_data(std::string_view bytes) {
-  Reader in(bytes, "XLogData", 1);
-  XLogData data;
-  in.u64(data.wal_start, "the WAL start");
-  in.u64(data.wal_end, "the WAL end");
-  in.i64(data.send_time, "the send time");
-  if (!in.ok()) return in.error();
-  data.payload = bytes.substr(kXLogDataHeaderSize);
-  return data;
-}
-
-CopyDataMessage decode_keepalive(std::string_view bytes) {
-  Reader in(bytes, "primary keepalive", 1);
-  PrimaryKeepalive keepalive;
-  std::uint8_t reply = 0;
-  in.u64(keepalive.wal_end, "the WAL end");
-  in.i64(keepalive.send_time, "the send time");
-  if (in.u8(reply, "the reply-requested flag") && reply > 1) {
-    in.fail(fmt::format("the reply-requested flag is {}, not 0 or 1", reply));
-  }
-  if (!in.finish()) return in.error();
-  keepalive.reply_requested = reply == 1;
-  return keepalive;
-}
-
-// ---- pgoutput ----
 
 // One TupleData: Int16 count, then per column a kind byte and, for 't' and 'b', an Int32 length
 // and that many bytes. Stores the columns in `columns` unless it is null (a message that is only
@@ -405,77 +253,6 @@ DecodeError unknown_kind(unsigned char kind) {
 }
 
 }  // namespace
-
-CopyDataMessage decode_copy_data(std::string_view bytes) {
-  if (bytes.empty()) return DecodeError{"CopyData: an empty message", 0};
-  switch (bytes.front()) {
-    case 'w':
-      return decode_xlog_data(bytes);
-    case 'k':
-      return decode_keepalive(bytes);
-    default:
-      return DecodeError{
-          fmt::format("CopyData: unknown message type {}; expected 'w' (XLogData) or 'k' "
-                      "(primary keepalive)",
-                      describe_byte(static_cast<unsigned char>(bytes.front()))),
-          0};
-  }
-}
-
-std::array<char, kStandbyStatusUpdateSize> encode_standby_status_update(
-    const StandbyStatusUpdate& update) {
-  std::array<char, kStandbyStatusUpdateSize> out{};
-  out[0] = 'r';
-  put_u64(&out[1], update.written);
-  put_u64(&out[9], update.flushed);
-  put_u64(&out[17], update.applied);
-  put_u64(&out[25], static_cast<std::uint64_t>(update.clock));
-  out[33] = update.reply_requested ? 1 : 0;
-  return out;
-}
-
-std::variant<StandbyStatusUpdate, DecodeError> decode_standby_status_update(
-    std::string_view bytes) {
-  if (bytes.empty() || bytes.front() != 'r') {
-    return DecodeError{"standby status update: does not start with 'r'", 0};
-  }
-  Reader in(bytes, "standby status update", 1);
-  StandbyStatusUpdate update;
-  std::uint8_t reply = 0;
-  in.u64(update.written, "the written LSN");
-  in.u64(update.flushed, "the flushed LSN");
-  in.u64(update.applied, "the applied LSN");
-  in.i64(update.clock, "the clock");
-  if (in.u8(reply, "the reply-requested flag") && reply > 1) {
-    in.fail(fmt::format("the reply-requested flag is {}, not 0 or 1", reply));
-  }
-  if (!in.finish()) return in.error();
-  update.reply_requested = reply == 1;
-  return update;
-}
-
-PgTimestamp to_pg_timestamp(std::chrono::system_clock::time_point time) {
-  const auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(time.time_since_epoch());
-  return micros.count() - kPgEpochInUnixMicros;
-}
-
-std::string format_pg_timestamp(PgTimestamp time) {
-  const std::int64_t micros = time + kPgEpochInUnixMicros;
-  // Floor division: a time before 1970 has a negative remainder otherwise.
-  std::int64_t seconds = micros / 1000000;
-  std::int64_t fraction = micros % 1000000;
-  if (fraction < 0) {
-    fraction += 1000000;
-    --seconds;
-  }
-  const auto whole = static_cast<std::time_t>(seconds);
-  std::tm utc{};
-  gmtime_r(&whole, &utc);
-  return fmt::format("{:%Y-%m-%d %H:%M:%S}.{:06d}+00", utc, fraction);
-}
-
-std::string format_lsn(Lsn lsn) { return fmt::format("{:X}/{:X}", lsn >> 32U, lsn & 0xFFFF'FFFFU); }
 
 PgOutputMessage decode_pgoutput(std::string_view bytes) {
   if (bytes.empty()) return DecodeError{"pgoutput: an empty message", 0};

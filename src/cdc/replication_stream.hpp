@@ -85,6 +85,8 @@ void validate_publication_name(std::string_view name);
 std::string publication_names_literal(std::string_view publication);
 // Several publications: each name quoted so, joined by ',' ({"a", "B"} → '"a","B"').
 std::string publication_names_literal(const std::vector<std::string>& publications);
+// A string literal of the replication command language: single-quoted, '\'' doubled.
+std::string quoted_literal(std::string_view text);
 
 // "16/B374D848" (as pg_lsn prints it) → the LSN; nullopt for anything else.
 std::optional<Lsn> parse_lsn(std::string_view text);

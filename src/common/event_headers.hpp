@@ -64,4 +64,17 @@ inline std::size_t outbox_header_bytes(std::string_view event_type, std::string_
          kafka_header_bytes(name(kHeaderSchemaVersion), std::to_string(schema_version).size());
 }
 
+// Every header of an event's message: the caller's own (`own_bytes`, as scan_header_object counts
+// them), traceparent when there is one, and outbox's.
+inline std::uint64_t event_header_bytes(std::uint64_t own_bytes, std::string_view traceparent,
+                                        std::string_view event_type,
+                                        std::string_view aggregate_type,
+                                        std::int32_t schema_version) {
+  return own_bytes +
+         (traceparent.empty()
+              ? 0
+              : kafka_header_bytes(std::string_view("traceparent").size(), traceparent.size())) +
+         outbox_header_bytes(event_type, aggregate_type, schema_version);
+}
+
 }  // namespace outbox::detail

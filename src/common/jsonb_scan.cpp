@@ -3,20 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
-#include <optional>
 #include <vector>
 
 namespace outbox::detail {
 namespace {
 
 constexpr std::size_t kMaxDepth = 1000;  // jsonb's own limit is the server's stack depth
-// numeric's storage (src/backend/utils/adt/numeric.c): the weight of the first base-10000 digit
-// is an int16, the display scale 14 bits; numeric_in refuses an exponent of INT_MAX/2 or more.
-constexpr std::int64_t kNumericWeightMax = 32767;
-constexpr std::int64_t kNumericWeightMin = -32768;
-constexpr std::int64_t kNumericDscaleMax = 16383;
-constexpr std::int64_t kNumericExponentLimit = INT_MAX / 2;
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -72,8 +64,6 @@ std::size_t utf8_length_of(std::uint32_t code_point) {
   if (code_point < 0x10000) return 3;
   return 4;
 }
-
-std::int64_t floor_div4(std::int64_t value) { return value >= 0 ? value / 4 : -((-value + 3) / 4); }
 
 // One open array or object.
 struct Frame {
@@ -150,19 +140,7 @@ class Scanner {
       skip_space();
       if (in_value) {
         if (at('{') || at('[')) {
-          if (stack_.size() >= kMaxDepth) return fail("nests deeper than 1000 levels");
-          Frame& frame = stack_.emplace_back();
-          frame.is_object = at('{');
-          ++pos_;
-          skip_space();
-          if (at(frame.is_object ? '}' : ']')) {
-            ++pos_;
-            stack_.pop_back();
-            value_ = {2, false, 0};
-            in_value = false;
-          } else if (frame.is_object && !read_key()) {
-            return false;
-          }
+          if (!open_container(in_value)) return false;
           continue;
         }
         if (!read_scalar()) return false;
@@ -175,43 +153,74 @@ class Scanner {
         total_ = value_.bytes;
         return true;
       }
-      Frame& frame = stack_.back();
-      if (frame.is_object) {
-        if (collect_members_ && stack_.size() == 1) {
-          members_[frame.key] = JsonbMember{value_.is_string, value_.decoded_bytes};
-        }
-        frame.entries[std::move(frame.key)] = frame.key_bytes + 2 + value_.bytes;  // "k": v
-        frame.key.clear();
-      } else {
-        ++frame.elements;
-        frame.element_sum += value_.bytes;
-      }
+      attach_value();
       if (at(',')) {
         ++pos_;
-        if (frame.is_object) {
+        if (stack_.back().is_object) {
           skip_space();
           if (!read_key()) return false;
         }
         in_value = true;
         continue;
       }
-      if (!at(frame.is_object ? '}' : ']')) {
-        return syntax(frame.is_object ? "',' or '}'" : "',' or ']'");
-      }
-      ++pos_;
-      std::uint64_t bytes = 2;  // the brackets
-      std::uint64_t count = 0;
-      if (frame.is_object) {
-        for (const auto& [key, entry] : frame.entries) bytes += entry;
-        count = frame.entries.size();
-      } else {
-        bytes += frame.element_sum;
-        count = frame.elements;
-      }
-      if (count > 1) bytes += 2 * (count - 1);  // ", "
-      stack_.pop_back();
-      value_ = {bytes, false, 0};
+      if (!close_container()) return false;
     }
+  }
+
+  // At '{' or '[': a new frame, and the first key of an object. An empty container is a complete
+  // value at once (`in_value` false).
+  bool open_container(bool& in_value) {
+    if (stack_.size() >= kMaxDepth) return fail("nests deeper than 1000 levels");
+    Frame& frame = stack_.emplace_back();
+    frame.is_object = at('{');
+    ++pos_;
+    skip_space();
+    if (at(frame.is_object ? '}' : ']')) {
+      ++pos_;
+      stack_.pop_back();
+      value_ = {2, false, 0};
+      in_value = false;
+    } else if (frame.is_object && !read_key()) {
+      return false;
+    }
+    return true;
+  }
+
+  // The complete value_ into the open container's frame.
+  void attach_value() {
+    Frame& frame = stack_.back();
+    if (frame.is_object) {
+      if (collect_members_ && stack_.size() == 1) {
+        members_[frame.key] = JsonbMember{value_.is_string, value_.decoded_bytes};
+      }
+      frame.entries[std::move(frame.key)] = frame.key_bytes + 2 + value_.bytes;  // "k": v
+      frame.key.clear();
+    } else {
+      ++frame.elements;
+      frame.element_sum += value_.bytes;
+    }
+  }
+
+  // At what must end the open container: closes it, its output size becomes value_.
+  bool close_container() {
+    Frame& frame = stack_.back();
+    if (!at(frame.is_object ? '}' : ']')) {
+      return syntax(frame.is_object ? "',' or '}'" : "',' or ']'");
+    }
+    ++pos_;
+    std::uint64_t bytes = 2;  // the brackets
+    std::uint64_t count = 0;
+    if (frame.is_object) {
+      for (const auto& [key, entry] : frame.entries) bytes += entry;
+      count = frame.entries.size();
+    } else {
+      bytes += frame.element_sum;
+      count = frame.elements;
+    }
+    if (count > 1) bytes += 2 * (count - 1);  // ", "
+    stack_.pop_back();
+    value_ = {bytes, false, 0};
+    return true;
   }
 
   // `"key"` and the colon after it, into the open object's frame.
@@ -444,54 +453,6 @@ class Scanner {
 };
 
 }  // namespace
-
-std::int64_t numeric_text_bytes(std::string_view number) {
-  std::size_t i = 0;
-  const bool negative = !number.empty() && number[0] == '-';
-  if (negative) ++i;
-  const std::size_t integer_start = i;
-  while (i < number.size() && is_digit(number[i])) ++i;
-  const std::size_t integer_digits = i - integer_start;
-  std::size_t fraction_start = i, fraction_digits = 0;
-  if (i < number.size() && number[i] == '.') {
-    fraction_start = ++i;
-    while (i < number.size() && is_digit(number[i])) ++i;
-    fraction_digits = i - fraction_start;
-  }
-  std::int64_t exponent = 0;
-  if (i < number.size() && (number[i] == 'e' || number[i] == 'E')) {
-    ++i;
-    bool exponent_negative = false;
-    if (i < number.size() && (number[i] == '+' || number[i] == '-')) {
-      exponent_negative = number[i++] == '-';
-    }
-    for (; i < number.size() && is_digit(number[i]); ++i) {
-      exponent = std::min<std::int64_t>(exponent * 10 + (number[i] - '0'), 1LL << 40);
-    }
-    if (exponent_negative) exponent = -exponent;
-  }
-  if (exponent >= kNumericExponentLimit || exponent <= -kNumericExponentLimit) return -1;
-  const std::int64_t scale =
-      std::max<std::int64_t>(0, static_cast<std::int64_t>(fraction_digits) - exponent);
-  if (scale > kNumericDscaleMax) return -1;
-  const std::int64_t fraction_part = scale > 0 ? 1 + scale : 0;  // ".000"
-
-  // The place value (a power of ten) of the first non-zero digit.
-  std::optional<std::int64_t> place;
-  for (std::size_t d = 0; d < integer_digits && !place; ++d) {
-    if (number[integer_start + d] != '0') {
-      place = static_cast<std::int64_t>(integer_digits - 1 - d) + exponent;
-    }
-  }
-  for (std::size_t d = 0; d < fraction_digits && !place; ++d) {
-    if (number[fraction_start + d] != '0') place = -static_cast<std::int64_t>(d + 1) + exponent;
-  }
-  if (!place) return 1 + fraction_part;  // zero: "0", never "-0"
-  const std::int64_t weight = floor_div4(*place);
-  if (weight > kNumericWeightMax || weight < kNumericWeightMin) return -1;
-  const std::int64_t integer_part = *place >= 0 ? *place + 1 : 1;  // "0.5"
-  return (negative ? 1 : 0) + integer_part + fraction_part;
-}
 
 JsonbScan scan_jsonb(std::string_view text, bool collect_members) {
   return Scanner(text, collect_members).run();

@@ -54,8 +54,8 @@ struct Read {
   std::vector<std::pair<EventId, bool>> messages;
 };
 
-Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t begin_ms,
-                std::int64_t end_ms) {
+// A consumer that reads by assignment and commits nothing.
+kafka::KafkaHandle audit_consumer(const AuditOptions& options) {
   kafka::ConfHandle conf(rd_kafka_conf_new());
   kafka::set(conf.get(), "bootstrap.servers", options.brokers);
   kafka::set(conf.get(), "group.id", "outbox-audit");  // assign() only: nothing is committed
@@ -68,12 +68,14 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   // Not the consumer's default (jump to the end): an offset retention deleted while this reads
   // would skip the rest of the partition, and every published row in it would read as lost.
   kafka::set(conf.get(), "auto.offset.reset", "error");
-  const kafka::KafkaHandle handle = kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
-  const int timeout = static_cast<int>(std::min<std::int64_t>(options.read_timeout.count(), 30000));
+  return kafka::create(RD_KAFKA_CONSUMER, std::move(conf));
+}
 
-  rd_kafka_topic_t* topic = rd_kafka_topic_new(handle.get(), options.topic.c_str(), nullptr);
+// How many partitions the topic has; InvalidArgument when it does not exist.
+int partition_count(rd_kafka_t* handle, const AuditOptions& options, int timeout) {
+  rd_kafka_topic_t* topic = rd_kafka_topic_new(handle, options.topic.c_str(), nullptr);
   const rd_kafka_metadata_t* metadata = nullptr;
-  const auto err = rd_kafka_metadata(handle.get(), 0, topic, &metadata, timeout);
+  const auto err = rd_kafka_metadata(handle, 0, topic, &metadata, timeout);
   rd_kafka_topic_destroy(topic);
   if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     throw BrokerError(
@@ -89,13 +91,20 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     throw InvalidArgument("audit: the topic " + options.topic + " does not exist on " +
                           options.brokers);
   }
-  // Where each partition ends now, and where the window (less the slack) begins.
-  std::vector<std::int64_t> end(partitions, 0);
+  return partitions;
+}
+
+// Where each partition ends now (into `end`), and each partition's entry at the window's start
+// (less the slack) as a timestamp to look up, or at its beginning.
+kafka::PartitionListHandle ends_and_window_start(rd_kafka_t* handle, const AuditOptions& options,
+                                                 std::int64_t from_ms,
+                                                 std::vector<std::int64_t>& end, int timeout) {
+  const int partitions = static_cast<int>(end.size());
   kafka::PartitionListHandle start(rd_kafka_topic_partition_list_new(partitions));
   for (int p = 0; p < partitions; ++p) {
     std::int64_t low = 0;
-    const auto werr = rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(), p, &low,
-                                                       &end[p], timeout);
+    const auto werr =
+        rd_kafka_query_watermark_offsets(handle, options.topic.c_str(), p, &low, &end[p], timeout);
     if (werr != RD_KAFKA_RESP_ERR_NO_ERROR) {
       throw BrokerError(fmt::format("audit: {} [{}]: {}", options.topic, p, rd_kafka_err2str(werr)),
                         static_cast<int>(werr), true);
@@ -105,15 +114,22 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   if (options.from_beginning) {
     for (int i = 0; i < start->cnt; ++i) start->elems[i].offset = RD_KAFKA_OFFSET_BEGINNING;
   }
-  const auto terr = options.from_beginning
-                        ? RD_KAFKA_RESP_ERR_NO_ERROR
-                        : rd_kafka_offsets_for_times(handle.get(), start.get(), timeout);
+  return start;
+}
+
+// Turns `start`'s timestamps (or beginnings) into offsets to assign, and returns them by
+// partition: where each partition's read begins.
+std::vector<std::int64_t> resolve_start_offsets(rd_kafka_t* handle, const AuditOptions& options,
+                                                rd_kafka_topic_partition_list_t* start,
+                                                const std::vector<std::int64_t>& end, int timeout) {
+  const auto terr = options.from_beginning ? RD_KAFKA_RESP_ERR_NO_ERROR
+                                           : rd_kafka_offsets_for_times(handle, start, timeout);
   if (terr != RD_KAFKA_RESP_ERR_NO_ERROR) {
     throw BrokerError(fmt::format("audit: offsets for the window's start in {}: {}", options.topic,
                                   rd_kafka_err2str(terr)),
                       static_cast<int>(terr), true);
   }
-  std::vector<std::int64_t> next(partitions, 0);
+  std::vector<std::int64_t> next(end.size(), 0);
   for (int i = 0; i < start->cnt; ++i) {
     rd_kafka_topic_partition_t& entry = start->elems[i];
     if (!options.from_beginning && entry.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -123,7 +139,7 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     }
     if (options.from_beginning) {
       std::int64_t low = 0, high = 0;
-      const auto werr = rd_kafka_query_watermark_offsets(handle.get(), options.topic.c_str(),
+      const auto werr = rd_kafka_query_watermark_offsets(handle, options.topic.c_str(),
                                                          entry.partition, &low, &high, timeout);
       if (werr != RD_KAFKA_RESP_ERR_NO_ERROR) {
         throw BrokerError(fmt::format("audit: {} [{}]: its first offset: {}", options.topic,
@@ -137,10 +153,14 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     }
     next[entry.partition] = entry.offset;
   }
-  if (const auto aerr = rd_kafka_assign(handle.get(), start.get())) {
-    throw BrokerError(std::string("audit: assign: ") + rd_kafka_err2str(aerr),
-                      static_cast<int>(aerr), true);
-  }
+  return next;
+}
+
+// Polls the assigned partitions from `next` until each reached its `end`, within the read timeout.
+Read read_to_end(rd_kafka_t* handle, const AuditOptions& options,
+                 const std::vector<std::int64_t>& end, std::vector<std::int64_t>& next,
+                 std::int64_t begin_ms, std::int64_t end_ms) {
+  const int partitions = static_cast<int>(end.size());
   Read read;
   const auto deadline = std::chrono::steady_clock::now() + options.read_timeout;
   const auto done = [&] {
@@ -157,7 +177,7 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
                                     last_error.empty() ? "" : " (last error: " + last_error + ")"),
                         0, true);
     }
-    kafka::MessageHandle message(rd_kafka_consumer_poll(handle.get(), 200));
+    kafka::MessageHandle message(rd_kafka_consumer_poll(handle, 200));
     if (!message) continue;
     const int p = message->partition;
     if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
@@ -186,13 +206,31 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
     const std::int64_t at = rd_kafka_message_timestamp(message.get(), &type);
     read.messages.emplace_back(id, at >= begin_ms && at < end_ms);
   }
+  return read;
+}
+
+Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t begin_ms,
+                std::int64_t end_ms) {
+  const kafka::KafkaHandle handle = audit_consumer(options);
+  const int timeout = static_cast<int>(std::min<std::int64_t>(options.read_timeout.count(), 30000));
+  const int partitions = partition_count(handle.get(), options, timeout);
+  std::vector<std::int64_t> end(partitions, 0);
+  const kafka::PartitionListHandle start =
+      ends_and_window_start(handle.get(), options, from_ms, end, timeout);
+  std::vector<std::int64_t> next =
+      resolve_start_offsets(handle.get(), options, start.get(), end, timeout);
+  if (const auto aerr = rd_kafka_assign(handle.get(), start.get())) {
+    throw BrokerError(std::string("audit: assign: ") + rd_kafka_err2str(aerr),
+                      static_cast<int>(aerr), true);
+  }
+  Read read = read_to_end(handle.get(), options, end, next, begin_ms, end_ms);
   rd_kafka_assign(handle.get(), nullptr);
   return read;
 }
 
-}  // namespace
+using RowsById = std::unordered_map<EventId, Row, IdHash>;
 
-AuditReport audit_topic(const AuditOptions& options) {
+void check_options(const AuditOptions& options) {
   if (options.since.empty()) throw InvalidArgument("audit needs a start (since)");
   if (options.topic.empty()) throw InvalidArgument("audit needs the topic to read");
   check_duration_range(options.read_timeout, std::chrono::seconds(1), std::chrono::hours(24),
@@ -200,9 +238,11 @@ AuditReport audit_topic(const AuditOptions& options) {
   check_duration_range(options.broker_slack, std::chrono::milliseconds(0), std::chrono::days(7),
                        "audit: a broker slack (--slack)",
                        "it only covers clock skew and produce delay");
-  auto connection = pg::Connection::open(options.database_url, "outbox-audit");
-  PGconn* conn = connection.get();
-  const auto [begin_ms, end_ms] = window_ms(conn, options);
+}
+
+// Refuses an empty window, and one that starts before the cleanup horizon.
+void check_window(PGconn* conn, const AuditOptions& options, std::int64_t begin_ms,
+                  std::int64_t end_ms) {
   if (end_ms <= begin_ms) {
     throw InvalidArgument(fmt::format(
         "audit: the window is empty: until \"{}\" is not after since \"{}\"; give an --until "
@@ -222,9 +262,10 @@ AuditReport audit_topic(const AuditOptions& options) {
         "from {} on",
         horizon.text(0, 0), horizon.text(0, 0)));
   }
-  AuditReport report;
+}
 
-  // The rows of the window whose rendered topic is this one.
+// The rows of the window whose rendered topic is this one, counted in `report`.
+RowsById window_rows(PGconn* conn, const AuditOptions& options, AuditReport& report) {
   const auto rows =
       pg::exec(conn,
                "SELECT event_id::text, aggregate_type, event_type, published_at IS NOT NULL, "
@@ -233,7 +274,7 @@ AuditReport audit_topic(const AuditOptions& options) {
                    " WHERE occurred_at >= $1::timestamptz"
                    " AND occurred_at < coalesce(nullif($2::text, '')::timestamptz, now())",
                {options.since.c_str(), options.until.c_str()});
-  std::unordered_map<EventId, Row, IdHash> chosen;
+  RowsById chosen;
   for (int i = 0; i < rows.rows(); ++i) {
     Event probe;
     probe.aggregate_type = rows.text(i, 1);
@@ -253,10 +294,13 @@ AuditReport audit_topic(const AuditOptions& options) {
     }
     chosen.emplace(row.id, row);
   }
+  return chosen;
+}
 
-  // Not below 0: -1 and -2 are "the end" and "the beginning" to a timestamp lookup.
-  const std::int64_t from_ms = std::max<std::int64_t>(0, begin_ms - options.broker_slack.count());
-  const Read read = read_topic(options, from_ms, begin_ms, end_ms);
+// The topic's messages against the rows: counts, duplicates and lost rows into `report`; returns
+// the ids produced in the window that no row of the window has.
+std::vector<EventId> compare_messages(const Read& read, const RowsById& chosen,
+                                      AuditReport& report) {
   std::unordered_map<EventId, std::int64_t, IdHash> copies;
   std::vector<EventId> unknown;  // produced in the window, no row of the window
   std::unordered_set<EventId, IdHash> seen_unknown;
@@ -278,41 +322,65 @@ AuditReport audit_topic(const AuditOptions& options) {
   for (const auto& [id, row] : chosen) {
     if (row.published && !copies.contains(id)) report.lost.push_back(id);
   }
-  // A message of the window without a row of the window may be an event that occurred before
-  // it (published late): only one with no row at all is a phantom.
-  if (!unknown.empty()) {
-    const std::string ids = pg::uuid_array(unknown);
-    const auto known =
-        pg::exec(conn,
-                 "SELECT event_id::text FROM " + options.schema.table("outbox_events") +
-                     " WHERE event_id = ANY ($1::uuid[])",
-                 {ids.c_str()});
-    std::unordered_set<EventId, IdHash> exists;
-    for (int i = 0; i < known.rows(); ++i) {
-      exists.insert(EventId::parse(known.text(i, 0)).value_or(EventId{}));
-    }
-    for (const EventId& id : unknown) {
-      if (!exists.contains(id)) report.phantom.push_back(id);
-    }
+  return unknown;
+}
+
+// A message of the window without a row of the window may be an event that occurred before
+// it (published late): only one with no row at all is a phantom.
+void find_phantoms(PGconn* conn, const AuditOptions& options, const std::vector<EventId>& unknown,
+                   AuditReport& report) {
+  if (unknown.empty()) return;
+  const std::string ids = pg::uuid_array(unknown);
+  const auto known =
+      pg::exec(conn,
+               "SELECT event_id::text FROM " + options.schema.table("outbox_events") +
+                   " WHERE event_id = ANY ($1::uuid[])",
+               {ids.c_str()});
+  std::unordered_set<EventId, IdHash> exists;
+  for (int i = 0; i < known.rows(); ++i) {
+    exists.insert(EventId::parse(known.text(i, 0)).value_or(EventId{}));
   }
-  if (options.consumer) {
-    std::vector<EventId> published;
-    for (const auto& [id, row] : chosen) {
-      if (row.published) published.push_back(id);
-    }
-    if (!published.empty()) {
-      const std::string ids = pg::uuid_array(published);
-      const auto missing = pg::exec(
-          conn,
-          "SELECT id::text FROM unnest($1::uuid[]) AS id WHERE NOT EXISTS (SELECT 1 FROM " +
-              options.schema.table("processed_events") +
-              " p WHERE p.consumer_name = $2 AND p.event_id = id)",
-          {ids.c_str(), options.consumer->c_str()});
-      for (int i = 0; i < missing.rows(); ++i) {
-        report.not_applied.push_back(EventId::parse(missing.text(i, 0)).value_or(EventId{}));
-      }
-    }
+  for (const EventId& id : unknown) {
+    if (!exists.contains(id)) report.phantom.push_back(id);
   }
+}
+
+// The published rows the consumer's inbox has not applied.
+void find_not_applied(PGconn* conn, const AuditOptions& options, const RowsById& chosen,
+                      AuditReport& report) {
+  std::vector<EventId> published;
+  for (const auto& [id, row] : chosen) {
+    if (row.published) published.push_back(id);
+  }
+  if (published.empty()) return;
+  const std::string ids = pg::uuid_array(published);
+  const auto missing =
+      pg::exec(conn,
+               "SELECT id::text FROM unnest($1::uuid[]) AS id WHERE NOT EXISTS (SELECT 1 FROM " +
+                   options.schema.table("processed_events") +
+                   " p WHERE p.consumer_name = $2 AND p.event_id = id)",
+               {ids.c_str(), options.consumer->c_str()});
+  for (int i = 0; i < missing.rows(); ++i) {
+    report.not_applied.push_back(EventId::parse(missing.text(i, 0)).value_or(EventId{}));
+  }
+}
+
+}  // namespace
+
+AuditReport audit_topic(const AuditOptions& options) {
+  check_options(options);
+  auto connection = pg::Connection::open(options.database_url, "outbox-audit");
+  PGconn* conn = connection.get();
+  const auto [begin_ms, end_ms] = window_ms(conn, options);
+  check_window(conn, options, begin_ms, end_ms);
+  AuditReport report;
+  const RowsById chosen = window_rows(conn, options, report);
+  // Not below 0: -1 and -2 are "the end" and "the beginning" to a timestamp lookup.
+  const std::int64_t from_ms = std::max<std::int64_t>(0, begin_ms - options.broker_slack.count());
+  const Read read = read_topic(options, from_ms, begin_ms, end_ms);
+  const std::vector<EventId> unknown = compare_messages(read, chosen, report);
+  find_phantoms(conn, options, unknown, report);
+  if (options.consumer) find_not_applied(conn, options, chosen, report);
   report.table_less_registered =
       pg::exec(conn, "SELECT count(*) FROM " + options.schema.table("outbox_table_less_slots"))
           .int64(0, 0) > 0;

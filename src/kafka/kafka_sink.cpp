@@ -81,6 +81,52 @@ std::pair<std::string, std::string> which_property(const KafkaSinkOptions& optio
   return found;
 }
 
+// Throws the ConfigError that refuses the property librdkafka applies as `name`=`value`, naming
+// the caller's own key when it set it by another name.
+[[noreturn]] void refuse_property(const KafkaSinkOptions& options, const char* name,
+                                  const std::string& value, const std::string& why) {
+  const auto [key, given] = which_property(options, name, value);
+  const bool aliased = key != name;
+  throw ConfigError(
+      "Kafka property " + key + "=" +
+      (detail::is_secret_kafka_property(key) ? std::string(detail::kRedacted) : given) +
+      " is refused" +
+      (aliased ? fmt::format(" (librdkafka applies it as {}={})", name, value) : std::string()) +
+      ": " + why);
+}
+
+// message.timeout.ms: a number, not 0 (never), and below the claim's lease.
+void check_message_timeout(rd_kafka_conf_t* conf, const KafkaSinkOptions& options) {
+  const auto refuse = [&](const char* name, const std::string& value, const std::string& why) {
+    refuse_property(options, name, value, why);
+  };
+  const std::string timeout = effective_value(conf, "message.timeout.ms");
+  long timeout_ms = -1;
+  try {
+    std::size_t used = 0;
+    timeout_ms = std::stol(timeout, &used);
+    if (used != timeout.size()) timeout_ms = -1;
+  } catch (const std::exception&) {
+  }
+  if (timeout_ms < 0) {
+    throw ConfigError("Kafka property message.timeout.ms reads back as \"" + timeout +
+                      "\", not a number of milliseconds");
+  }
+  if (timeout_ms == 0) {
+    refuse("message.timeout.ms", timeout,
+           "0 means a send never times out, so it could outlive its lease: another relay would "
+           "publish the event and its successor, and this copy would arrive after both");
+  }
+  if (options.max_message_timeout.count() > 0 &&
+      timeout_ms >= options.max_message_timeout.count()) {
+    refuse("message.timeout.ms", timeout,
+           fmt::format("a send must end before its claim's lease ({} ms) can expire, or another "
+                       "relay publishes the event and its successor and this copy arrives after "
+                       "both; set it below the lease (--lease-ms)",
+                       options.max_message_timeout.count()));
+  }
+}
+
 // Refuses every configuration that would weaken a guarantee, saying which property and why.
 // `conf` holds outbox's defaults and then the caller's properties, from whatever source (flags,
 // a properties file, the config file): what is checked is what librdkafka will apply, whatever
@@ -90,14 +136,7 @@ std::pair<std::string, std::string> which_property(const KafkaSinkOptions& optio
 // with idempotence itself (kafka::set, kafka::create).
 void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& options) {
   const auto refuse = [&](const char* name, const std::string& value, const std::string& why) {
-    const auto [key, given] = which_property(options, name, value);
-    const bool aliased = key != name;
-    throw ConfigError(
-        "Kafka property " + key + "=" +
-        (detail::is_secret_kafka_property(key) ? std::string(detail::kRedacted) : given) +
-        " is refused" +
-        (aliased ? fmt::format(" (librdkafka applies it as {}={})", name, value) : std::string()) +
-        ": " + why);
+    refuse_property(options, name, value, why);
   };
   if (const std::string idempotence = effective_value(conf, "enable.idempotence");
       idempotence != "true") {
@@ -126,31 +165,35 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
     refuse("queuing.strategy", strategy,
            "a queue that is not first-in first-out reorders an aggregate's events");
   }
-  const std::string timeout = effective_value(conf, "message.timeout.ms");
-  long timeout_ms = -1;
-  try {
-    std::size_t used = 0;
-    timeout_ms = std::stol(timeout, &used);
-    if (used != timeout.size()) timeout_ms = -1;
-  } catch (const std::exception&) {
+  check_message_timeout(conf, options);
+}
+
+// The message's headers: outbox's own, then the event's string headers that are not reserved.
+kafka::HeadersHandle event_headers(const Event& event) {
+  kafka::HeadersHandle headers(rd_kafka_headers_new(8));
+  const std::string id = event.event_id.to_string();
+  const std::string sequence = std::to_string(event.aggregate_sequence);
+  const std::string version = std::to_string(event.schema_version);
+  rd_kafka_header_add(headers.get(), kafka::kHeaderEventId, -1, id.data(), id.size());
+  rd_kafka_header_add(headers.get(), kafka::kHeaderEventType, -1, event.event_type.data(),
+                      event.event_type.size());
+  rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateType, -1, event.aggregate_type.data(),
+                      event.aggregate_type.size());
+  rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateSequence, -1, sequence.data(),
+                      sequence.size());
+  rd_kafka_header_add(headers.get(), kafka::kHeaderSchemaVersion, -1, version.data(),
+                      version.size());
+  if (!event.headers.empty() && event.headers != "{}") {
+    const auto extra = nlohmann::json::parse(event.headers, nullptr, false);
+    if (extra.is_object()) {
+      for (const auto& [key, value] : extra.items()) {
+        if (!value.is_string() || detail::is_reserved_header(key)) continue;
+        const auto& text = value.get_ref<const std::string&>();
+        rd_kafka_header_add(headers.get(), key.c_str(), -1, text.data(), text.size());
+      }
+    }
   }
-  if (timeout_ms < 0) {
-    throw ConfigError("Kafka property message.timeout.ms reads back as \"" + timeout +
-                      "\", not a number of milliseconds");
-  }
-  if (timeout_ms == 0) {
-    refuse("message.timeout.ms", timeout,
-           "0 means a send never times out, so it could outlive its lease: another relay would "
-           "publish the event and its successor, and this copy would arrive after both");
-  }
-  if (options.max_message_timeout.count() > 0 &&
-      timeout_ms >= options.max_message_timeout.count()) {
-    refuse("message.timeout.ms", timeout,
-           fmt::format("a send must end before its claim's lease ({} ms) can expire, or another "
-                       "relay publishes the event and its successor and this copy arrives after "
-                       "both; set it below the lease (--lease-ms)",
-                       options.max_message_timeout.count()));
-  }
+  return headers;
 }
 
 // The Kafka sink's own statistics (outbox/stats.hpp; Sink::stats()).
@@ -220,30 +263,7 @@ class KafkaSink final : public Sink {
       return;
     }
     if (known_topics_.insert(topic).second) prefetch_metadata(topic);
-    kafka::HeadersHandle headers(rd_kafka_headers_new(8));
-    const std::string id = event.event_id.to_string();
-    const std::string sequence = std::to_string(event.aggregate_sequence);
-    const std::string version = std::to_string(event.schema_version);
-    rd_kafka_header_add(headers.get(), kafka::kHeaderEventId, -1, id.data(), id.size());
-    rd_kafka_header_add(headers.get(), kafka::kHeaderEventType, -1, event.event_type.data(),
-                        event.event_type.size());
-    rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateType, -1, event.aggregate_type.data(),
-                        event.aggregate_type.size());
-    rd_kafka_header_add(headers.get(), kafka::kHeaderAggregateSequence, -1, sequence.data(),
-                        sequence.size());
-    rd_kafka_header_add(headers.get(), kafka::kHeaderSchemaVersion, -1, version.data(),
-                        version.size());
-    if (!event.headers.empty() && event.headers != "{}") {
-      const auto extra = nlohmann::json::parse(event.headers, nullptr, false);
-      if (extra.is_object()) {
-        for (const auto& [key, value] : extra.items()) {
-          if (!value.is_string() || detail::is_reserved_header(key)) continue;
-          const auto& text = value.get_ref<const std::string&>();
-          rd_kafka_header_add(headers.get(), key.c_str(), -1, text.data(), text.size());
-        }
-      }
-    }
-
+    kafka::HeadersHandle headers = event_headers(event);
     for (int attempt = 0;; ++attempt) {
       const rd_kafka_resp_err_t err = rd_kafka_producev(
           handle_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),

@@ -1,12 +1,11 @@
-#include <arpa/inet.h>
+// ObserveServer (outbox/observe.hpp): the listener's request checks (the bearer token beyond
+// loopback, loopback Host names), /metrics, the health probes, and the admin page with its JSON
+// API. The backlog query runs beside it (backlog_monitor.hpp).
+
 #include <fmt/format.h>
 #include <httplib.h>
 
-#include <algorithm>
-#include <charconv>
 #include <chrono>
-#include <condition_variable>
-#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -16,6 +15,7 @@
 
 #include "common/log.hpp"
 #include "observe/admin_page.hpp"
+#include "observe/backlog_monitor.hpp"
 #include "observe/guarded_server.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/duration.hpp"
@@ -27,51 +27,9 @@
 
 namespace outbox {
 
-bool ListenAddress::loopback() const {
-  if (host == "localhost" || host == "::1") return true;
-  in_addr v4{};
-  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
-}
-
-ListenAddress parse_listen_address(const std::string& text, const std::string& what) {
-  const auto refuse = [&](const std::string& why) {
-    return ConfigError(
-        fmt::format("{} '{}': {}; give host:port, e.g. 127.0.0.1:9464 or "
-                    "[::1]:9464",
-                    what, text, why));
-  };
-  ListenAddress address;
-  std::string port;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      throw refuse("an IPv6 host needs [brackets] and a :port after them");
-    }
-    address.host = text.substr(1, close - 1);
-    port = text.substr(close + 2);
-  } else {
-    const auto colon = text.rfind(':');
-    if (colon == std::string::npos) throw refuse("no port");
-    address.host = text.substr(0, colon);
-    port = text.substr(colon + 1);
-    if (address.host.find(':') != std::string::npos) {
-      throw refuse("an IPv6 host needs [brackets]");
-    }
-  }
-  if (address.host.empty()) throw refuse("no host (0.0.0.0 listens on every interface)");
-  unsigned value = 0;
-  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || error != std::errc() || end != port.data() + port.size() || value > 65535) {
-    throw refuse("the port is not a number from 0 to 65535");
-  }
-  address.port = static_cast<std::uint16_t>(value);
-  return address;
-}
-
 namespace {
 
 constexpr std::size_t kMinTokenLength = 16;
-constexpr std::size_t kMaxBacklogTypes = kMaxAggregateTypeLabels;
 
 // Compares without stopping at the first difference (no timing hint about the token).
 bool same_token(std::string_view given, std::string_view expected) {
@@ -81,6 +39,45 @@ bool same_token(std::string_view given, std::string_view expected) {
     diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
   }
   return diff == 0;
+}
+
+// The overview's lists, as the admin page reads them.
+nlohmann::json backlog_json(const std::vector<observe::BacklogRow>& rows) {
+  nlohmann::json backlog = nlohmann::json::array();
+  for (const observe::BacklogRow& row : rows) {
+    backlog.push_back({{"aggregate_type", row.aggregate_type},
+                       {"pending", row.pending},
+                       {"oldest_pending_age", row.oldest_pending_age},
+                       {"quarantined", row.quarantined}});
+  }
+  return backlog;
+}
+
+nlohmann::json quarantine_json(const std::vector<QuarantinedEvent>& events) {
+  nlohmann::json quarantine = nlohmann::json::array();
+  for (const QuarantinedEvent& q : events) {
+    quarantine.push_back({{"event_id", q.event_id.to_string()},
+                          {"aggregate_type", q.aggregate_type},
+                          {"aggregate_id", q.aggregate_id},
+                          {"aggregate_sequence", q.aggregate_sequence},
+                          {"event_type", q.event_type},
+                          {"reason", q.reason},
+                          {"last_error", q.last_error},
+                          {"quarantined_at", q.quarantined_at},
+                          {"blocked_events", q.blocked_events}});
+  }
+  return quarantine;
+}
+
+nlohmann::json slowest_json(const std::vector<observe::SlowAggregate>& slowest) {
+  nlohmann::json slow = nlohmann::json::array();
+  for (const observe::SlowAggregate& a : slowest) {
+    slow.push_back({{"aggregate_type", a.aggregate_type},
+                    {"aggregate_id", a.aggregate_id},
+                    {"pending", a.pending},
+                    {"waiting_age", a.waiting_age}});
+  }
+  return slow;
 }
 
 }  // namespace
@@ -120,10 +117,7 @@ class ObserveServer::Impl {
     }
   }
 
-  ~Impl() {
-    stop();
-    if (cancel_ != nullptr) PQfreeCancel(cancel_);
-  }
+  ~Impl() { stop(); }
 
   void watch_relay(const Relay& relay, std::string shard) {
     relays_.emplace_back(&relay, std::move(shard));
@@ -145,41 +139,67 @@ class ObserveServer::Impl {
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     });
     server_.set_request_check([this](const httplib::Request& request, httplib::Response& response) {
-      // On loopback refuse a Host that names another site, so a web page cannot reach the
-      // listener by DNS rebinding (its name resolving to 127.0.0.1): with a token too, as the
-      // probes need none and there name what failed (health()).
-      if (address_.loopback() && !loopback_host(request.get_header_value("Host"))) {
-        response.status = 403;
-        response.set_content("this listener answers only to loopback host names\n", "text/plain");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      // Only the admin actions take a body; anything else with another method is answered
-      // before httplib reads a body (which a client could trickle).
-      if (request.method != "GET" && request.method != "HEAD" &&
-          !(request.method == "POST" && request.path.starts_with("/api/quarantine/"))) {
-        response.status = 405;
-        response.set_header("Allow", "GET, HEAD");
-        response.set_header("Connection", "close");
-        response.set_content("method not allowed\n", "text/plain");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      // The page holds no data (its script asks for the token): it and the probes need none.
-      if (options_.token.empty() || request.path == "/healthz" || request.path == "/readyz" ||
-          request.path == "/") {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      const std::string header = request.get_header_value("Authorization");
-      constexpr std::string_view kBearer = "Bearer ";
-      if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
-          same_token(std::string_view(header).substr(kBearer.size()), options_.token)) {
-        return httplib::Server::HandlerResponse::Unhandled;
-      }
-      response.status = 401;
-      response.set_header("WWW-Authenticate", "Bearer");
-      response.set_content("a bearer token is required (Authorization: Bearer <token>)\n",
-                           "text/plain");
-      return httplib::Server::HandlerResponse::Handled;
+      return check_request(request, response);
     });
+    add_routes();
+    bind();
+    server_.widen_backlog(128);  // a failure leaves httplib's 5: slower under a burst, no more
+    if (options_.backlog) backlog_monitor_.start();
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // httplib's stop() does nothing before the accept loop runs: wait for it, so a stop() right
+    // after start() cannot leave the loop (and our join) running for ever.
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    detail::log().info("serving /metrics, /healthz and /readyz on {}:{}", address_.host,
+                       bound_port_);
+  }
+
+  void stop() noexcept {
+    backlog_monitor_.stop();
+    if (!thread_.joinable()) return;
+    server_.stop_now();  // closes slow clients' connections instead of waiting for them
+    thread_.join();
+  }
+
+  // Before any handler: what a request may ask for without a token, and the token.
+  httplib::Server::HandlerResponse check_request(const httplib::Request& request,
+                                                 httplib::Response& response) const {
+    // On loopback refuse a Host that names another site, so a web page cannot reach the
+    // listener by DNS rebinding (its name resolving to 127.0.0.1): with a token too, as the
+    // probes need none and there name what failed (health()).
+    if (address_.loopback() && !loopback_host(request.get_header_value("Host"))) {
+      response.status = 403;
+      response.set_content("this listener answers only to loopback host names\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // Only the admin actions take a body; anything else with another method is answered
+    // before httplib reads a body (which a client could trickle).
+    if (request.method != "GET" && request.method != "HEAD" &&
+        !(request.method == "POST" && request.path.starts_with("/api/quarantine/"))) {
+      response.status = 405;
+      response.set_header("Allow", "GET, HEAD");
+      response.set_header("Connection", "close");
+      response.set_content("method not allowed\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // The page holds no data (its script asks for the token): it and the probes need none.
+    if (options_.token.empty() || request.path == "/healthz" || request.path == "/readyz" ||
+        request.path == "/") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    const std::string header = request.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (header.size() > kBearer.size() && header.compare(0, kBearer.size(), kBearer) == 0 &&
+        same_token(std::string_view(header).substr(kBearer.size()), options_.token)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    response.status = 401;
+    response.set_header("WWW-Authenticate", "Bearer");
+    response.set_content("a bearer token is required (Authorization: Bearer <token>)\n",
+                         "text/plain");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+
+  void add_routes() {
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
     });
@@ -194,6 +214,10 @@ class ObserveServer::Impl {
       response.status = ok ? 200 : 503;
       response.set_content(body, "text/plain");
     });
+  }
+
+  // Binds the listen address (port 0: any free one); a ConfigError names it when it cannot.
+  void bind() {
     const bool bound = address_.port == 0
                            ? (bound_port_ = server_.bind_to_any_port(address_.host)) > 0
                            : server_.bind_to_port(address_.host, address_.port);
@@ -204,39 +228,6 @@ class ObserveServer::Impl {
           options_.listen));
     }
     if (address_.port != 0) bound_port_ = address_.port;
-    server_.widen_backlog(128);  // a failure leaves httplib's 5: slower under a burst, no more
-    if (options_.backlog) {
-      backlog_thread_ = std::thread([this] { refresh_backlog_until_stopped(); });
-      std::lock_guard lock(backlog_mutex_);
-      backlog_started_ = true;  // what refresh_backlog() reads, not the thread object
-    }
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // httplib's stop() does nothing before the accept loop runs: wait for it, so a stop() right
-    // after start() cannot leave the loop (and our join) running for ever.
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    detail::log().info("serving /metrics, /healthz and /readyz on {}:{}", address_.host,
-                       bound_port_);
-  }
-
-  void stop() noexcept {
-    if (backlog_thread_.joinable()) {
-      {
-        std::lock_guard lock(backlog_mutex_);
-        stopping_ = true;
-        // A run in progress (up to its 30 s timeout, longer while the network is cut) would
-        // hold the join, and a systemd stop, that long. Only then: a cancel opens a connection
-        // of its own, which an idle thread's stop must not wait for.
-        if (querying_ && cancel_ != nullptr) {
-          char error[256];
-          PQcancel(cancel_, error, sizeof(error));
-        }
-      }
-      backlog_wake_.notify_all();
-      backlog_thread_.join();
-    }
-    if (!thread_.joinable()) return;
-    server_.stop_now();  // closes slow clients' connections instead of waiting for them
-    thread_.join();
   }
 
   std::uint16_t port() const { return static_cast<std::uint16_t>(bound_port_); }
@@ -360,30 +351,11 @@ class ObserveServer::Impl {
   nlohmann::json overview() {
     nlohmann::json out = {{"schema", options_.schema.name()}};
     {
-      std::lock_guard lock(backlog_mutex_);
-      out["backlog_ok"] = backlog_ok_;
-      nlohmann::json backlog = nlohmann::json::array();
-      for (const observe::BacklogRow& row : backlog_) {
-        backlog.push_back({{"aggregate_type", row.aggregate_type},
-                           {"pending", row.pending},
-                           {"oldest_pending_age", row.oldest_pending_age},
-                           {"quarantined", row.quarantined}});
-      }
-      out["backlog"] = std::move(backlog);
+      const observe::BacklogReading reading = backlog_monitor_.reading();
+      out["backlog_ok"] = reading.ok;
+      out["backlog"] = backlog_json(reading.rows);
     }
-    nlohmann::json parts = nlohmann::json::array();
-    for (const auto& [relay, shard] : relays_) {
-      const RelayStats s = relay->stats();
-      parts.push_back({{"part", "relay " + relay->relay_id() + " (this process)"},
-                       {"state", to_string(s.health)},
-                       {"detail", s.last_error}});
-    }
-    for (const auto& [name, stats] : consumers_) {
-      const KafkaConsumerStats s = stats();
-      parts.push_back({{"part", "consumer " + name + " (this process)"},
-                       {"state", to_string(s.health)},
-                       {"detail", s.last_error}});
-    }
+    nlohmann::json parts = this_process_parts();
     // One overview at a time; another asked meanwhile is told to come back rather than queue
     // (queued requests would hold the HTTP workers the probes and scrapes need).
     std::unique_lock lock(api_mutex_, std::try_to_lock);
@@ -398,34 +370,29 @@ class ObserveServer::Impl {
                                   : fmt::format("seen {:.0f} s ago", relay.seen_seconds_ago)}});
     }
     out["parts"] = std::move(parts);
-    nlohmann::json quarantine = nlohmann::json::array();
-    for (const QuarantinedEvent& q : list_quarantined(conn, options_.schema, 100)) {
-      quarantine.push_back({{"event_id", q.event_id.to_string()},
-                            {"aggregate_type", q.aggregate_type},
-                            {"aggregate_id", q.aggregate_id},
-                            {"aggregate_sequence", q.aggregate_sequence},
-                            {"event_type", q.event_type},
-                            {"reason", q.reason},
-                            {"last_error", q.last_error},
-                            {"quarantined_at", q.quarantined_at},
-                            {"blocked_events", q.blocked_events}});
-    }
-    out["quarantine"] = std::move(quarantine);
+    out["quarantine"] = quarantine_json(list_quarantined(conn, options_.schema, 100));
     // The backlog thread's list (the page costs no second pass over the pending rows).
-    nlohmann::json slow = nlohmann::json::array();
-    {
-      std::lock_guard backlog_lock(backlog_mutex_);
-      for (const observe::SlowAggregate& a : slowest_) {
-        slow.push_back({{"aggregate_type", a.aggregate_type},
-                        {"aggregate_id", a.aggregate_id},
-                        {"pending", a.pending},
-                        {"waiting_age", a.waiting_age}});
-      }
-    }
-    out["slowest"] = std::move(slow);
+    out["slowest"] = slowest_json(backlog_monitor_.reading().slowest);
     return out;
   }
 
+  // The relays and consumers this process runs, as the overview's parts.
+  nlohmann::json this_process_parts() const {
+    nlohmann::json parts = nlohmann::json::array();
+    for (const auto& [relay, shard] : relays_) {
+      const RelayStats s = relay->stats();
+      parts.push_back({{"part", "relay " + relay->relay_id() + " (this process)"},
+                       {"state", to_string(s.health)},
+                       {"detail", s.last_error}});
+    }
+    for (const auto& [name, stats] : consumers_) {
+      const KafkaConsumerStats s = stats();
+      parts.push_back({{"part", "consumer " + name + " (this process)"},
+                       {"state", to_string(s.health)},
+                       {"detail", s.last_error}});
+    }
+    return parts;
+  }
   std::string metrics_text() {
     observe::Families families;
     observe::add_build_info(families);
@@ -434,9 +401,9 @@ class ObserveServer::Impl {
     }
     for (const auto& [name, stats] : consumers_) observe::add_consumer(families, name, stats());
     if (options_.backlog) {
-      std::lock_guard lock(backlog_mutex_);
-      observe::add_backlog_up(families, backlog_ok_, last_query_seconds_);
-      if (backlog_ok_) observe::add_backlog(families, backlog_);
+      const observe::BacklogReading reading = backlog_monitor_.reading();
+      observe::add_backlog_up(families, reading.ok, reading.last_query_seconds);
+      if (reading.ok) observe::add_backlog(families, reading.rows);
     }
     return observe::serialize(families);
   }
@@ -464,9 +431,9 @@ class ObserveServer::Impl {
       check("consumer " + name, s.health, s.last_error);
     }
     if (relays_.empty() && consumers_.empty() && options_.backlog) {
-      std::lock_guard lock(backlog_mutex_);
-      if (ready && !backlog_ok_) ok = false;
-      body += backlog_ok_ ? "database: reachable\n" : "database: " + backlog_error_ + "\n";
+      const observe::BacklogReading reading = backlog_monitor_.reading();
+      if (ready && !reading.ok) ok = false;
+      body += reading.ok ? "database: reachable\n" : "database: " + reading.error + "\n";
     }
     if (!options_.token.empty() && !address_.loopback()) {
       // Unauthenticated callers reach these: states only.
@@ -475,234 +442,14 @@ class ObserveServer::Impl {
     return {ok, body.empty() ? "ok\n" : body};
   }
 
-  // The backlog gauges and the slowest aggregates, from one query on a thread of its own, so a
-  // scrape never waits for it. The query reads every pending row (seconds at a million,
-  // docs/OPERATIONS.md), so the next run waits next_backlog_query(). A query that fails or passes
-  // its 30 s timeout leaves the gauges out (absent, never stale) and outbox_backlog_query_up 0
-  // until one works again.
-  void refresh_backlog_until_stopped() {
-    std::unique_lock lock(backlog_mutex_);
-    bool announced = false;  // that the query is slow
-    while (!stopping_) {
-      const std::uint64_t run = ++runs_begun_;
-      refresh_asked_ = false;
-      lock.unlock();
-      Backlog fresh;
-      std::string error;
-      std::chrono::steady_clock::duration took{};
-      try {
-        fresh = query_backlog(took);
-      } catch (const std::exception& e) {
-        error = e.what();
-        set_cancel(nullptr);
-        connection_.reset();
-      }
-      lock.lock();
-      if (stopping_) break;  // a run stop() cancelled is no failure to report
-      last_query_seconds_ = std::chrono::duration<double>(took).count();
-      if (error.empty()) {
-        if (!backlog_ok_ && !backlog_error_.empty()) {
-          detail::log().info("metrics: the backlog query works again");
-        }
-        // Types seen before and gone now read 0 (not absent), while there is room.
-        std::map<std::string, observe::BacklogRow> rows;
-        for (observe::BacklogRow& row : fresh.rows) {
-          rows.emplace(row.aggregate_type, std::move(row));
-        }
-        for (const observe::BacklogRow& before : backlog_) {
-          if (rows.size() >= kMaxBacklogTypes + 1) break;
-          rows.try_emplace(before.aggregate_type,
-                           observe::BacklogRow{before.aggregate_type, 0, 0, 0});
-        }
-        backlog_.clear();
-        for (auto& [type, row] : rows) backlog_.push_back(std::move(row));
-        slowest_ = std::move(fresh.slowest);
-        backlog_ok_ = true;
-        backlog_error_.clear();
-      } else {
-        if (backlog_ok_ || backlog_error_.empty()) {
-          detail::log().warn(
-              "metrics: the backlog query failed (its gauges are left out until "
-              "it works): {}",
-              error);
-        }
-        backlog_ok_ = false;
-        backlog_error_ = error;
-        slowest_.clear();
-      }
-      const auto wait = observe::next_backlog_query(options_.backlog_refresh, took);
-      if (!announced && wait > options_.backlog_refresh && took >= std::chrono::seconds(1)) {
-        announced = true;
-        detail::log().info(
-            "metrics: the backlog query took {:.1f} s; it runs every {:.0f} s while it is that "
-            "slow (ten times its duration)",
-            last_query_seconds_, std::chrono::duration<double>(wait).count());
-      } else if (announced && wait <= options_.backlog_refresh) {
-        announced = false;
-        detail::log().info("metrics: the backlog query is quick again; it runs every {} ms",
-                           options_.backlog_refresh.count());
-      }
-      runs_done_ = run;
-      backlog_done_.notify_all();
-      // A refresh asked for runs early, but never inside the stretch.
-      const auto floor = std::min(wait, observe::earliest_asked_backlog_query(took));
-      backlog_wake_.wait_for(lock, floor, [this] { return stopping_; });
-      backlog_wake_.wait_for(lock, wait - floor, [this] { return stopping_ || refresh_asked_; });
-    }
-    backlog_done_.notify_all();  // refresh_backlog() callers: stopping
-  }
-
  public:
   // Asks for a run now (or once the last run's stretch is over: earliest_asked_backlog_query) and
   // waits up to `timeout` for one that began after the call.
   bool refresh_backlog(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(backlog_mutex_);
-    if (!backlog_started_ || stopping_) return false;
-    const std::uint64_t need = runs_begun_ + 1;
-    refresh_asked_ = true;
-    backlog_wake_.notify_all();
-    return backlog_done_.wait_for(lock, timeout, [&] { return stopping_ || runs_done_ >= need; }) &&
-           !stopping_;
+    return backlog_monitor_.refresh(timeout);
   }
 
  private:
-  // What stop() cancels with: the backlog connection's, replaced under the lock stop() takes.
-  void set_cancel(PGconn* conn) {
-    std::lock_guard lock(backlog_mutex_);
-    if (cancel_ != nullptr) PQfreeCancel(cancel_);
-    cancel_ = conn != nullptr ? PQgetCancel(conn) : nullptr;
-  }
-
-  // Brackets the query, so that stop() cancels only a query that runs, and none starts once it
-  // was asked to stop (false).
-  bool begin_query() {
-    std::lock_guard lock(backlog_mutex_);
-    if (stopping_) return false;
-    querying_ = true;
-    return true;
-  }
-  void end_query() {
-    std::lock_guard lock(backlog_mutex_);
-    querying_ = false;
-  }
-
-  struct Backlog {
-    std::vector<observe::BacklogRow> rows;
-    std::vector<observe::SlowAggregate> slowest;
-  };
-
-  // One run of the backlog query (this thread's connection). The first kMaxBacklogTypes types
-  // by pending count, the rest together under kOtherAggregateTypes; then the slowest aggregates.
-  // `took` is how long the query ran, also when it failed (a timeout was that slow). Nothing
-  // when stopping.
-  Backlog query_backlog(std::chrono::steady_clock::duration& took) {
-    if (!connection_ || !connection_->healthy()) {
-      set_cancel(nullptr);
-      connection_.reset();
-      connection_ = std::make_unique<pg::Connection>(pg::Connection::open(
-          options_.database_url, "outbox-metrics", {{"connect_timeout", "5"}}));
-      set_cancel(connection_->get());
-      // No JIT: it compiled this query anew on every run (0.17 s of 2.4 s at a million rows).
-      pg::exec(connection_->get(), "SET statement_timeout = 30000");
-      pg::exec(connection_->get(), "SET jit = off");
-    }
-    // Timed without the connection: a server that is down must not stretch the wait.
-    const auto began = std::chrono::steady_clock::now();
-    const auto timed = [&] { took = std::chrono::steady_clock::now() - began; };
-    if (!begin_query()) return {};
-    pg::Result result = [&] {
-      try {
-        pg::Result r = pg::exec(connection_->get(), backlog_sql());
-        timed();
-        end_query();
-        return r;
-      } catch (...) {
-        timed();  // a statement timeout counts: it was that slow
-        end_query();
-        throw;
-      }
-    }();
-    Backlog backlog;
-    std::vector<observe::BacklogRow> by_type;
-    for (int i = 0; i < result.rows(); ++i) {
-      if (result.text(i, 0) == "slow") {
-        backlog.slowest.push_back({std::string(result.text(i, 1)), std::string(result.text(i, 2)),
-                                   result.int64(i, 3), std::stod(std::string(result.text(i, 4)))});
-      } else {
-        by_type.push_back(
-            {std::string(result.text(i, 1)), std::stod(std::string(result.text(i, 3))),
-             std::stod(std::string(result.text(i, 4))), std::stod(std::string(result.text(i, 5)))});
-      }
-    }
-    // Most pending first (the first kMaxBacklogTypes keep their own label), then by name.
-    std::sort(by_type.begin(), by_type.end(), [](const auto& a, const auto& b) {
-      return a.pending != b.pending ? a.pending > b.pending : a.aggregate_type < b.aggregate_type;
-    });
-    std::sort(backlog.slowest.begin(), backlog.slowest.end(),
-              [](const auto& a, const auto& b) { return a.waiting_age > b.waiting_age; });
-    std::vector<observe::BacklogRow>& rows = backlog.rows;
-    std::size_t other = kMaxBacklogTypes;  // index of the shared row, once there is one
-    for (observe::BacklogRow& row : by_type) {
-      if (rows.size() < kMaxBacklogTypes && row.aggregate_type != kOtherAggregateTypes) {
-        rows.push_back(std::move(row));
-        continue;
-      }
-      if (other == kMaxBacklogTypes) {
-        other = rows.size();
-        rows.push_back({kOtherAggregateTypes, 0, 0, 0});
-      }
-      observe::BacklogRow& shared = rows[other];
-      shared.pending += row.pending;
-      shared.quarantined += row.quarantined;
-      shared.oldest_pending_age = std::max(shared.oldest_pending_age, row.oldest_pending_age);
-    }
-    return backlog;
-  }
-
-  // Two kinds of rows. 'type': pending rows by aggregate type, most pending first, with the age
-  // of the oldest aggregate head that should be going: due, or tried before (a retry waiting
-  // out its backoff), and not quarantined; a delayed event counts from its available_at
-  // (deliver_after), and an event waiting behind its aggregate's head is the head's wait, not a
-  // second one. 'slow': the ten aggregates whose head has waited longest, by the same measure
-  // (a quarantined head is the quarantine table's, a delayed one not yet due is not waiting),
-  // with their pending rows counted from the index. The heads are one pass over the pending index,
-  // the counts one over the pending rows: the cost grows with the backlog, not the history.
-  std::string backlog_sql() const {
-    return fmt::format(R"SQL(
-WITH heads AS MATERIALIZED (
-  SELECT DISTINCT ON (aggregate_type, aggregate_id)
-         aggregate_type, aggregate_id,
-         CASE WHEN quarantined_at IS NOT NULL THEN NULL
-              WHEN attempt_count > 0 THEN occurred_at
-              WHEN available_at <= now() THEN greatest(occurred_at, available_at) END AS since
-  FROM {events}
-  WHERE published_at IS NULL AND skipped_at IS NULL
-  ORDER BY aggregate_type, aggregate_id, aggregate_sequence),
-counts AS (
-  SELECT aggregate_type, count(*) FILTER (WHERE quarantined_at IS NULL) AS pending,
-         count(*) FILTER (WHERE quarantined_at IS NOT NULL) AS quarantined
-  FROM {events}
-  WHERE published_at IS NULL AND skipped_at IS NULL
-  GROUP BY aggregate_type),
-ages AS (
-  SELECT aggregate_type, extract(epoch FROM now() - min(since)) AS age
-  FROM heads GROUP BY aggregate_type),
-slowest AS (
-  SELECT aggregate_type, aggregate_id, since FROM heads
-  WHERE since IS NOT NULL ORDER BY since, aggregate_type, aggregate_id LIMIT 10)
-SELECT 'type', c.aggregate_type, NULL, c.pending::text, coalesce(a.age, 0)::text,
-       c.quarantined::text
-FROM counts c LEFT JOIN ages a USING (aggregate_type)
-UNION ALL
-SELECT 'slow', s.aggregate_type, s.aggregate_id,
-       (SELECT count(*) FROM {events} e
-        WHERE e.published_at IS NULL AND e.skipped_at IS NULL
-          AND e.aggregate_type = s.aggregate_type AND e.aggregate_id = s.aggregate_id)::text,
-       extract(epoch FROM now() - s.since)::text, NULL
-FROM slowest s)SQL",
-                       fmt::arg("events", options_.schema.table("outbox_events")));
-  }
-
   ObserveOptions options_;
   ListenAddress address_;
   std::vector<std::pair<const Relay*, std::string>> relays_;
@@ -710,26 +457,10 @@ FROM slowest s)SQL",
   observe::GuardedServer server_{observe::kListenerLimits};
   std::thread thread_;
   int bound_port_ = 0;
-  std::mutex backlog_mutex_;
-  std::condition_variable backlog_wake_;
-  bool stopping_ = false;
-  std::thread backlog_thread_;
-  std::unique_ptr<pg::Connection> connection_;  // the backlog thread's
   std::mutex api_mutex_;
   std::unique_ptr<pg::Connection> api_connection_;  // the admin page's
-  std::vector<observe::BacklogRow> backlog_;
-  std::vector<observe::SlowAggregate> slowest_;
-  double last_query_seconds_ = -1;  // before the first run: none
-  PGcancel* cancel_ = nullptr;      // under backlog_mutex_
-  bool querying_ = false;           // under backlog_mutex_
-  // refresh_backlog(): runs begun and done, and a run asked for (under backlog_mutex_).
-  std::condition_variable backlog_done_;
-  std::uint64_t runs_begun_ = 0;
-  std::uint64_t runs_done_ = 0;
-  bool refresh_asked_ = false;
-  bool backlog_started_ = false;
-  bool backlog_ok_ = false;
-  std::string backlog_error_;
+  observe::BacklogMonitor backlog_monitor_{options_.database_url, options_.schema,
+                                           options_.backlog_refresh};
 };
 
 ObserveServer::ObserveServer(ObserveOptions options)

@@ -80,6 +80,123 @@ void check_window(PGconn* conn, const FilterParams& params, const ReplayFilter& 
   }
 }
 
+// The statements one batch of a replay runs, made once for the whole replay.
+struct ReplayStatements {
+  std::string busy;
+  std::string touch;
+  std::string replay;
+  std::string tell_cdc;
+};
+
+ReplayStatements replay_statements(const SchemaName& schema) {
+  const std::string events = schema.table("outbox_events");
+  ReplayStatements statements;
+  // Locks the batch's pending rows (a relay's claim skips locked rows, so none is claimed while
+  // this transaction decides) and names the aggregates one of whose rows is under a live lease.
+  statements.busy = fmt::format(R"SQL(SELECT p.aggregate_type, p.aggregate_id,
+       p.claim_until IS NOT NULL AND p.claim_until > now()
+FROM {events} p
+JOIN unnest($1::text[], $2::text[]) AS a(chosen_type, chosen_id)
+  ON p.aggregate_type = a.chosen_type AND p.aggregate_id = a.chosen_id
+WHERE p.published_at IS NULL AND p.skipped_at IS NULL
+FOR UPDATE OF p)SQL",
+                                fmt::arg("events", events));
+  // A new version of each pending row of the aggregates replayed: a claim whose snapshot is older
+  // than this transaction still sees such a row as its aggregate's head, and would lock and claim
+  // it after the commit, ahead of the replayed events; a row changed since its snapshot is left by
+  // the claim's lock step (lock_and_claim in relay_sql.cpp) for the next claim, which sees the
+  // replayed events first.
+  statements.touch = fmt::format(R"SQL(UPDATE {events} p
+SET available_at = p.available_at
+FROM unnest($1::text[], $2::text[]) AS a(chosen_type, chosen_id)
+WHERE p.aggregate_type = a.chosen_type AND p.aggregate_id = a.chosen_id
+  AND p.published_at IS NULL AND p.skipped_at IS NULL)SQL",
+                                 fmt::arg("events", events));
+  // claimed_by 'replay': no relay's mark of an earlier publish (written again after a lost
+  // answer) can match the row and mark the replay done unsent.
+  statements.replay = fmt::format(R"SQL(WITH chosen AS (
+  UPDATE {events} e
+  SET published_at = NULL, claimed_by = 'replay', claim_until = NULL, attempt_count = 0,
+      last_error = NULL, available_at = now()
+  FROM unnest($6::text[], $7::text[]) AS a(chosen_type, chosen_id)
+  WHERE e.aggregate_type = a.chosen_type AND e.aggregate_id = a.chosen_id AND {chosen}
+  RETURNING e.event_id
+)
+INSERT INTO {audit} (event_id, action, actor, reason)
+SELECT event_id, 'replay', $8, $9 FROM chosen
+RETURNING event_id::text)SQL",
+                                  fmt::arg("events", events),
+                                  fmt::arg("audit", schema.table("outbox_operator_audit")),
+                                  fmt::arg("chosen", kChosen));
+  statements.tell_cdc = fmt::format(
+      "SELECT CASE WHEN current_setting('wal_level') = 'logical' "
+      "THEN pg_logical_emit_message(true, '{}', '') END",
+      schema.replay_message_prefix());
+  return statements;
+}
+
+using AggregateKeys = std::vector<std::pair<std::string, std::string>>;
+
+// Locks the batch's pending rows (statements.busy) and returns the aggregates one of whose rows
+// is under a live lease.
+std::set<std::pair<std::string, std::string>> lock_busy(PGconn* conn, const std::string& busy_sql,
+                                                        const AggregateKeys& batch_aggregates) {
+  pg::ArrayLiteral all_types, all_ids;
+  for (const auto& [type, id] : batch_aggregates) {
+    all_types.add(type);
+    all_ids.add(id);
+  }
+  const auto locked = pg::exec(conn, busy_sql, {all_types.text().c_str(), all_ids.text().c_str()});
+  std::set<std::pair<std::string, std::string>> busy;
+  for (int i = 0; i < locked.rows(); ++i) {
+    if (locked.text(i, 2) == "t") busy.emplace(locked.text(i, 0), locked.text(i, 1));
+  }
+  return busy;
+}
+
+// One batch of whole aggregates in one transaction: the busy ones left out, the rest replayed
+// and audited, the CDC relays told.
+void replay_batch(PGconn* conn, const ReplayStatements& statements, const FilterParams& params,
+                  const AggregateKeys& batch_aggregates, const std::string& actor,
+                  const std::string& reason, ReplayResult& result) {
+  pg::exec(conn, "BEGIN");
+  try {
+    const auto busy = lock_busy(conn, statements.busy, batch_aggregates);
+    pg::ArrayLiteral types, ids;
+    for (const auto& aggregate : batch_aggregates) {
+      if (busy.contains(aggregate)) continue;
+      types.add(aggregate.first);
+      ids.add(aggregate.second);
+    }
+    result.busy_aggregates += busy.size();
+    pg::exec(conn, statements.touch, {types.text().c_str(), ids.text().c_str()});
+    std::vector<const char*> values = params.values;
+    values.push_back(types.text().c_str());
+    values.push_back(ids.text().c_str());
+    values.push_back(actor.c_str());
+    values.push_back(reason.c_str());
+    const auto replayed = pg::exec(conn, statements.replay, values);
+    if (replayed.rows() > 0) pg::exec(conn, statements.tell_cdc);
+    pg::commit(conn);
+    for (int i = 0; i < replayed.rows(); ++i) {
+      result.replayed.push_back(EventId::parse(replayed.text(i, 0)).value_or(EventId{}));
+    }
+  } catch (...) {
+    pg::rollback_quietly(conn);
+    throw;
+  }
+}
+
+void check_replay_request(PGconn* conn, const std::string& actor, const std::string& reason) {
+  if (actor.empty()) throw InvalidArgument("replay needs an actor (who did it) for the audit");
+  if (reason.empty()) throw InvalidArgument("replay needs a reason for the audit record");
+  detail::check_audit_text("replay", "actor", actor);
+  detail::check_audit_text("replay", "reason", reason);
+  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    throw InvalidArgument("replay needs an idle connection; it runs its own transactions");
+  }
+}
+
 }  // namespace
 
 ReplayPlan plan_replay(PGconn* conn, const SchemaName& schema, const ReplayFilter& filter) {
@@ -104,118 +221,36 @@ ReplayResult replay_published(PGconn* conn, const SchemaName& schema, const Repl
                               const std::string& actor, const std::string& reason,
                               const std::function<void(std::size_t, std::size_t)>& progress,
                               std::size_t batch_events) {
-  if (actor.empty()) throw InvalidArgument("replay needs an actor (who did it) for the audit");
-  if (reason.empty()) throw InvalidArgument("replay needs a reason for the audit record");
-  detail::check_audit_text("replay", "actor", actor);
-  detail::check_audit_text("replay", "reason", reason);
-  if (conn == nullptr || PQtransactionStatus(conn) != PQTRANS_IDLE) {
-    throw InvalidArgument("replay needs an idle connection; it runs its own transactions");
-  }
+  check_replay_request(conn, actor, reason);
   // One end for every statement: "now" would move between the batches.
   ReplayFilter filter = given;
   if (filter.until.empty())
     filter.until = std::string(pg::exec(conn, "SELECT now()::text").text(0, 0));
   const FilterParams params(filter);
   check_window(conn, params, filter);
-  const std::string events = schema.table("outbox_events");
   // The aggregates with chosen events, and how many each: whole aggregates go per transaction.
   const auto aggregates = run_filtered(
       conn,
       fmt::format("SELECT aggregate_type, aggregate_id, count(*) FROM {} WHERE {} "
                   "GROUP BY aggregate_type, aggregate_id ORDER BY aggregate_type, aggregate_id",
-                  events, kChosen),
+                  schema.table("outbox_events"), kChosen),
       params.values, filter);
   std::size_t total = 0;
   for (int row = 0; row < aggregates.rows(); ++row) {
     total += static_cast<std::size_t>(aggregates.int64(row, 2));
   }
-  // Locks the batch's pending rows (a relay's claim skips locked rows, so none is claimed while
-  // this transaction decides) and names the aggregates one of whose rows is under a live lease.
-  const std::string busy_sql = fmt::format(R"SQL(SELECT p.aggregate_type, p.aggregate_id,
-       p.claim_until IS NOT NULL AND p.claim_until > now()
-FROM {events} p
-JOIN unnest($1::text[], $2::text[]) AS a(chosen_type, chosen_id)
-  ON p.aggregate_type = a.chosen_type AND p.aggregate_id = a.chosen_id
-WHERE p.published_at IS NULL AND p.skipped_at IS NULL
-FOR UPDATE OF p)SQL",
-                                           fmt::arg("events", events));
-  // A new version of each pending row of the aggregates replayed: a claim whose snapshot is older
-  // than this transaction still sees such a row as its aggregate's head, and would lock and claim
-  // it after the commit, ahead of the replayed events; a row changed since its snapshot is left by
-  // the claim's lock step (lock_and_claim in relay_sql.cpp) for the next claim, which sees the
-  // replayed events first.
-  const std::string touch_sql = fmt::format(R"SQL(UPDATE {events} p
-SET available_at = p.available_at
-FROM unnest($1::text[], $2::text[]) AS a(chosen_type, chosen_id)
-WHERE p.aggregate_type = a.chosen_type AND p.aggregate_id = a.chosen_id
-  AND p.published_at IS NULL AND p.skipped_at IS NULL)SQL",
-                                            fmt::arg("events", events));
-  // claimed_by 'replay': no relay's mark of an earlier publish (written again after a lost
-  // answer) can match the row and mark the replay done unsent.
-  const std::string sql = fmt::format(R"SQL(WITH chosen AS (
-  UPDATE {events} e
-  SET published_at = NULL, claimed_by = 'replay', claim_until = NULL, attempt_count = 0,
-      last_error = NULL, available_at = now()
-  FROM unnest($6::text[], $7::text[]) AS a(chosen_type, chosen_id)
-  WHERE e.aggregate_type = a.chosen_type AND e.aggregate_id = a.chosen_id AND {chosen}
-  RETURNING e.event_id
-)
-INSERT INTO {audit} (event_id, action, actor, reason)
-SELECT event_id, 'replay', $8, $9 FROM chosen
-RETURNING event_id::text)SQL",
-                                      fmt::arg("events", events),
-                                      fmt::arg("audit", schema.table("outbox_operator_audit")),
-                                      fmt::arg("chosen", kChosen));
-  const std::string tell_cdc = fmt::format(
-      "SELECT CASE WHEN current_setting('wal_level') = 'logical' "
-      "THEN pg_logical_emit_message(true, '{}', '') END",
-      schema.replay_message_prefix());
+  const ReplayStatements statements = replay_statements(schema);
   ReplayResult result;
   std::size_t done = 0;
   int row = 0;
   while (row < aggregates.rows()) {
-    std::vector<std::pair<std::string, std::string>> batch_aggregates;
+    AggregateKeys batch_aggregates;
     std::size_t batch = 0;
     for (; row < aggregates.rows() && (batch == 0 || batch < batch_events); ++row) {
       batch_aggregates.emplace_back(aggregates.text(row, 0), aggregates.text(row, 1));
       batch += static_cast<std::size_t>(aggregates.int64(row, 2));
     }
-    pg::exec(conn, "BEGIN");
-    try {
-      pg::ArrayLiteral all_types, all_ids;
-      for (const auto& [type, id] : batch_aggregates) {
-        all_types.add(type);
-        all_ids.add(id);
-      }
-      const auto locked =
-          pg::exec(conn, busy_sql, {all_types.text().c_str(), all_ids.text().c_str()});
-      std::set<std::pair<std::string, std::string>> busy;
-      for (int i = 0; i < locked.rows(); ++i) {
-        if (locked.text(i, 2) == "t") busy.emplace(locked.text(i, 0), locked.text(i, 1));
-      }
-      pg::ArrayLiteral types, ids;
-      for (const auto& aggregate : batch_aggregates) {
-        if (busy.contains(aggregate)) continue;
-        types.add(aggregate.first);
-        ids.add(aggregate.second);
-      }
-      result.busy_aggregates += busy.size();
-      pg::exec(conn, touch_sql, {types.text().c_str(), ids.text().c_str()});
-      std::vector<const char*> values = params.values;
-      values.push_back(types.text().c_str());
-      values.push_back(ids.text().c_str());
-      values.push_back(actor.c_str());
-      values.push_back(reason.c_str());
-      const auto replayed = pg::exec(conn, sql, values);
-      if (replayed.rows() > 0) pg::exec(conn, tell_cdc);
-      pg::commit(conn);
-      for (int i = 0; i < replayed.rows(); ++i) {
-        result.replayed.push_back(EventId::parse(replayed.text(i, 0)).value_or(EventId{}));
-      }
-    } catch (...) {
-      pg::rollback_quietly(conn);
-      throw;
-    }
+    replay_batch(conn, statements, params, batch_aggregates, actor, reason, result);
     done += batch;
     if (progress) progress(done, total);
   }

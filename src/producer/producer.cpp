@@ -254,12 +254,8 @@ void Producer::validate(const NewEvent& event) const {
   // What the relay will send: the payload as jsonb prints it (payload::text), not the caller's
   // text, which can be much shorter (1e999 is 5 bytes and prints as 1000 digits).
   const std::uint64_t header_bytes =
-      headers.message_bytes +
-      (event.traceparent.empty()
-           ? 0
-           : detail::kafka_header_bytes(std::string_view("traceparent").size(),
-                                        event.traceparent.size())) +
-      detail::outbox_header_bytes(event.event_type, event.aggregate_type, event.schema_version);
+      detail::event_header_bytes(headers.message_bytes, event.traceparent, event.event_type,
+                                 event.aggregate_type, event.schema_version);
   const std::uint64_t size =
       detail::kKafkaMessageFraming + event.aggregate_id.size() + payload.text_bytes + header_bytes;
   if (size > options_.max_payload_bytes) {

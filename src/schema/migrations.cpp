@@ -338,8 +338,9 @@ $migration$;
 
 int latest_schema_version() { return kMigrations.back().version; }
 
-MigrationReport migrate(PGconn* conn, const SchemaName& schema,
-                        std::chrono::milliseconds lock_timeout) {
+namespace {
+
+void check_migrate_request(PGconn* conn, std::chrono::milliseconds lock_timeout) {
   if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
     throw InvalidArgument("migrate needs an idle connection, not one inside a transaction");
   }
@@ -348,42 +349,61 @@ MigrationReport migrate(PGconn* conn, const SchemaName& schema,
         fmt::format("migrate: lock timeout is {} ms; give 0 (wait as long as it takes) or more",
                     lock_timeout.count()));
   }
+}
+
+// In the migration's transaction: the schema's advisory lock, then the lock timeout, the schema
+// and its table of versions.
+void lock_and_create_schema(PGconn* conn, const SchemaName& schema,
+                            std::chrono::milliseconds lock_timeout) {
   const std::string& s = schema.quoted();
+  pg::exec(conn, "SET LOCAL client_min_messages = warning");  // no "already exists" notices
+  pg::exec(conn, "SELECT pg_advisory_xact_lock(hashtext($1))",
+           {("outbox.migrate." + schema.name()).c_str()});
+  // Only now: another migrate call may hold the advisory lock for as long as its DDL takes.
+  pg::exec(conn, fmt::format("SET LOCAL lock_timeout = {}", lock_timeout.count()));
+  pg::exec(conn, "CREATE SCHEMA IF NOT EXISTS " + s);
+  pg::exec(conn, "CREATE TABLE IF NOT EXISTS " + schema.table("outbox_schema_migrations") +
+                     " (version integer PRIMARY KEY, name text NOT NULL,"
+                     "  applied_at timestamptz NOT NULL DEFAULT now())");
+}
+
+// Applies the migrations the schema has not had yet, each recorded; `report` says which.
+void apply_missing(PGconn* conn, const SchemaName& schema, MigrationReport& report) {
+  const std::string& s = schema.quoted();
+  const auto current = pg::exec(
+      conn, "SELECT coalesce(max(version), 0) FROM " + schema.table("outbox_schema_migrations"));
+  report.from_version = static_cast<int>(current.int64(0, 0));
+  report.to_version = report.from_version;
+  if (report.from_version > latest_schema_version()) {
+    throw Error(fmt::format(
+        "schema {} is at version {}, newer than this build of outbox knows ({}); upgrade outbox",
+        schema.name(), report.from_version, latest_schema_version()));
+  }
+  for (const Migration& m : kMigrations) {
+    if (m.version <= report.from_version) continue;
+    pg::exec(conn, fmt::format(fmt::runtime(m.sql), fmt::arg("s", s),
+                               fmt::arg("channel", schema.notify_channel()),
+                               fmt::arg("witness", '"' + schema.name() + "_outbox_seq\""),
+                               fmt::arg("witness_literal", "'" + schema.name() + "_outbox_seq'")));
+    pg::exec(conn,
+             "INSERT INTO " + schema.table("outbox_schema_migrations") +
+                 " (version, name) VALUES ($1, $2)",
+             {std::to_string(m.version).c_str(), m.name});
+    report.to_version = m.version;
+    ++report.applied;
+  }
+}
+
+}  // namespace
+
+MigrationReport migrate(PGconn* conn, const SchemaName& schema,
+                        std::chrono::milliseconds lock_timeout) {
+  check_migrate_request(conn, lock_timeout);
   MigrationReport report;
   pg::exec(conn, "BEGIN");
   try {
-    pg::exec(conn, "SET LOCAL client_min_messages = warning");  // no "already exists" notices
-    pg::exec(conn, "SELECT pg_advisory_xact_lock(hashtext($1))",
-             {("outbox.migrate." + schema.name()).c_str()});
-    // Only now: another migrate call may hold the advisory lock for as long as its DDL takes.
-    pg::exec(conn, fmt::format("SET LOCAL lock_timeout = {}", lock_timeout.count()));
-    pg::exec(conn, "CREATE SCHEMA IF NOT EXISTS " + s);
-    pg::exec(conn, "CREATE TABLE IF NOT EXISTS " + schema.table("outbox_schema_migrations") +
-                       " (version integer PRIMARY KEY, name text NOT NULL,"
-                       "  applied_at timestamptz NOT NULL DEFAULT now())");
-    const auto current = pg::exec(
-        conn, "SELECT coalesce(max(version), 0) FROM " + schema.table("outbox_schema_migrations"));
-    report.from_version = static_cast<int>(current.int64(0, 0));
-    report.to_version = report.from_version;
-    if (report.from_version > latest_schema_version()) {
-      throw Error(fmt::format(
-          "schema {} is at version {}, newer than this build of outbox knows ({}); upgrade outbox",
-          schema.name(), report.from_version, latest_schema_version()));
-    }
-    for (const Migration& m : kMigrations) {
-      if (m.version <= report.from_version) continue;
-      pg::exec(conn,
-               fmt::format(fmt::runtime(m.sql), fmt::arg("s", s),
-                           fmt::arg("channel", schema.notify_channel()),
-                           fmt::arg("witness", '"' + schema.name() + "_outbox_seq\""),
-                           fmt::arg("witness_literal", "'" + schema.name() + "_outbox_seq'")));
-      pg::exec(conn,
-               "INSERT INTO " + schema.table("outbox_schema_migrations") +
-                   " (version, name) VALUES ($1, $2)",
-               {std::to_string(m.version).c_str(), m.name});
-      report.to_version = m.version;
-      ++report.applied;
-    }
+    lock_and_create_schema(conn, schema, lock_timeout);
+    apply_missing(conn, schema, report);
     pg::commit(conn);
   } catch (const DatabaseError& error) {
     pg::rollback_quietly(conn);
