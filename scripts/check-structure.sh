@@ -2,14 +2,12 @@
 # The structure's rules that a build does not check (docs/ARCHITECTURE.md):
 #   1. no include cycle between folders of src/: each folder's includes of another folder's
 #      headers are edges, and tsort fails on a loop (a folder's includes of itself do not count);
-#   2. the files of src/ over 500 lines, listed (a limit the code is being brought under: issue 24;
-#      --strict makes it fail).
-# Run by `make test`; exits 1 with the loop or the files named.
+#   2. no file of src/ over 500 lines;
+#   3. no function of src/ over 60 lines (universal-ctags finds them), except one that holds SQL
+#      text (a raw string R"SQL(...)": a statement reads best whole).
+# Run by `make test`; exits 1 with the loop, the files or the functions named.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-
-strict=false
-[[ "${1:-}" == --strict ]] && strict=true
 
 # "includer-folder included-folder" per include of a header under src/ from another folder.
 edges="$(grep -rHoE '^#include "[a-z_/]+\.hpp"' src | while IFS=: read -r file include; do
@@ -35,8 +33,35 @@ fi
 long="$(find src -name '*.[ch]pp' -print0 | xargs -0 wc -l | awk '$2 != "total" && $1 > 500' |
   sort -rn)"
 if [[ -n "$long" ]]; then
-  echo "check-structure: files of src/ over 500 lines:"
-  echo "$long"
-  if $strict; then status=1; fi
+  echo "check-structure: FAIL: files of src/ over 500 lines (split them by job):" >&2
+  echo "$long" >&2
+  status=1
+else
+  echo "check-structure: no file of src/ over 500 lines"
+fi
+
+# "lines file:line name" for each function of over 60 lines whose text holds no R"SQL(.
+functions="$(find src -name '*.cpp' | sort | while read -r file; do
+  ctags --language-force=C++ --kinds-C++=f --fields=+ne -o - "$file" |
+    awk -F'\t' -v file="$file" '{
+      start = end = 0
+      for (i = 4; i <= NF; i++) {
+        if ($i ~ /^line:/) start = substr($i, 6)
+        if ($i ~ /^end:/) end = substr($i, 5)
+      }
+      if (end - start + 1 > 60) print start, end, $1
+    }' |
+    while read -r start end name; do
+      if ! sed -n "${start},${end}p" "$file" | grep -q 'R"SQL('; then
+        echo "$((end - start + 1)) $file:$start $name"
+      fi
+    done
+done)"
+if [[ -n "$functions" ]]; then
+  echo "check-structure: FAIL: functions of src/ over 60 lines (call named helpers):" >&2
+  echo "$functions" >&2
+  status=1
+else
+  echo "check-structure: no function of src/ over 60 lines but SQL text"
 fi
 exit "$status"

@@ -14,6 +14,7 @@ packages=(
   curl  # the observability tests ask the HTTP endpoints
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format clang-tidy
+  universal-ctags  # scripts/check-structure.sh measures functions
   clang libclang-rt-14-dev  # the fuzz tests (tests/fuzz): clang++ -fsanitize=fuzzer,address,undefined
   python3  # the bench smoke test reads results.json
   openssl  # the TLS test makes its own CA
