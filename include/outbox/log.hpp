@@ -15,7 +15,8 @@ void set_log_format(LogFormat format);
 enum class LogLevel { debug, info, warn, error };
 
 // One line through the library's logger, in its format: a program's own lines beside the
-// library's.
+// library's. The text format writes `message` as it is: pass values that came from outside
+// through printable() (outbox/text.hpp), or a newline in one forges a log line.
 void write_log(LogLevel level, std::string_view message);
 
 }  // namespace outbox

@@ -18,7 +18,6 @@ namespace {
 // 2000-01-01 00:00:00 UTC in microseconds since 1970-01-01.
 constexpr PgTimestamp kPgEpochInUnixMicros = 946'684'800'000'000;
 constexpr std::size_t kXLogDataHeaderSize = 1 + 8 + 8 + 8;
-constexpr std::size_t kKeepaliveSize = 1 + 8 + 8 + 1;
 void put_u64(char* out, std::uint64_t value) {
   for (int i = 7; i >= 0; --i) {
     *out++ = static_cast<char>((value >> (8U * static_cast<unsigned>(i))) & 0xFFU);

@@ -11,9 +11,17 @@ namespace outbox::cdc {
 
 namespace {
 
-// The server's clock as a PgTimestamp (microseconds since 2000-01-01), as SQL.
-constexpr const char* kServerClock =
-    "((extract(epoch FROM clock_timestamp()) - 946684800) * 1000000)::bigint::text";
+// The statements that read the server's clock as a PgTimestamp (microseconds since 2000-01-01),
+// whole at compile time: slot_lag runs every second, clock_and_flush at every table poll.
+#define OUTBOX_SERVER_CLOCK \
+  "((extract(epoch FROM clock_timestamp()) - 946684800) * 1000000)::bigint::text"
+constexpr const char* kSlotLagSql =
+    "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text, "
+    "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, " OUTBOX_SERVER_CLOCK
+    " FROM pg_replication_slots WHERE slot_name = $1";
+constexpr const char* kClockAndFlushSql =
+    "SELECT " OUTBOX_SERVER_CLOCK ", pg_current_wal_flush_lsn()::text";
+#undef OUTBOX_SERVER_CLOCK
 
 }  // namespace
 
@@ -74,13 +82,7 @@ void drop_slot(PGconn* conn, const std::string& slot) {
 }
 
 std::optional<SlotLag> slot_lag(PGconn* conn, const std::string& slot) {
-  const auto result = pg::exec(
-      conn,
-      fmt::format("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint::text, "
-                  "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint::text, "
-                  "{} FROM pg_replication_slots WHERE slot_name = $1",
-                  kServerClock),
-      pg::Params().text(slot).pointers());
+  const auto result = pg::exec(conn, kSlotLagSql, pg::Params().text(slot).pointers());
   if (result.rows() == 0 || result.is_null(0, 0) || result.is_null(0, 1)) return std::nullopt;
   return SlotLag{result.int64(0, 0), result.int64(0, 1), result.int64(0, 2)};
 }
@@ -110,8 +112,7 @@ SlotActivity slot_activity(PGconn* conn, const std::string& slot) {
 }
 
 std::optional<ClockAndFlush> clock_and_flush(PGconn* conn) {
-  const auto result =
-      pg::exec(conn, fmt::format("SELECT {}, pg_current_wal_flush_lsn()::text", kServerClock));
+  const auto result = pg::exec(conn, kClockAndFlushSql);
   const std::optional<Lsn> flushed = parse_lsn(result.text(0, 1));
   if (!flushed) return std::nullopt;
   return ClockAndFlush{result.int64(0, 0), *flushed};
