@@ -43,8 +43,9 @@ void print_text(const OutboxStatus& s) {
   for (const SlotStatus& slot : s.slots) {
     std::cout << "slot " << outbox::printable(slot.name) << ": "
               << (slot.walsender.empty() ? std::string("not streamed")
-                                         : "streamed (walsender " + slot.walsender + ")")
-              << ", wal_status " << slot.wal_status;
+                                         : "streamed (walsender " + slot.walsender + ")");
+    if (!slot.streamed_by.empty()) std::cout << " by relay " << outbox::printable(slot.streamed_by);
+    std::cout << ", wal_status " << slot.wal_status;
     if (slot.retained) {
       std::cout << ", holds " << mebibytes(*slot.retained) << " of WAL, "
                 << mebibytes(slot.unconfirmed.value_or(0)) << " not confirmed";
@@ -54,14 +55,20 @@ void print_text(const OutboxStatus& s) {
     if (slot.table_less) {
       std::cout << "; registered for table-less events: the only copy of those not yet published";
     }
+    for (const std::string& standby : slot.standbys) {
+      std::cout << "; standby: relay " << outbox::printable(standby);
+    }
     std::cout << "\n";
   }
   for (const RelaySessionStatus& relay : s.relays) {
     std::cout << "relay " << outbox::printable(relay.relay_id) << ": "
-              << (relay.ended
-                      ? std::string("ended")
-                      : fmt::format("seen {:.0f} s ago, {}", relay.seen_seconds_ago, relay.state()))
-              << "\n";
+              << (relay.ended ? std::string("ended")
+                              : fmt::format("seen {:.0f} s ago, {}", relay.seen_seconds_ago,
+                                            relay.state()));
+    if (const std::string role = relay.slot_role(); !role.empty()) {
+      std::cout << ", " << outbox::printable(role);
+    }
+    std::cout << "\n";
   }
 }
 
@@ -74,16 +81,24 @@ nlohmann::json to_json(const OutboxStatus& s) {
          {"wal_status", slot.wal_status},
          {"retained_bytes", slot.retained ? nlohmann::json(*slot.retained) : nullptr},
          {"unconfirmed_bytes", slot.unconfirmed ? nlohmann::json(*slot.unconfirmed) : nullptr},
-         {"table_less", slot.table_less}});
+         {"table_less", slot.table_less},
+         {"streamed_by",
+          slot.streamed_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(slot.streamed_by)},
+         {"standbys", slot.standbys}});
   }
   nlohmann::json relays = nlohmann::json::array();
   for (const RelaySessionStatus& relay : s.relays) {
-    relays.push_back({{"relay_id", relay.relay_id},
-                      {"ended", relay.ended},
-                      {"listening", relay.listening},
-                      {"state", std::string(relay.state())},
-                      {"seen_seconds_ago", relay.ended ? nlohmann::json(nullptr)
-                                                       : nlohmann::json(relay.seen_seconds_ago)}});
+    relays.push_back(
+        {{"relay_id", relay.relay_id},
+         {"ended", relay.ended},
+         {"listening", relay.listening},
+         {"state", std::string(relay.state())},
+         {"slot", relay.slot.empty() ? nlohmann::json(nullptr) : nlohmann::json(relay.slot)},
+         {"slot_mode",
+          relay.slot_mode.empty() ? nlohmann::json(nullptr) : nlohmann::json(relay.slot_mode)},
+         {"slot_streamed", relay.slot_streamed},
+         {"seen_seconds_ago",
+          relay.ended ? nlohmann::json(nullptr) : nlohmann::json(relay.seen_seconds_ago)}});
   }
   // Values from the table are any writer's: dump() escapes them and replaces bytes that are
   // not UTF-8, so one line stays one valid JSON object.

@@ -22,6 +22,10 @@ struct SlotStatus {
   std::optional<std::int64_t> retained;     // bytes of WAL it holds; nullopt: its WAL is gone
   std::optional<std::int64_t> unconfirmed;  // bytes not confirmed yet
   bool table_less = false;  // registered for table-less events (the only copy of those)
+  // The relay session streaming it: the one whose row names this slot and this walsender (empty:
+  // not streamed, or by something that is no relay session of this schema).
+  std::string streamed_by;
+  std::vector<std::string> standbys;  // relay sessions waiting to take it over
 };
 
 // A relay session outbox_relays knows (alive ones refresh their row every 10 s).
@@ -30,9 +34,20 @@ struct RelaySessionStatus {
   bool listening = false;       // waiting for work (LISTEN) rather than working
   double seen_seconds_ago = 0;  // -1 for an ended session
   bool ended = false;
+  // A change-data-capture relay's slot, as its row says (migration 15); empty for a polling
+  // relay. slot_mode: "streaming" (and slot_streamed: pg_replication_slots agrees, the slot's
+  // walsender is the one the row names), "standby" (another relay streams it), "released" (let
+  // go over the WAL budget: publishing from the table until it streams again).
+  std::string slot;
+  std::string slot_mode;
+  bool slot_streamed = false;
 
   // "ended", "silent" (not seen for 30 s: stalled or gone), "waiting for work" or "working".
   [[nodiscard]] std::string_view state() const;
+  // What it does with its slot, for a person: "streams slot s", "standby for slot s", "let slot s
+  // go, publishes from the table", "says it streams slot s, which another walsender streams";
+  // empty for a polling relay and for an ended session.
+  [[nodiscard]] std::string slot_role() const;
 };
 
 struct OutboxStatus {

@@ -363,11 +363,12 @@ class ObserveServer::Impl {
     PGconn* conn = api_connection();
     // Every relay session the table knows: alive ones beat every 10 s.
     for (const RelaySessionStatus& relay : read_relay_sessions(conn, options_.schema, 50)) {
-      parts.push_back(
-          {{"part", "relay " + relay.relay_id},
-           {"state", std::string(relay.state())},
-           {"detail", relay.ended ? std::string()
-                                  : fmt::format("seen {:.0f} s ago", relay.seen_seconds_ago)}});
+      std::string detail;
+      if (!relay.ended) detail = fmt::format("seen {:.0f} s ago", relay.seen_seconds_ago);
+      if (const std::string role = relay.slot_role(); !role.empty()) detail += "; " + role;
+      parts.push_back({{"part", "relay " + relay.relay_id},
+                       {"state", std::string(relay.state())},
+                       {"detail", detail}});
     }
     out["parts"] = std::move(parts);
     out["quarantine"] = quarantine_json(list_quarantined(conn, options_.schema, 100));

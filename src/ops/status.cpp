@@ -1,9 +1,12 @@
 #include "outbox/status.hpp"
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
+#include "pg/params.hpp"
 
 namespace outbox {
 
@@ -22,25 +25,50 @@ std::string_view RelaySessionStatus::state() const {
   return listening ? "waiting for work" : "working";
 }
 
+std::string RelaySessionStatus::slot_role() const {
+  if (ended || slot.empty()) return {};
+  if (slot_mode == "streaming") {
+    return slot_streamed ? "streams slot " + slot
+                         : "says it streams slot " + slot + ", but pg_replication_slots disagrees";
+  }
+  if (slot_mode == "standby") return "standby for slot " + slot;
+  if (slot_mode == "released") return "let slot " + slot + " go, publishes from the table";
+  return "slot " + slot + " (" + slot_mode + ")";
+}
+
 std::vector<RelaySessionStatus> read_relay_sessions(PGconn* conn, const SchemaName& schema,
                                                     int limit) {
   if (limit < 0) {
     throw InvalidArgument("read_relay_sessions: a limit of " + std::to_string(limit) +
                           " sessions; give 0 or more");
   }
-  const std::string limit_text = std::to_string(limit);
-  const auto rows =
-      pg::exec(conn,
-               "SELECT relay_id, listening::text, "
-               // An ended session's seen_at is -infinity: no age (PostgreSQL 15 refuses the sum).
-               "CASE WHEN isfinite(seen_at) THEN extract(epoch FROM now() - seen_at)::float8::text "
-               "ELSE '-1' END, (ended_at IS NOT NULL)::text FROM " +
-                   schema.table("outbox_relays") + " ORDER BY seen_at DESC LIMIT $1::int",
-               {limit_text.c_str()});
+  enum Column : int { kId, kListening, kSeenAgo, kEnded, kSlot, kSlotMode, kStreamed };
+  // A streaming session counts as such only when the slot's walsender is the one its row names
+  // (the row is the relay's word; pg_replication_slots is the server's).
+  const auto rows = pg::exec(conn,
+                             fmt::format(R"SQL(
+SELECT r.relay_id, r.listening::text,
+       -- An ended session's seen_at is -infinity: no age (PostgreSQL 15 refuses the sum).
+       CASE WHEN isfinite(r.seen_at) THEN extract(epoch FROM now() - r.seen_at)::float8::text
+            ELSE '-1' END,
+       (r.ended_at IS NOT NULL)::text, coalesce(r.slot_name, ''), coalesce(r.slot_mode, ''),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s
+               WHERE s.slot_name = r.slot_name AND s.database = current_database()
+                 AND s.active_pid = r.walsender_pid)::text
+FROM {relays} r ORDER BY r.seen_at DESC LIMIT $1::int)SQL",
+                                         fmt::arg("relays", schema.table("outbox_relays"))),
+                             pg::Params().integer(limit).pointers());
   std::vector<RelaySessionStatus> out;
   for (int row = 0; row < rows.rows(); ++row) {
-    out.push_back({std::string(rows.text(row, 0)), rows.text(row, 1) == "true",
-                   std::stod(std::string(rows.text(row, 2))), rows.text(row, 3) == "true"});
+    RelaySessionStatus session;
+    session.relay_id = rows.text(row, kId);
+    session.listening = rows.text(row, kListening) == "true";
+    session.seen_seconds_ago = std::stod(std::string(rows.text(row, kSeenAgo)));
+    session.ended = rows.text(row, kEnded) == "true";
+    session.slot = rows.text(row, kSlot);
+    session.slot_mode = rows.text(row, kSlotMode);
+    session.slot_streamed = rows.text(row, kStreamed) == "true";
+    out.push_back(std::move(session));
   }
   return out;
 }
@@ -89,9 +117,16 @@ OutboxStatus read_status(PGconn* conn, const SchemaName& schema) {
   for (int row = 0; row < slots.rows(); ++row) {
     status.slots.push_back({std::string(slots.text(row, 0)), std::string(slots.text(row, 1)),
                             std::string(slots.text(row, 2)), optional_int(slots, row, 3),
-                            optional_int(slots, row, 4), slots.text(row, 5) == "true"});
+                            optional_int(slots, row, 4), slots.text(row, 5) == "true", {}, {}});
   }
   status.relays = read_relay_sessions(conn, schema);
+  for (SlotStatus& slot : status.slots) {
+    for (const RelaySessionStatus& relay : status.relays) {
+      if (relay.ended || relay.slot != slot.name) continue;
+      if (relay.slot_mode == "streaming" && relay.slot_streamed) slot.streamed_by = relay.relay_id;
+      if (relay.slot_mode == "standby") slot.standbys.push_back(relay.relay_id);
+    }
+  }
   return status;
 }
 

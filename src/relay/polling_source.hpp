@@ -59,10 +59,39 @@ class PollingSource final : public RelaySourceBase {
   // on this one narrows it to what it does not bring itself.
   void set_claim_horizon(ClaimHorizon horizon) { claim_horizon_ = horizon; }
 
+  // What a source built on this one streams from, shown by `outbox status` from the session's
+  // row: a replication slot, the mode it is in for it ("streaming", "standby", "released"), and
+  // the walsender's pid while streaming (0 otherwise). Empty: nothing (a polling relay).
+  struct StreamNote {
+    std::string slot;
+    std::string mode;
+    int walsender = 0;
+    bool operator==(const StreamNote&) const = default;
+  };
+  // Written to the row at once when it changed, and again with every heartbeat.
+  void set_stream(StreamNote note);
+
   // The session, for a source built on this one (its own statements).
   [[nodiscard]] PGconn* connection() const { return session_.connection.get(); }
 
  private:
+  // A relay refreshes its outbox_relays row this often, awake or listening; producers ignore rows
+  // older than 30 s (migrations 3 and 6), so a relay that died awake stops suppressing NOTIFY
+  // soon, and one that died listening stops asking for it. (A live relay's sweep takes a dead
+  // session's row out of their count sooner.)
+  static constexpr std::chrono::seconds kHeartbeat{10};
+  // Every relay looks this often for relay sessions that ended (relay_sql::sweep): one statement
+  // on the small outbox_relays table and pg_locks, never on the claim's path. A session seen
+  // ended counts as dead after kSessionGrace, or kRestartGrace if it began before the server's
+  // last start (every relay then reconnects at once, the last after up to
+  // reconnect_backoff_max, 5 s by default). Then its claims are taken over at once instead of
+  // after their lease: after a SIGKILL another relay publishes them within kSweepEvery +
+  // kSessionGrace + a claim.
+  static constexpr milliseconds kSweepEvery{500};
+  static constexpr milliseconds kSessionGrace{1000};
+  static constexpr milliseconds kRestartGrace{10000};
+
+  // polling_session.cpp: the session's connection, row, reconnect, leaving and sweep.
   struct Session {
     pg::Connection connection;
     std::int64_t lock_key = 0;
@@ -112,6 +141,7 @@ class PollingSource final : public RelaySourceBase {
   std::string cursor_type_;  // where the next claim's scan of pending aggregates starts
   std::string cursor_id_;
   ClaimHorizon claim_horizon_ = ClaimHorizon::everything();
+  StreamNote stream_;
 };
 
 }  // namespace outbox::detail

@@ -15,12 +15,16 @@ enum SweepColumn : int { kSessionId = 0, kUntilDeadMs = 1 };
 
 std::string set_listening(const SchemaName& schema) {
   // The insert (a new session, or a row someone deleted) also records the session's lock, its
-  // backend (the sweep counts the lock only there) and lease; an update only the state and the
-  // heartbeat.
+  // backend (the sweep counts the lock only there) and lease; an update only the state, the
+  // heartbeat and the slot a source built on the session streams ($5-$7, NULL for none).
   return fmt::format(R"SQL(INSERT INTO {relays} AS r
-  (relay_id, listening, seen_at, lock_key, lease_ms, registered_at, backend_pid)
-VALUES ($1, $2::bool, now(), $3::bigint, $4::bigint, now(), pg_backend_pid())
-ON CONFLICT (relay_id) DO UPDATE SET listening = EXCLUDED.listening, seen_at = now())SQL",
+  (relay_id, listening, seen_at, lock_key, lease_ms, registered_at, backend_pid,
+   slot_name, slot_mode, walsender_pid)
+VALUES ($1, $2::bool, now(), $3::bigint, $4::bigint, now(), pg_backend_pid(),
+        $5, $6, $7::int)
+ON CONFLICT (relay_id) DO UPDATE SET listening = EXCLUDED.listening, seen_at = now(),
+  slot_name = EXCLUDED.slot_name, slot_mode = EXCLUDED.slot_mode,
+  walsender_pid = EXCLUDED.walsender_pid)SQL",
                      fmt::arg("relays", schema.table("outbox_relays")));
 }
 

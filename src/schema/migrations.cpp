@@ -332,6 +332,17 @@ EXCEPTION WHEN insufficient_privilege THEN
 END
 $migration$;
 )SQL"},
+    Migration{15, "which relay streams which slot", R"SQL(
+-- A change-data-capture relay says in its session's row which slot it is for and in which mode:
+-- streaming it (with the pid of its walsender, so `outbox status` names it only when
+-- pg_replication_slots agrees), waiting as the standby of the relay that streams it, or having let
+-- it go over its WAL budget. A polling relay leaves them NULL. Self-reported and shown, never
+-- acted on: a row that lies misleads a person reading the status, not a relay. Columns only.
+ALTER TABLE {s}.outbox_relays
+  ADD COLUMN slot_name     text,
+  ADD COLUMN slot_mode     text CHECK (slot_mode IN ('streaming', 'standby', 'released')),
+  ADD COLUMN walsender_pid integer;
+)SQL"},
 };
 
 }  // namespace

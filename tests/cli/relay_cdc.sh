@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # `outbox relay --source cdc` as an operator runs it: a private PostgreSQL and the Kafka mock
 # cluster as separate processes, events written by plain SQL, a change-data-capture relay
-# streaming them, `outbox status` showing its slot, SIGTERM, a restart that resumes from the slot,
-# the refusals of CDC options that cannot work, two shards run by one process, the WAL budget
-# with a paused broker, table-less events (no rows: the slot is their only copy) and the refusals
+# streaming them, `outbox status` (text and --json) and the admin page's overview naming it and
+# its standby, SIGTERM, a restart that resumes from the slot, the refusals of CDC options that
+# cannot work, two shards run by one process, the WAL budget with a paused broker (status says
+# the slot was let go), table-less events (no rows: the slot is their only copy) and the refusals
 # that keep them from being lost, and kcat reading what reached Kafka (every event, each key in
 # order).
 #
 # Usage: relay_cdc.sh /path/to/outbox
-# Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
+# Needs: psql, curl and kcat on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
 set -euo pipefail
 
 readonly outbox_binary="${1:?usage: relay_cdc.sh /path/to/outbox}"
@@ -114,6 +115,50 @@ else
   show_log "relay stderr" "$work_dir/relay.err"
   fatal "outbox status should show slot $slot streamed within ${startup_timeout_s} s; it said: $status_text"
 fi
+# Who streams it and who waits: a second relay is its standby, both named by status (text and
+# --json), the streaming one checked against the slot's walsender.
+"$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" --source cdc \
+  --slot "$slot" --relay-id cli-standby >/dev/null 2>>"$work_dir/standby.err" &
+standby_pid=$!
+track_background "$standby_pid" "standby relay"
+deadline=$((SECONDS + startup_timeout_s))
+while ((SECONDS < deadline)); do
+  status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" || true
+  [[ "$status_text" == *"standby: relay cli-standby:"* ]] && break
+  sleep 0.2
+done
+if [[ "$status_text" == *"slot $slot: streamed (walsender "*") by relay "*"; standby: relay cli-standby:"* &&
+      "$status_text" == *"working, streams slot $slot"* &&
+      "$status_text" == *"relay cli-standby:"*"standby for slot $slot"* ]]; then
+  pass
+else
+  show_log "standby stderr" "$work_dir/standby.err"
+  fail "status should name the streaming relay and its standby; it said: $status_text"
+fi
+status_json="$("$outbox_binary" status --db "$db" --schema "$schema" --json 2>&1)" || true
+if [[ "$status_json" == *'"standbys":["cli-standby:'* && "$status_json" == *'"streamed_by":"'* &&
+      "$status_json" == *'"slot_mode":"standby"'* && "$status_json" == *'"slot_mode":"streaming"'* ]]; then
+  pass
+else
+  fail "status --json should name the streaming relay and its standby; it said: $status_json"
+fi
+# The admin page's overview lists the same (its parts table shows each part's detail).
+"$outbox_binary" admin --db "$db" --schema "$schema" --listen 127.0.0.1:0 \
+  >"$work_dir/admin.out" 2>&1 &
+admin_pid=$!
+track_background "$admin_pid" "outbox admin"
+admin_port="$(listening_port "$work_dir/admin.out" "$admin_pid")" ||
+  fatal --log "$work_dir/admin.out" "outbox admin did not say where it serves"
+overview="$(curl -s "http://127.0.0.1:$admin_port/api/overview")" || true
+if [[ "$overview" == *"streams slot $slot"* && "$overview" == *"standby for slot $slot"* ]]; then
+  pass
+else
+  fail "the admin page's overview should name the streaming relay and its standby: $overview"
+fi
+kill -TERM "$admin_pid" "$standby_pid"
+wait "$admin_pid" || fail "outbox admin should exit 0 after SIGTERM"
+wait "$standby_pid" || fail "the standby relay should exit 0 after SIGTERM"
+
 write_round 1
 write_round 2
 wait_published $((2 * aggregates * per_round))
@@ -216,6 +261,9 @@ while ((SECONDS < deadline)); do
 done
 if [[ "$status_text" != *"slot $slot:"* ]]; then pass; else
   fail "the relay should drop the slot it let go; status said: $status_text"
+fi
+if [[ "$status_text" == *"let slot $slot go, publishes from the table"* ]]; then pass; else
+  fail "status should say the relay let its slot go; it said: $status_text"
 fi
 write_round 6  # committed while there is no slot: the table path's
 kill -CONT "$kafka_pid"

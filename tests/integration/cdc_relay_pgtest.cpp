@@ -2,12 +2,14 @@
 // logical slot, the Kafka mock cluster, the same guarantees as polling.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <iostream>
 #include <optional>
 #include <thread>
 
 #include "outbox/relay.hpp"
+#include "outbox/status.hpp"
 #include "support/relay_fixture.hpp"
 #include "support/test_env.hpp"
 #include "support/test_sinks.hpp"
@@ -386,6 +388,30 @@ TEST_F(CdcRelayTest, ASecondRelayWaitsForTheSlotAndTakesOverWhenTheFirstStops) {
       },
       10s))
       << "the standby should find the slot taken: " << standby.stats().last_error;
+  // `outbox status` names who streams the slot and who waits for it (each session's row, the
+  // streaming one checked against pg_replication_slots).
+  const std::string slot = cdc_options("x").cdc.slot;
+  const auto session_of = [&](const OutboxStatus& s, const std::string& relay) {
+    const auto found = std::find_if(s.relays.begin(), s.relays.end(), [&](const auto& session) {
+      return session.relay_id.rfind(relay + ":", 0) == 0;
+    });
+    return found == s.relays.end() ? RelaySessionStatus{} : *found;
+  };
+  OutboxStatus status;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        status = read_status(conn(), schema_);
+        return status.slots.size() == 1 && !status.slots[0].streamed_by.empty() &&
+               status.slots[0].standbys.size() == 1;
+      },
+      10s))
+      << "status should name the streaming relay and the standby";
+  EXPECT_EQ(status.slots[0].name, slot);
+  EXPECT_EQ(status.slots[0].streamed_by.rfind("first:", 0), 0U) << status.slots[0].streamed_by;
+  EXPECT_EQ(status.slots[0].standbys[0].rfind("standby:", 0), 0U) << status.slots[0].standbys[0];
+  EXPECT_EQ(session_of(status, "first").slot_role(), "streams slot " + slot);
+  EXPECT_TRUE(session_of(status, "first").slot_streamed);
+  EXPECT_EQ(session_of(status, "standby").slot_role(), "standby for slot " + slot);
   std::vector<EventId> ids = enqueue(5, 2);
   ASSERT_TRUE(all_published());
   EXPECT_EQ(standby.stats().published, 0U);
@@ -399,6 +425,15 @@ TEST_F(CdcRelayTest, ASecondRelayWaitsForTheSlotAndTakesOverWhenTheFirstStops) {
   EXPECT_LT(took, 10s);
   EXPECT_GE(standby.stats().published, later.size());
   EXPECT_FALSE(standby.stats().slot_standby) << "it streams now";
+  ASSERT_TRUE(wait_until(
+      [&] {
+        status = read_status(conn(), schema_);
+        return status.slots.size() == 1 && status.slots[0].standbys.empty() &&
+               status.slots[0].streamed_by.rfind("standby:", 0) == 0;
+      },
+      10s))
+      << "status should name the former standby as the one streaming";
+  EXPECT_EQ(session_of(status, "standby").slot_role(), "streams slot " + slot);
   standby_running.stop();
   expect_on_broker_in_order(ids);
 }

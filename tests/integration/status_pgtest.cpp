@@ -74,6 +74,29 @@ TEST_F(StatusTest, CountsEachStateOnceAndNamesWhatEachRelaySessionDoes) {
   EXPECT_TRUE(table[1].ended);
   EXPECT_EQ(table[1].seen_seconds_ago, -1);
   EXPECT_EQ(read_relay_sessions(conn(), schema_, 1).size(), 1U) << "the limit holds";
+  EXPECT_EQ(table[0].slot_role(), "") << "a polling relay has no slot";
+
+  // A row is the relay's word: one that says it streams a slot whose walsender is another (or
+  // none) is not named as streaming it, and a standby or released slot is said as such.
+  pg::exec(conn(), "INSERT INTO " + relays +
+                       " (relay_id, lock_key, backend_pid, listening, slot_name, slot_mode,"
+                       "  walsender_pid) VALUES"
+                       " ('liar', 3, 3, false, 'no_such_slot', 'streaming', pg_backend_pid()),"
+                       " ('waiting', 4, 4, false, 'some_slot', 'standby', NULL),"
+                       " ('over-budget', 5, 5, false, 'some_slot', 'released', NULL)");
+  for (const RelaySessionStatus& session : read_relay_sessions(conn(), schema_, 10)) {
+    if (session.relay_id == "liar") {
+      EXPECT_FALSE(session.slot_streamed);
+      EXPECT_EQ(session.slot_role(),
+                "says it streams slot no_such_slot, but pg_replication_slots disagrees");
+    } else if (session.relay_id == "waiting") {
+      EXPECT_EQ(session.slot_role(), "standby for slot some_slot");
+    } else if (session.relay_id == "over-budget") {
+      EXPECT_EQ(session.slot_role(), "let slot some_slot go, publishes from the table");
+    }
+  }
+  EXPECT_THROW(pg::exec(conn(), "UPDATE " + relays + " SET slot_mode = 'other'"), DatabaseError)
+      << "the modes are the three the relay writes";
   EXPECT_THROW(read_relay_sessions(conn(), schema_, -1), InvalidArgument);
 }
 

@@ -35,6 +35,10 @@ TEST(SlotMode, FlagsAndPollingFollowTheMode) {
   EXPECT_FALSE(polling(Streaming{}));
   EXPECT_TRUE(polling(Standby{kT0}));
   EXPECT_TRUE(polling(Released{}));
+  // The names outbox_relays.slot_mode accepts (migration 15's CHECK): `outbox status` reads them.
+  EXPECT_EQ(name(Streaming{}), "streaming");
+  EXPECT_EQ(name(Standby{kT0}), "standby");
+  EXPECT_EQ(name(Released{}), "released");
 }
 
 TEST(SlotMode, AStandbyClaimsTouchedRowsOnly) {

@@ -37,10 +37,15 @@ void CdcSource::drop_other_shardings() {
   }
 }
 
+// In the stats, and in the session's outbox_relays row (`outbox status`, the admin page), with
+// the walsender while streaming: status names a streaming relay only when its slot's walsender is
+// that one.
 void CdcSource::show_mode() {
   const slot_mode::Flags flags = slot_mode::flags(mode_);
   counters_.polling_fallback.store(flags.polling_fallback, std::memory_order_relaxed);
   counters_.slot_standby.store(flags.slot_standby, std::memory_order_relaxed);
+  table_.set_stream({publications_.slot(), std::string(slot_mode::name(mode_)),
+                     polling() ? 0 : session_.stream->backend_pid()});
 }
 
 // The slot's lag: WAL it holds back and has not been confirmed (bytes), and how old the oldest

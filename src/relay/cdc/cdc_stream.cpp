@@ -39,6 +39,7 @@ void CdcSource::start_stream() {
       if (publications_.take_drop_slot_first()) drop_outlived_slot();
       prepare_slot();
       session_.stream->start(publications_.slot(), publications_.streamed(), start_position());
+      if (!polling()) show_mode();  // a new walsender (from standby or released: once switched)
       return;
     } catch (const cdc::ReplicationError& error) {
       const cdc::ReplicationFailure failure = error.failure();

@@ -29,6 +29,13 @@ Flags flags(const SlotMode& mode) {
                     mode);
 }
 
+std::string_view name(const SlotMode& mode) {
+  return std::visit(Overloaded{[](const Streaming&) { return std::string_view("streaming"); },
+                               [](const Standby&) { return std::string_view("standby"); },
+                               [](const Released&) { return std::string_view("released"); }},
+                    mode);
+}
+
 ClaimHorizon table_horizon(const SlotMode& mode) {
   const auto* released = std::get_if<Released>(&mode);
   if (released == nullptr) return ClaimHorizon::touched_only();

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <variant>
 
 #include "cdc/slot_admin.hpp"
@@ -59,6 +60,9 @@ struct Flags {
   bool operator==(const Flags&) const = default;
 };
 [[nodiscard]] Flags flags(const SlotMode& mode);
+
+// As outbox_relays.slot_mode says it (migration 15): "streaming", "standby", "released".
+[[nodiscard]] std::string_view name(const SlotMode& mode);
 
 // The table path's horizon while polling (Standby: touched rows only; Released: see the top).
 [[nodiscard]] ClaimHorizon table_horizon(const SlotMode& mode);
