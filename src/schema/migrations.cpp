@@ -4,6 +4,7 @@
 
 #include "outbox/schema.hpp"
 #include "pg/connection.hpp"
+#include "schema/enqueue_function.hpp"
 
 namespace outbox {
 namespace {
@@ -343,6 +344,7 @@ ALTER TABLE {s}.outbox_relays
   ADD COLUMN slot_mode     text CHECK (slot_mode IN ('streaming', 'standby', 'released')),
   ADD COLUMN walsender_pid integer;
 )SQL"},
+    Migration{16, "events from SQL: enqueue()", detail::kEnqueueFunction},
 };
 
 }  // namespace

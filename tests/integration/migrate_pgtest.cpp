@@ -55,6 +55,8 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
   migrate(conn, schema);
   // Roll the schema back to what version 1 created, as an older build would have left it.
   pg::exec(conn, R"SQL(
+    DROP FUNCTION migrate_upgrade.enqueue, migrate_upgrade.outbox_check_name,
+      migrate_upgrade.outbox_hostile_pattern, migrate_upgrade.outbox_kafka_header_bytes;
     DROP TABLE migrate_upgrade.outbox_cleanup_horizon;
     DROP TABLE migrate_upgrade.outbox_inbox_consumers;
     DROP TRIGGER outbox_aggregate_sequences_forward ON migrate_upgrade.outbox_aggregate_sequences;
@@ -152,6 +154,10 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
   PGconn* conn = connection.get();
   migrate(conn, schema);
   pg::exec(conn, R"SQL(
+    DROP FUNCTION migrate_from_eleven.enqueue, migrate_from_eleven.outbox_check_name,
+      migrate_from_eleven.outbox_hostile_pattern, migrate_from_eleven.outbox_kafka_header_bytes;
+    ALTER TABLE migrate_from_eleven.outbox_relays DROP COLUMN slot_name, DROP COLUMN slot_mode,
+      DROP COLUMN walsender_pid;
     DROP TABLE migrate_from_eleven.outbox_inbox_consumers;
     DROP TRIGGER outbox_aggregate_sequences_forward ON migrate_from_eleven.outbox_aggregate_sequences;
     DROP TRIGGER outbox_cleanup_horizon_forward ON migrate_from_eleven.outbox_cleanup_horizon;
@@ -211,6 +217,16 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
                DatabaseError);
   pg::exec(conn, "UPDATE migrate_from_eleven.outbox_aggregate_sequences SET last_sequence = 8");
   pg::exec(conn, "DROP PUBLICATION migrate_from_eleven_outbox_seq");
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM migrate_from_eleven.outbox_relays"
+                  " WHERE slot_name IS NULL AND slot_mode IS NULL AND walsender_pid IS NULL"),
+            1)
+      << "migration 15: an older relay's row names no slot";
+  // Migration 16: the SQL producer, numbering after the counter the old rows left.
+  EXPECT_EQ(count(conn,
+                  "SELECT aggregate_sequence FROM migrate_from_eleven.enqueue("
+                  "'order', '1', 'Y', '{}')"),
+            9);
 }
 
 // A migration whose DDL waits behind a writer's open transaction gives up after its lock timeout,
@@ -223,6 +239,12 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
   migrate(conn, schema);
   // As a build before migration 7 left it (7 only redefines the trigger, so it can run again).
   pg::exec(conn, "DELETE FROM migrate_lock.outbox_schema_migrations WHERE version >= 7");
+  pg::exec(conn,
+           "DROP FUNCTION migrate_lock.enqueue, migrate_lock.outbox_check_name,"
+           " migrate_lock.outbox_hostile_pattern, migrate_lock.outbox_kafka_header_bytes");
+  pg::exec(conn,
+           "ALTER TABLE migrate_lock.outbox_relays DROP COLUMN slot_name, DROP COLUMN slot_mode,"
+           " DROP COLUMN walsender_pid");
   pg::exec(conn, "DROP TABLE migrate_lock.outbox_cleanup_horizon");
   pg::exec(conn, "DROP TABLE migrate_lock.outbox_table_less_slots");
   pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_table_less_ready()");

@@ -68,6 +68,19 @@ TEST_F(RolesTest, AWriterEnqueuesAndResolvesButReadsAndChangesNothingElse) {
   EXPECT_EQ(refusal(writer.get(), "DELETE FROM " + schema_.table("outbox_relays")), "42501");
   EXPECT_EQ(refusal(writer.get(), "SELECT * FROM " + schema_.table("processed_events")), "42501");
   EXPECT_EQ(refusal(writer.get(), "DROP TABLE " + events()), "42501");
+
+  // The SQL producer (migration 16) with the writer's own rights; no other role may call it.
+  const std::string call =
+      "SELECT * FROM " + schema_.quoted() + ".enqueue('order', '1', 'Paid', '{}')";
+  EXPECT_EQ(refusal(writer.get(), call), "");
+  EXPECT_EQ(count(conn(),
+                  "SELECT max(aggregate_sequence) FROM " + events() + " WHERE aggregate_id = '1'"),
+            2)
+      << "after the C++ producer's event of the same aggregate";
+  for (const std::string* other : {&roles_.relay, &roles_.inbox, &roles_.admin}) {
+    auto stranger = as(*other);
+    EXPECT_EQ(refusal(stranger.get(), call), "42501") << *other;
+  }
 }
 
 // A relay may insert events since table-less producers (it writes a table-less event it cannot
