@@ -84,10 +84,11 @@ class Commands {
 inline constexpr std::string_view kOperatorProgram = "outbox";
 inline constexpr std::string_view kDevProgram = "outbox-dev";
 inline constexpr std::pair<std::string_view, std::string_view> kCommandPrograms[] = {
-    {"migrate", kOperatorProgram}, {"relay", kOperatorProgram},      {"status", kOperatorProgram},
-    {"admin", kOperatorProgram},   {"quarantine", kOperatorProgram}, {"replay", kOperatorProgram},
-    {"audit", kOperatorProgram},   {"cleanup", kOperatorProgram},    {"demo", kDevProgram},
-    {"bench", kDevProgram},        {"postgres", kDevProgram},        {"kafka-mock", kDevProgram}};
+    {"migrate", kOperatorProgram}, {"enqueue", kOperatorProgram}, {"relay", kOperatorProgram},
+    {"status", kOperatorProgram},  {"admin", kOperatorProgram},   {"quarantine", kOperatorProgram},
+    {"replay", kOperatorProgram},  {"audit", kOperatorProgram},   {"cleanup", kOperatorProgram},
+    {"demo", kDevProgram},         {"bench", kDevProgram},        {"postgres", kDevProgram},
+    {"kafka-mock", kDevProgram}};
 
 // The program that has `command`; "" for a name that is no command.
 constexpr std::string_view program_of(std::string_view command) {
@@ -99,6 +100,7 @@ constexpr std::string_view program_of(std::string_view command) {
 
 // outbox's commands (apps/outbox).
 void register_migrate(Commands& commands);
+void register_enqueue(Commands& commands);
 void register_relay(Commands& commands);
 void register_status(Commands& commands);
 void register_admin(Commands& commands);

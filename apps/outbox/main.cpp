@@ -11,6 +11,7 @@ namespace {
 void register_commands(outbox::cli::Commands& commands) {
   using namespace outbox::cli;
   register_migrate(commands);
+  register_enqueue(commands);
   register_relay(commands);
   register_status(commands);
   register_admin(commands);

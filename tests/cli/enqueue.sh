@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Events without C++: psql calls <schema>.enqueue() as any language's driver would, `outbox
+# enqueue` writes one event from flags and many from JSON lines on stdin (all or none: a bad line
+# anywhere writes nothing), its refusals say what is wrong, and a relay publishes what both made:
+# kcat reads each event off Kafka with its key, outbox's headers and the payload.
+#
+# Usage: enqueue.sh /path/to/outbox
+# Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
+set -euo pipefail
+
+readonly outbox_binary="${1:?usage: enqueue.sh /path/to/outbox}"
+readonly schema=shop
+readonly publish_timeout_s=60
+
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cli_test_init enqueue outbox-enqueue-test
+
+start_postgres
+start_kafka_mock
+events() { sql -c "SELECT count(*) FROM $schema.outbox_events"; }
+enqueue() { "$outbox_binary" enqueue --db "$db" --schema "$schema" "$@"; }
+
+expect_failure "enqueue before migrate" "run \`outbox migrate\`" \
+  enqueue --aggregate-type order --aggregate-id o-1 --event-type OrderPlaced
+"$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null 2>&1 || fatal "migrate failed"
+
+# --- 1. psql, as any language's driver: the business change and the event in one transaction ----
+sql -c "CREATE TABLE $schema.orders (id text PRIMARY KEY, total int)"
+row="$(sql <<SQL
+BEGIN;
+INSERT INTO $schema.orders VALUES ('o-1', 42);
+SELECT aggregate_sequence FROM $schema.enqueue('order', 'o-1', 'OrderPlaced', '{"total": 42}');
+COMMIT;
+SQL
+)"
+if [[ "$row" == "1" ]]; then pass; else fail "psql's enqueue() should return sequence 1, got: $row"; fi
+sql -c "BEGIN; SELECT $schema.enqueue('order', 'o-1', 'Lost', '{}'); ROLLBACK;" >/dev/null
+if [[ "$(events)" == 1 ]]; then pass; else fail "a rolled-back enqueue() left a row"; fi
+
+# --- 2. one event from flags: the next sequence (the rollback left no gap) -----------------------
+out="$(enqueue --aggregate-type order --aggregate-id o-1 --event-type OrderPaid \
+  --payload '{"amount": 42}' --headers '{"tenant": "acme"}' 2>&1)" || fail "enqueue failed: $out"
+if [[ "$out" =~ ^enqueued\ OrderPaid\ of\ order\ o-1:\ sequence\ 2,\ event\ [0-9a-f]{8}-[0-9a-f]{4}-7 ]]; then
+  pass
+else
+  fail "enqueue should print the event with sequence 2 and a UUIDv7: $out"
+fi
+
+# --- 3. JSON lines on stdin, one transaction, --json answers ------------------------------------
+out="$(enqueue --stdin --json 2>&1 <<'LINES'
+{"aggregate_type": "order", "aggregate_id": "o-1", "event_type": "OrderShipped", "payload": {"carrier": "dhl"}}
+
+{"aggregate_type": "order", "aggregate_id": "o-2", "event_type": "OrderPlaced", "payload": {"total": 7}, "headers": {"tenant": "acme"}, "schema_version": 2}
+{"aggregate_type": "order", "aggregate_id": "o-2", "event_type": "OrderPaid", "payload": {}, "event_id": "0190a7a4-7d3e-7c3a-8c3e-1234567890ab"}
+LINES
+)" || fail "enqueue --stdin failed: $out"
+if [[ "$(wc -l <<<"$out")" == 3 && "$out" == *'"aggregate_id":"o-1","aggregate_sequence":3'* &&
+      "$out" == *'"aggregate_id":"o-2","aggregate_sequence":1'* &&
+      "$out" == *'"aggregate_sequence":2,"aggregate_type":"order","event_id":"0190a7a4-7d3e-7c3a-8c3e-1234567890ab"'* ]]; then
+  pass
+else
+  fail "enqueue --stdin --json should answer one line per event with its sequence: $out"
+fi
+if [[ "$(sql -c "SELECT schema_version::text || (headers->>'tenant') FROM $schema.outbox_events
+  WHERE aggregate_id = 'o-2' AND aggregate_sequence = 1")" == "2acme" ]]; then
+  pass
+else
+  fail "a line's schema_version and headers should be stored"
+fi
+
+# --- 4. refusals: what is wrong, where, and nothing written -------------------------------------
+before="$(events)"
+expect_failure "a line the function refuses" "event 2: outbox: event_type is empty" \
+  enqueue --stdin <<'LINES'
+{"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "A", "payload": {}}
+{"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "", "payload": {}}
+LINES
+expect_failure "a line that is not JSON" "line 2: not a JSON object" \
+  enqueue --stdin <<'LINES'
+{"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "A", "payload": {}}
+{"aggregate_type": "order",
+LINES
+expect_failure "an unknown key" 'unknown key "paylod"' \
+  enqueue --stdin <<<'{"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "A", "paylod": {}}'
+printf '{"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "A", "payload": {"x": "%s"}}\n' \
+  "$(head -c 1000000 /dev/zero | tr '\0' x)" >"$work_dir/large.jsonl"
+expect_failure "a payload over the limit" "would be a message of" \
+  enqueue --stdin <"$work_dir/large.jsonl"
+expect_failure "a reserved header" 'uses the reserved name "event_id"' \
+  enqueue --aggregate-type order --aggregate-id o-3 --event-type A --headers '{"event_id": "x"}'
+expect_failure "payload that is not JSON" "invalid input syntax for type json" \
+  enqueue --aggregate-type order --aggregate-id o-3 --event-type A --payload '{oops'
+expect_failure "--stdin with event flags" "leave out --aggregate-type" \
+  enqueue --stdin --aggregate-type order </dev/null
+expect_failure "no event at all" "say which event" enqueue
+out="$(enqueue --aggregate-type order --aggregate-id "$(printf 'o-\033[31mred')" --event-type A 2>&1)" &&
+  fail "an aggregate id with an escape sequence was taken"
+if [[ "$out" == *"contains the control character U+001B at byte 2"* && "$out" != *$'\033'* ]]; then
+  pass
+else
+  fail "an escape sequence should be refused and not echoed: $(printf '%q' "$out")"
+fi
+if [[ "$(events)" == "$before" ]]; then pass; else
+  fail "refused calls wrote rows: $(events) events, $before before"
+fi
+
+# --- 5. a relay publishes what SQL made: kcat reads key, headers and payload --------------------
+"$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  >"$work_dir/relay.out" 2>"$work_dir/relay.err" &
+relay_pid=$!
+track_background "$relay_pid" "relay"
+deadline=$((SECONDS + publish_timeout_s))
+while ((SECONDS < deadline)) &&
+  [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE published_at IS NULL")" != 0 ]]; do
+  sleep 0.2
+done
+kill -TERM "$relay_pid"
+wait "$relay_pid" || fail "the relay should exit 0 after SIGTERM"
+kcat -C -b "$brokers" -t outbox.order -e -q -f '%k|%h|%s\n' >"$work_dir/topic.txt" \
+  2>"$work_dir/kcat.err" || fail "kcat could not read outbox.order: $(cat "$work_dir/kcat.err")"
+if [[ "$(wc -l <"$work_dir/topic.txt")" == 5 ]] &&
+   grep -q '^o-1|.*event_type=OrderPlaced.*aggregate_sequence=1.*|{"total": 42}$' "$work_dir/topic.txt" &&
+   grep -q '^o-1|.*event_type=OrderPaid.*aggregate_sequence=2.*tenant=acme|{"amount": 42}$' "$work_dir/topic.txt" &&
+   grep -q '^o-2|.*event_id=0190a7a4-7d3e-7c3a-8c3e-1234567890ab.*aggregate_sequence=2' "$work_dir/topic.txt"; then
+  pass
+else
+  show_log "relay stderr" "$work_dir/relay.err"
+  fail "kcat should read the 5 events with their keys, headers and payloads: $(cat "$work_dir/topic.txt")"
+fi
+
+summary_and_exit
