@@ -2,7 +2,8 @@
 # What a user does: install outbox, build a service against it with find_package(outbox), run it.
 # Installs the build tree into a temporary prefix, configures and builds examples/order_service
 # against only that prefix, then runs it twice on a private PostgreSQL (`outbox-dev postgres`): the
-# first run must enqueue sequence 1, the second sequence 2 for the same aggregate.
+# first run must enqueue sequence 1, the second sequence 2 for the same aggregate. Then the same
+# service on libpqxx (examples/pqxx_order_service, outbox::pqxx) must enqueue sequence 3.
 #
 # Usage: install_consumer.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -86,5 +87,23 @@ check_order_run "first run (connection string as argv[1])" 1 \
   "$example_build/order_service" "$db"
 check_order_run "second run (connection string from OUTBOX_DATABASE_URL)" 2 \
   env OUTBOX_DATABASE_URL="$db" "$example_build/order_service"
+
+# --- 3. the same service on libpqxx (outbox::pqxx), continuing the customer's sequence ----------
+if ldd "$example_build/order_service" | grep 'libpqxx' >/dev/null; then
+  fail "order_service links only outbox::outbox but loads libpqxx"
+else
+  pass
+fi
+readonly pqxx_build="$work_dir/pqxx_order_service-build"
+if ! cmake -S "$source_dir/examples/pqxx_order_service" -B "$pqxx_build" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+  >"$work_dir/pqxx-configure.log" 2>&1 ||
+  ! cmake --build "$pqxx_build" >"$work_dir/pqxx-build.log" 2>&1; then
+  cat "$work_dir/pqxx-build.log" >>"$work_dir/pqxx-configure.log" 2>/dev/null || true
+  fatal --log "$work_dir/pqxx-configure.log" "building examples/pqxx_order_service against the installed outbox failed"
+fi
+pass
+check_order_run "the libpqxx service, after the libpq one's two events" 3 \
+  "$pqxx_build/pqxx_order_service" "$db"
 
 summary_and_exit

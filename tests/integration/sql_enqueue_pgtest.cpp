@@ -55,13 +55,7 @@ class SqlEnqueueTest : public ::testing::Test {
     return "";
   }
   std::vector<std::int64_t> sequences(const std::string& aggregate_id) {
-    const auto rows = pg::exec(conn(),
-                               "SELECT aggregate_sequence FROM " + schema_.table("outbox_events") +
-                                   " WHERE aggregate_id = $1 ORDER BY aggregate_sequence",
-                               {aggregate_id.c_str()});
-    std::vector<std::int64_t> out;
-    for (int row = 0; row < rows.rows(); ++row) out.push_back(rows.int64(row, 0));
-    return out;
+    return sequences_of(conn(), schema_, aggregate_id);
   }
 
   pg::Connection connection_ = connect();

@@ -43,4 +43,15 @@ long long count(PGconn* conn, const std::string& sql, const std::vector<const ch
   return pg::exec(conn, sql, params).int64(0, 0);
 }
 
+std::vector<std::int64_t> sequences_of(PGconn* conn, const SchemaName& schema,
+                                       const std::string& aggregate_id) {
+  const auto rows = pg::exec(conn,
+                             "SELECT aggregate_sequence FROM " + schema.table("outbox_events") +
+                                 " WHERE aggregate_id = $1 ORDER BY aggregate_sequence",
+                             {aggregate_id.c_str()});
+  std::vector<std::int64_t> out;
+  for (int row = 0; row < rows.rows(); ++row) out.push_back(rows.int64(row, 0));
+  return out;
+}
+
 }  // namespace outbox::testing

@@ -2,7 +2,9 @@
 // What integration tests share: one embedded PostgreSQL and one Kafka mock cluster per test
 // process (started on first use), and a fresh schema per test so tests never see each other.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "outbox/schema.hpp"
 #include "outbox/testing/embedded_postgres.hpp"
@@ -21,5 +23,9 @@ SchemaName fresh_schema();
 
 // count(*) of a query's rows.
 long long count(PGconn* conn, const std::string& sql, const std::vector<const char*>& params = {});
+
+// The sequences of an aggregate's events in `schema`, lowest first.
+std::vector<std::int64_t> sequences_of(PGconn* conn, const SchemaName& schema,
+                                       const std::string& aggregate_id);
 
 }  // namespace outbox::testing
