@@ -41,10 +41,15 @@ struct EnqueueFlags {
   bool json = false;
 };
 
-// One call's arguments, as text for the function's parameters.
+// One call's arguments, as text for the function's parameters. From stdin, `line` is the JSON
+// object itself: the server takes the names, payload and headers out of it, so the payload is
+// stored as written (no round trip through a double: 19.990 stays 19.990) and a name holding
+// \u0000 is refused, not cut short.
 struct Call {
-  std::string aggregate_type, aggregate_id, event_type, payload, headers, schema_version,
-      deliver_after_ms, event_id, traceparent;
+  std::string where;  // "line N: " for a line of stdin
+  std::string line;
+  std::string aggregate_type, aggregate_id, event_type, payload, headers, traceparent;
+  std::string schema_version = "1", deliver_after_ms = "0", event_id;
 };
 
 EventId event_id_or_new(const std::string& text, const std::string& where) {
@@ -58,15 +63,17 @@ EventId event_id_or_new(const std::string& text, const std::string& where) {
 }
 
 Call call_from_flags(const EnqueueFlags& flags) {
-  return {flags.aggregate_type,
-          flags.aggregate_id,
-          flags.event_type,
-          flags.payload,
-          flags.headers,
-          std::to_string(flags.schema_version),
-          std::to_string(parse_duration(flags.deliver_after).count()),
-          event_id_or_new(flags.event_id, "--").to_string(),
-          flags.traceparent};
+  Call call;
+  call.aggregate_type = flags.aggregate_type;
+  call.aggregate_id = flags.aggregate_id;
+  call.event_type = flags.event_type;
+  call.payload = flags.payload;
+  call.headers = flags.headers;
+  call.traceparent = flags.traceparent;
+  call.schema_version = std::to_string(flags.schema_version);
+  call.deliver_after_ms = std::to_string(parse_duration(flags.deliver_after).count());
+  call.event_id = event_id_or_new(flags.event_id, "--").to_string();
+  return call;
 }
 
 // A line of stdin: {"aggregate_type", "aggregate_id", "event_type", "payload", and optionally
@@ -103,15 +110,12 @@ Call call_from_line(const std::string& line, std::size_t number) {
   if (!j.contains("payload")) {
     throw InvalidArgument(fmt::format(R"(enqueue: {}"payload" is missing ({{}} for none))", where));
   }
-  Call call{text("aggregate_type", true),
-            text("aggregate_id", true),
-            text("event_type", true),
-            j["payload"].dump(),
-            j.contains("headers") ? j["headers"].dump() : "{}",
-            "1",
-            "0",
-            event_id_or_new(text("event_id", false), where).to_string(),
-            text("traceparent", false)};
+  for (const char* name : {"aggregate_type", "aggregate_id", "event_type"}) text(name, true);
+  text("traceparent", false);
+  Call call;
+  call.where = where;
+  call.line = line;
+  call.event_id = event_id_or_new(text("event_id", false), where).to_string();
   if (j.contains("schema_version")) {
     if (!j["schema_version"].is_number_integer()) {
       throw InvalidArgument("enqueue: " + where + "\"schema_version\" must be a whole number");
@@ -160,31 +164,53 @@ std::vector<Call> calls_from_stdin() {
   std::string message = where + (primary != nullptr ? primary : "the call failed");
   PQclear(result);
   if (sqlstate == "3F000" || sqlstate == "42883") {  // no such schema, no such function
-    message += " (no enqueue() there: run `outbox migrate` with this build first, or give the "
-               "schema with --schema)";
+    message +=
+        " (no enqueue() there: run `outbox migrate` with this build first, or give the "
+        "schema with --schema)";
   }
   if (sqlstate == "22023") throw InvalidArgument("enqueue: " + message);
   throw DatabaseError("enqueue: " + message, sqlstate, false);
 }
 
-std::pair<std::string, std::string> run_call(PGconn* conn, const SchemaName& schema,
-                                             const Call& call, const std::string& where) {
-  const std::string sql =
-      "SELECT event_id::text, aggregate_sequence::text FROM " + schema.quoted() +
-      ".enqueue($1, $2, $3, $4::jsonb, $5::jsonb, $6::int, $7::bigint * interval '1 millisecond',"
-      " $8::uuid, $9)";
-  const char* params[] = {call.aggregate_type.c_str(),
-                          call.aggregate_id.c_str(),
-                          call.event_type.c_str(),
-                          call.payload.c_str(),
-                          call.headers.c_str(),
-                          call.schema_version.c_str(),
-                          call.deliver_after_ms.c_str(),
-                          call.event_id.c_str(),
-                          call.traceparent.empty() ? nullptr : call.traceparent.c_str()};
-  PGresult* result = PQexecParams(conn, sql.c_str(), 9, nullptr, params, nullptr, nullptr, 0);
-  if (PQresultStatus(result) != PGRES_TUPLES_OK) throw_refusal(result, where);
-  std::pair<std::string, std::string> row{PQgetvalue(result, 0, 0), PQgetvalue(result, 0, 1)};
+// The event as written: its id, sequence and names (as the server read them).
+struct Written {
+  std::string event_id, sequence, aggregate_type, aggregate_id, event_type;
+};
+
+Written run_call(PGconn* conn, const SchemaName& schema, const Call& call) {
+  const std::string interval = "::bigint * interval '1 millisecond'";
+  std::string sql;
+  std::vector<const char*> params;
+  if (call.line.empty()) {
+    sql = "SELECT e.event_id::text, e.aggregate_sequence::text, $1, $2, $3 FROM " +
+          schema.quoted() + ".enqueue($1, $2, $3, $4::jsonb, $5::jsonb, $6::int, $7" + interval +
+          ", $8::uuid, $9) AS e";
+    params = {call.aggregate_type.c_str(),
+              call.aggregate_id.c_str(),
+              call.event_type.c_str(),
+              call.payload.c_str(),
+              call.headers.c_str(),
+              call.schema_version.c_str(),
+              call.deliver_after_ms.c_str(),
+              call.event_id.c_str(),
+              call.traceparent.empty() ? nullptr : call.traceparent.c_str()};
+  } else {
+    sql =
+        "SELECT e.event_id::text, e.aggregate_sequence::text, l.d->>'aggregate_type', "
+        "l.d->>'aggregate_id', l.d->>'event_type' FROM (SELECT $1::jsonb AS d) AS l, "
+        "LATERAL " +
+        schema.quoted() +
+        ".enqueue(l.d->>'aggregate_type', l.d->>'aggregate_id', l.d->>'event_type', "
+        "l.d->'payload', l.d->'headers', $2::int, $3" +
+        interval + ", $4::uuid, l.d->>'traceparent') AS e";
+    params = {call.line.c_str(), call.schema_version.c_str(), call.deliver_after_ms.c_str(),
+              call.event_id.c_str()};
+  }
+  PGresult* result = PQexecParams(conn, sql.c_str(), static_cast<int>(params.size()), nullptr,
+                                  params.data(), nullptr, nullptr, 0);
+  if (PQresultStatus(result) != PGRES_TUPLES_OK) throw_refusal(result, call.where);
+  Written row{PQgetvalue(result, 0, 0), PQgetvalue(result, 0, 1), PQgetvalue(result, 0, 2),
+              PQgetvalue(result, 0, 3), PQgetvalue(result, 0, 4)};
   PQclear(result);
   return row;
 }
@@ -217,12 +243,11 @@ int run_enqueue(const EnqueueFlags& flags) {
   }
   auto connection = open_cli_connection(flags.db, "outbox-enqueue");
   PGconn* conn = connection.get();
+  // Names and sizes are UTF-8 (the C++ producer refuses any other client encoding).
+  run_plain(conn, "SET client_encoding = 'UTF8'");
   run_plain(conn, "BEGIN");
-  std::vector<std::pair<std::string, std::string>> written;
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    const std::string where = flags.from_stdin ? fmt::format("event {}: ", i + 1) : "";
-    written.push_back(run_call(conn, schema, calls[i], where));
-  }
+  std::vector<Written> written;
+  for (const Call& call : calls) written.push_back(run_call(conn, schema, call));
   PGresult* committed = PQexec(conn, "COMMIT");
   if (PQresultStatus(committed) != PGRES_COMMAND_OK) {
     const bool broken = PQstatus(conn) != CONNECTION_OK;
@@ -231,26 +256,25 @@ int run_enqueue(const EnqueueFlags& flags) {
       throw DatabaseError(fmt::format("enqueue: the connection broke during COMMIT, so whether the "
                                       "{} event(s) were written is unknown; look for event {} "
                                       "(all or none of them committed) before running it again",
-                                      calls.size(), written.front().first),
+                                      calls.size(), written.front().event_id),
                           "08006", false);
     }
     throw DatabaseError("enqueue: COMMIT failed; nothing was written", "", false);
   }
   PQclear(committed);
-  for (std::size_t i = 0; i < calls.size(); ++i) {
-    const Call& call = calls[i];
+  for (const Written& w : written) {
     if (flags.json) {
-      std::cout << nlohmann::json{{"event_id", written[i].first},
-                                  {"aggregate_type", call.aggregate_type},
-                                  {"aggregate_id", call.aggregate_id},
-                                  {"event_type", call.event_type},
-                                  {"aggregate_sequence", std::stoll(written[i].second)}}
+      std::cout << nlohmann::json{{"event_id", w.event_id},
+                                  {"aggregate_type", w.aggregate_type},
+                                  {"aggregate_id", w.aggregate_id},
+                                  {"event_type", w.event_type},
+                                  {"aggregate_sequence", std::stoll(w.sequence)}}
                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                 << "\n";
     } else {
       std::cout << fmt::format("enqueued {} of {} {}: sequence {}, event {}\n",
-                               printable(call.event_type), printable(call.aggregate_type),
-                               printable(call.aggregate_id), written[i].second, written[i].first);
+                               printable(w.event_type), printable(w.aggregate_type),
+                               printable(w.aggregate_id), w.sequence, w.event_id);
     }
   }
   std::cout << std::flush;

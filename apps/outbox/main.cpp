@@ -19,6 +19,7 @@ void register_commands(outbox::cli::Commands& commands) {
   register_replay(commands);
   register_audit(commands);
   register_cleanup(commands);
+  register_tail(commands);
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
   own_headers jsonb := coalesce(enqueue.headers, '{{}}'::jsonb);
   delay interval := coalesce(enqueue.deliver_after, interval '0');
+  available timestamptz := now() + coalesce(enqueue.deliver_after, interval '0');
   header record;
   header_bytes bigint := 0;
   message_bytes bigint;
@@ -88,6 +89,14 @@ DECLARE
   most bigint;
   id bytea;
 BEGIN
+  -- Sizes and characters are counted in UTF-8, as the C++ producer and the brokers count them.
+  IF current_setting('server_encoding') <> 'UTF8' THEN
+    RAISE EXCEPTION 'outbox: enqueue() needs a database in UTF8 (this one is %): names and sizes are counted in UTF-8; create the database with ENCODING ''UTF8''',
+      current_setting('server_encoding') USING ERRCODE = '22023';
+  END IF;
+  IF enqueue.traceparent = '' THEN  -- as the C++ producer: empty is none
+    enqueue.traceparent := NULL;
+  END IF;
   PERFORM {s}.outbox_check_name('aggregate_type', enqueue.aggregate_type);
   PERFORM {s}.outbox_check_name('aggregate_id', enqueue.aggregate_id);
   PERFORM {s}.outbox_check_name('event_type', enqueue.event_type);
@@ -103,7 +112,9 @@ BEGIN
     RAISE EXCEPTION 'outbox: headers of % % must be a JSON object', enqueue.event_type,
       enqueue.aggregate_id USING ERRCODE = '22023';
   END IF;
-  FOR header IN SELECT h.key, h.value FROM jsonb_each(own_headers) AS h LOOP
+  -- In the C++ producer's order (bytewise by key), so the first problem named is the same.
+  FOR header IN SELECT h.key, h.value FROM jsonb_each(own_headers) AS h
+                ORDER BY convert_to(h.key, 'UTF8') LOOP
     IF jsonb_typeof(header.value) <> 'string' THEN
       RAISE EXCEPTION 'outbox: headers of % % value of "%" must be a string', enqueue.event_type,
         enqueue.aggregate_id,
@@ -156,7 +167,8 @@ BEGIN
     RAISE EXCEPTION 'outbox: event_id is the nil UUID; leave it unset to get a fresh UUIDv7'
       USING ERRCODE = '22023';
   END IF;
-  IF delay < interval '0' OR delay > interval '8760 hours' THEN
+  -- On the calendar (a month is not 30 days): what available_at will be.
+  IF available < now() OR available > now() + interval '8760 hours' THEN
     RAISE EXCEPTION 'outbox: deliver_after of % % is %; it must be from 0 to 365 days',
       enqueue.event_type, enqueue.aggregate_id, delay USING ERRCODE = '22023';
   END IF;
@@ -190,7 +202,7 @@ BEGIN
                                  event_type, schema_version, payload, headers, available_at)
   VALUES (enqueue.event_id, enqueue.aggregate_type, enqueue.aggregate_id,
           enqueue.aggregate_sequence, enqueue.event_type, enqueue.schema_version, enqueue.payload,
-          own_headers, now() + delay);
+          own_headers, available);
 END
 $fn$;
 REVOKE EXECUTE ON FUNCTION {s}.enqueue(text, text, text, jsonb, jsonb, integer, interval, uuid, text)

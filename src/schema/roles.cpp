@@ -30,9 +30,11 @@ GRANT SELECT, INSERT (aggregate_type, aggregate_id, last_sequence), UPDATE (last
   ON {s}.outbox_aggregate_sequences TO {writer};
 GRANT SELECT ON {s}.outbox_relays, {s}.outbox_cleanup_horizon, {s}.outbox_table_less_slots
   TO {writer};
--- The producer as a SQL function (migration 16); it runs with the caller's rights, these above.
-GRANT EXECUTE ON FUNCTION {s}.enqueue(text, text, text, jsonb, jsonb, integer, interval, uuid, text)
-  TO {writer};
+-- The producer as a SQL function (migration 16) and the helpers it calls (granted too: a database
+-- whose default privileges take EXECUTE from PUBLIC); it runs with the caller's rights, above.
+GRANT EXECUTE ON FUNCTION {s}.enqueue(text, text, text, jsonb, jsonb, integer, interval, uuid, text),
+  {s}.outbox_check_name(text, text), {s}.outbox_hostile_pattern(),
+  {s}.outbox_kafka_header_bytes(bigint, bigint) TO {writer};
 
 -- INSERT: a table-less event the stream cannot publish at once is written to the table.
 GRANT SELECT, INSERT (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,

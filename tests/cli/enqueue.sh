@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Events without C++: psql calls <schema>.enqueue() as any language's driver would, `outbox
 # enqueue` writes one event from flags and many from JSON lines on stdin (all or none: a bad line
-# anywhere writes nothing), its refusals say what is wrong, and a relay publishes what both made:
-# kcat reads each event off Kafka with its key, outbox's headers and the payload.
+# anywhere writes nothing), its refusals say what is wrong, what is stored is what was written, and
+# a relay publishes what both made: kcat reads each event off Kafka with its key, outbox's headers
+# and the payload, and so does `outbox tail` (text, --json, -n), escaping what a terminal acts on.
 #
 # Usage: enqueue.sh /path/to/outbox
 # Needs: psql and kcat on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
@@ -71,11 +72,15 @@ fi
 
 # --- 4. refusals: what is wrong, where, and nothing written -------------------------------------
 before="$(events)"
-expect_failure "a line the function refuses" "event 2: outbox: event_type is empty" \
+expect_failure "a line the function refuses (blank lines counted)" "line 4: outbox: event_type is empty" \
   enqueue --stdin <<'LINES'
 {"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "A", "payload": {}}
+
+
 {"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "", "payload": {}}
 LINES
+expect_failure "a name holding NUL, refused rather than cut short" "line 1:" \
+  enqueue --stdin <<<'{"aggregate_type": "order", "aggregate_id": "o-3\u0000evil", "event_type": "A", "payload": {}}'
 expect_failure "a line that is not JSON" "line 2: not a JSON object" \
   enqueue --stdin <<'LINES'
 {"aggregate_type": "order", "aggregate_id": "o-3", "event_type": "A", "payload": {}}
@@ -105,7 +110,26 @@ if [[ "$(events)" == "$before" ]]; then pass; else
   fail "refused calls wrote rows: $(events) events, $before before"
 fi
 
-# --- 5. a relay publishes what SQL made: kcat reads key, headers and payload --------------------
+# --- 5. what is stored is what was written: numbers exactly, UTF-8 whatever the client's --------
+enqueue --stdin >/dev/null <<'LINES' || fail "enqueue of exact numbers failed"
+{"aggregate_type": "ledger", "aggregate_id": "l-1", "event_type": "Booked", "payload": {"amount": 19.990, "big": 123456789012345678901234567890, "tiny": 1e-400}}
+LINES
+stored="$(sql -c "SELECT payload::text FROM $schema.outbox_events WHERE aggregate_id = 'l-1'")"
+if [[ "$stored" == *'"amount": 19.990'* && "$stored" == *'"big": 123456789012345678901234567890'* &&
+      "$stored" == *'"tiny": 0.000'*'0001'* ]]; then
+  pass
+else
+  fail "a line's numbers should be stored as written, not through a double: $stored"
+fi
+PGCLIENTENCODING=LATIN1 enqueue --aggregate-type ledger --aggregate-id "caf$(printf '\303\251')" \
+  --event-type Booked >/dev/null || fail "enqueue with PGCLIENTENCODING=LATIN1 failed"
+if [[ "$(sql -c "SELECT count(*) FROM $schema.outbox_events WHERE aggregate_id = 'caf$(printf '\303\251')'")" == 1 ]]; then
+  pass
+else
+  fail "a UTF-8 id written under PGCLIENTENCODING=LATIN1 should be stored as given"
+fi
+
+# --- 6. a relay publishes what SQL made: kcat reads key, headers and payload --------------------
 "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
   >"$work_dir/relay.out" 2>"$work_dir/relay.err" &
 relay_pid=$!
@@ -128,5 +152,36 @@ else
   show_log "relay stderr" "$work_dir/relay.err"
   fail "kcat should read the 5 events with their keys, headers and payloads: $(cat "$work_dir/topic.txt")"
 fi
+
+# --- 7. outbox tail: the same, for a person; and what another producer put there, escaped -------
+tail_out="$("$outbox_binary" tail --kafka-brokers "$brokers" --topic outbox.order --from-beginning 2>&1)" ||
+  fail "outbox tail failed: $tail_out"
+if [[ "$(grep -c ' key o-' <<<"$tail_out")" == 5 && "$tail_out" == *'event_type=OrderPaid'*'tenant=acme'* &&
+      "$tail_out" == *'{"total": 42}'* ]]; then
+  pass
+else
+  fail "outbox tail --from-beginning should show the 5 events with keys, headers and payloads: $tail_out"
+fi
+verdict="$("$outbox_binary" tail --kafka-brokers "$brokers" --topic outbox.order --from-beginning --json |
+  python3 -c '
+import json, sys
+rows = [json.loads(line) for line in sys.stdin]
+ok = len(rows) == 5 and all(isinstance(r["payload"], dict) and r["headers"]["aggregate_type"] == "order" for r in rows)
+print("ok" if ok else rows)')"
+if [[ "$verdict" == ok ]]; then pass; else fail "outbox tail --json: $verdict"; fi
+one="$("$outbox_binary" tail --kafka-brokers "$brokers" --topic outbox.order -n 1 2>&1)" || fail "tail -n 1: $one"
+if (($(grep -c ' key ' <<<"$one") >= 1 && $(grep -c ' key ' <<<"$one") < 5)); then pass; else
+  fail "outbox tail -n 1 should show the last message of each partition, not all: $one"
+fi
+printf 'k\033]0;x\a|pay\033[31mload\n' | kcat -P -b "$brokers" -t outbox.order -K '|' 2>/dev/null ||
+  fail "kcat could not produce the hostile message"
+tail_out="$("$outbox_binary" tail --kafka-brokers "$brokers" --topic outbox.order --from-beginning 2>&1)" || true
+if [[ "$tail_out" == *'key k\x1b]0;x\x07'* && "$tail_out" == *'pay\x1b[31mload'* && "$tail_out" != *$'\033'* ]]; then
+  pass
+else
+  fail "outbox tail should escape what a terminal acts on: $(printf '%q' "$tail_out")"
+fi
+expect_failure "tail of a topic that is not there" "no topic outbox.nothing" \
+  "$outbox_binary" tail --kafka-brokers "$brokers" --topic outbox.nothing
 
 summary_and_exit

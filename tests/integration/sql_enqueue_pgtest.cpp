@@ -108,6 +108,13 @@ TEST_F(SqlEnqueueTest, WritesTheEventAsTheProducerDoes) {
   } catch (const DatabaseError& e) {
     EXPECT_EQ(e.sqlstate(), "23505") << e.what();
   }
+  // An empty traceparent is none, as for the C++ producer.
+  const auto untraced = enqueue(conn(), "'order', 'o-3', 'E', '{}', traceparent => ''");
+  EXPECT_EQ(count(conn(),
+                  "SELECT count(*) FROM " + schema_.table("outbox_events") +
+                      " WHERE event_id = $1 AND NOT headers ? 'traceparent'",
+                  {untraced.first.c_str()}),
+            1);
   // A delay sets available_at.
   const auto delayed =
       enqueue(conn(), "'order', 'o-2', 'Reminder', '{}', deliver_after => '1 hour'");
@@ -180,7 +187,9 @@ TEST_F(SqlEnqueueTest, RefusesWhatTheProducerRefusesInTheSameWords) {
       {event("o", "a\xe2\x80\xae", "E"), "'o', E'a\\u202e', 'E', '{}'",
        "contains the bidirectional control U+202E at byte 1"},
       {event("o", "a", "E\xc2\x85"), "'o', 'a', E'E\\u0085', '{}'",
-       "event_type"},  // C1 control NEL: both refuse it
+       "contains the control character U+0085 at byte 1"},
+      // Two problems at once: the first in the producer's order is named by both.
+      {event("", "1", ""), "'', '1', '', '{}'", "aggregate_type is empty"},
   };
   Case version{event("o", "1", "E"), "'o', '1', 'E', '{}', schema_version => 0",
                "schema_version is 0; it must be 1 or more"};
@@ -202,6 +211,11 @@ TEST_F(SqlEnqueueTest, RefusesWhatTheProducerRefusesInTheSameWords) {
                 "uses the reserved name \"event_id\": outbox sets it from the event itself"};
   reserved.event.headers = R"({"event_id": "x"})";
   cases.push_back(reserved);
+  // Headers are looked at bytewise by key, not in jsonb's order (shorter keys first).
+  Case two_headers{event("o", "1", "E"), "'o', '1', 'E', '{}', '{\"zz\": 1, \"event_id\": \"x\"}'",
+                   "uses the reserved name \"event_id\""};
+  two_headers.event.headers = R"({"zz": 1, "event_id": "x"})";
+  cases.push_back(two_headers);
   Case bad_trace{event("o", "1", "E"), "'o', '1', 'E', '{}', traceparent => 'ff-x'",
                  "it must be a W3C trace context such as"};
   bad_trace.event.traceparent = "ff-x";
@@ -235,6 +249,10 @@ TEST_F(SqlEnqueueTest, RefusesWhatTheProducerRefusesInTheSameWords) {
     EXPECT_NE(sql.find(c.words), std::string::npos) << "SQL: " << sql;
     EXPECT_EQ(sql.find('\x1b'), std::string::npos) << "a hostile name is not echoed: " << sql;
   }
+  // A delay is measured on the calendar: 12 months and 5 days is more than 365 days.
+  EXPECT_NE(sql_refusal("'o', '1', 'E', '{}', deliver_after => '12 months 5 days'")
+                .find("it must be from 0 to 365 days"),
+            std::string::npos);
   pg::commit(conn());
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_events")), 0);
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_aggregate_sequences")),
@@ -300,6 +318,10 @@ TEST_F(SqlEnqueueTest, WakesRelaysOnlyWhenEveryLiveOneListens) {
   const auto notified_after_commit = [&](const std::string& aggregate) {
     pg::exec(conn(), "BEGIN");
     enqueue(conn(), "'order', '" + aggregate + "', 'E', '{}'");
+    // The function decided, not the table's trigger (which decides by the same rule when no
+    // producer has): it recorded so for the trigger.
+    EXPECT_EQ(pg::exec(conn(), "SELECT current_setting('outbox.wake_checked', true)").text(0, 0),
+              schema_.notify_channel());
     pg::commit(conn());
     return listener.wait_for_notifications(std::chrono::milliseconds(500)) > 0;
   };
