@@ -3,7 +3,9 @@
 # Installs the build tree into a temporary prefix, configures and builds examples/order_service
 # against only that prefix, then runs it twice on a private PostgreSQL (`outbox-dev postgres`): the
 # first run must enqueue sequence 1, the second sequence 2 for the same aggregate. Then the same
-# service on libpqxx (examples/pqxx_order_service, outbox::pqxx) must enqueue sequence 3.
+# service on libpqxx (examples/pqxx_order_service, outbox::pqxx) must enqueue sequence 3, and a
+# consumer built the same way (examples/projection_consumer, outbox::kafka) applies the three events
+# a relay publishes, once each.
 #
 # Usage: install_consumer.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -105,5 +107,29 @@ fi
 pass
 check_order_run "the libpqxx service, after the libpq one's two events" 3 \
   "$pqxx_build/pqxx_order_service" "$db"
+
+# --- 4. a consumer built against the package applies what a relay published, once each ---------
+readonly consumer_build="$work_dir/projection_consumer-build"
+if ! cmake -S "$source_dir/examples/projection_consumer" -B "$consumer_build" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
+  >"$work_dir/consumer-configure.log" 2>&1 ||
+  ! cmake --build "$consumer_build" >>"$work_dir/consumer-configure.log" 2>&1; then
+  fatal --log "$work_dir/consumer-configure.log" "building examples/projection_consumer against the installed outbox failed"
+fi
+pass
+start_kafka_mock
+"$build_dir/outbox" relay --db "$db" --kafka-brokers "$brokers" >/dev/null 2>"$work_dir/relay.err" &
+relay_pid=$!
+track_background "$relay_pid" "relay"
+out="$(timeout 60 "$consumer_build/projection_consumer" "$db" "$brokers" 3 2>&1)" || true
+kill -TERM "$relay_pid"
+wait "$relay_pid" || true
+orders="$(psql "$db" -X -q -A -t -c "SELECT orders FROM outbox.customer_orders WHERE customer_id = 'customer-42'" 2>&1)"
+if [[ "$out" == "applied 3 event(s), 0 duplicate(s) skipped" && "$orders" == 3 ]]; then
+  pass
+else
+  show_log "relay stderr" "$work_dir/relay.err"
+  fail "projection_consumer should apply the 3 OrderPlaced events once each: said \"$out\", orders $orders"
+fi
 
 summary_and_exit
