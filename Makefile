@@ -23,7 +23,7 @@ FORMAT_FILES  = $(shell find $(SOURCE_DIRS) -type f \( -name '*.cpp' -o -name '*
 TIDY_FILES    = $(shell find src -type f -name '*.cpp' 2>/dev/null)
 RUN_CLANG_TIDY := $(shell command -v run-clang-tidy 2>/dev/null)
 
-.PHONY: all deps build demo bench test test-plain test-sanitize test-tsan fuzz format format-check check-structure tidy clean
+.PHONY: all deps build install package demo bench test test-plain test-sanitize test-tsan fuzz format format-check check-structure tidy clean
 
 all: build
 
@@ -34,6 +34,17 @@ build: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DOUTBOX_WERROR=$(WERROR) \
 	  -DOUTBOX_SANITIZE=$(SANITIZE) -DOUTBOX_LINE_TABLES_ONLY=OFF
 	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+# `make install PREFIX=/opt/outbox`: the operator's program, libraries, headers, CMake package,
+# systemd units (ExecStart at PREFIX) and docs. Default PREFIX /usr/local.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# `make package`: $(BUILD_DIR)/outbox_<version>_<arch>.deb (CPack), installed with
+# `apt install ./$(BUILD_DIR)/outbox_*.deb`.
+package: build
+	cd $(BUILD_DIR) && cpack -G DEB
 
 demo: build
 	./$(BUILD_DIR)/outbox-dev demo $(ARGS)
