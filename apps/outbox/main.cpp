@@ -20,6 +20,7 @@ void register_commands(outbox::cli::Commands& commands) {
   register_audit(commands);
   register_cleanup(commands);
   register_tail(commands);
+  register_cdc(commands);
 }
 
 }  // namespace

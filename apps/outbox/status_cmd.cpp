@@ -55,6 +55,11 @@ void print_text(const OutboxStatus& s) {
     if (slot.table_less) {
       std::cout << "; registered for table-less events: the only copy of those not yet published";
     }
+    if (slot.walsender.empty()) {
+      std::cout << "; no relay streams it: it keeps WAL until one does, or until `outbox cdc drop "
+                   "--slot "
+                << outbox::printable(slot.name) << "` drops it";
+    }
     for (const std::string& standby : slot.standbys) {
       std::cout << "; standby: relay " << outbox::printable(standby);
     }

@@ -28,6 +28,8 @@ button{margin-right:.3em} .muted{color:#777}
 <table id="backlog"><thead><tr><th>aggregate type</th><th>pending</th><th>oldest pending age (s)</th><th>quarantined</th></tr></thead><tbody></tbody></table>
 <h2>Relays and consumers</h2>
 <table id="parts"><thead><tr><th>part</th><th>state</th><th>detail</th></tr></thead><tbody></tbody></table>
+<h2>Replication slots</h2>
+<table id="slots"><thead><tr><th>slot</th><th>state</th><th>WAL held (MiB)</th><th></th></tr></thead><tbody></tbody></table>
 <h2>Quarantine</h2>
 <table id="quarantine"><thead><tr><th>event</th><th>aggregate</th><th>#</th><th>type</th><th>reason / last error</th><th>blocked</th><th></th></tr></thead><tbody></tbody></table>
 <h2>Slowest aggregates</h2>
@@ -122,6 +124,12 @@ async function refresh() {
   fill("parts", o.parts, (tr, p) => { cell(tr, p.part);
     cell(tr, p.state, p.state === "running" || p.state === "working" || p.state === "waiting for work" ? "ok" : "bad");
     cell(tr, p.detail || ""); });
+  // A slot no relay streams keeps WAL until the disk fills: said as such.
+  fill("slots", o.slots || [], (tr, s) => { tr.dataset.slot = s.name; cell(tr, s.name);
+    cell(tr, s.streamed ? "streamed" : "not streamed", s.streamed ? "ok" : "bad");
+    cell(tr, s.retained_bytes < 0 ? "its WAL is gone" : (s.retained_bytes / 1048576).toFixed(1), "num");
+    cell(tr, s.streamed ? "" : "keeps WAL until a relay streams it again, or until `outbox cdc drop --slot " +
+        s.name + "` drops it"); });
   fill("quarantine", o.quarantine, (tr, q) => {
     tr.dataset.eventId = q.event_id;
     cell(tr, q.event_id); cell(tr, q.aggregate_type + " " + q.aggregate_id);

@@ -136,6 +136,7 @@ void BacklogMonitor::record_success(Backlog fresh) {
   reading_.rows.clear();
   for (auto& [type, row] : rows) reading_.rows.push_back(std::move(row));
   reading_.slowest = std::move(fresh.slowest);
+  reading_.slots = std::move(fresh.slots);
   reading_.ok = true;
   reading_.error.clear();
 }
@@ -150,6 +151,7 @@ void BacklogMonitor::record_failure(const std::string& error) {
   reading_.ok = false;
   reading_.error = error;
   reading_.slowest.clear();
+  reading_.slots.clear();
 }
 
 void BacklogMonitor::announce_pace(std::chrono::steady_clock::duration wait,
@@ -246,7 +248,25 @@ BacklogMonitor::Backlog BacklogMonitor::query_backlog(std::chrono::steady_clock:
   std::sort(backlog.slowest.begin(), backlog.slowest.end(),
             [](const auto& a, const auto& b) { return a.waiting_age > b.waiting_age; });
   backlog.rows = share_other_types(by_type);
+  backlog.slots = query_slots();
   return backlog;
+}
+
+// The database's pgoutput slots: a few rows of a view, not timed with the backlog query.
+std::vector<SlotRow> BacklogMonitor::query_slots() {
+  const pg::Result result = pg::exec(connection_->get(), R"SQL(
+SELECT slot_name, (active_pid IS NOT NULL)::text,
+       coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                                     ELSE pg_current_wal_lsn() END, restart_lsn), -1)::float8
+FROM pg_catalog.pg_replication_slots
+WHERE slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database()
+ORDER BY slot_name)SQL");
+  std::vector<SlotRow> slots;
+  for (int i = 0; i < result.rows(); ++i) {
+    slots.push_back({std::string(result.text(i, 0)), result.text(i, 1) == "true",
+                     std::stod(std::string(result.text(i, 2)))});
+  }
+  return slots;
 }
 
 // Two kinds of rows. 'type': pending rows by aggregate type, most pending first, with the age

@@ -29,6 +29,7 @@ struct BacklogReading {
   double last_query_seconds = -1;  // before the first run: none
   std::vector<BacklogRow> rows;    // by aggregate type, from the last run that worked
   std::vector<SlowAggregate> slowest;
+  std::vector<SlotRow> slots;  // the database's pgoutput slots, by name
 };
 
 // Thread safety: every function from any thread. start() once; stop() blocks until the thread
@@ -52,6 +53,7 @@ class BacklogMonitor {
   struct Backlog {
     std::vector<BacklogRow> rows;
     std::vector<SlowAggregate> slowest;
+    std::vector<SlotRow> slots;
   };
 
   void refresh_until_stopped();
@@ -67,6 +69,7 @@ class BacklogMonitor {
   pg::Result run_query(std::chrono::steady_clock::time_point began,
                        std::chrono::steady_clock::duration& took);
   Backlog query_backlog(std::chrono::steady_clock::duration& took);
+  std::vector<SlotRow> query_slots();
   [[nodiscard]] std::string backlog_sql() const;
 
   const std::string database_url_;

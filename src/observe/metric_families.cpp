@@ -164,6 +164,18 @@ void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {
   }
 }
 
+void add_slots(Families& out, const std::vector<SlotRow>& slots) {
+  for (const SlotRow& slot : slots) {
+    const Labels labels{{"slot", label_value(slot.name)}};
+    gauge(out, "outbox_replication_slot_streamed",
+          "1 while a walsender streams the pgoutput slot; 0 while none does (it keeps WAL).",
+          slot.streamed ? 1 : 0, labels);
+    gauge(out, "outbox_replication_slot_retained_bytes",
+          "WAL the slot holds back from recycling, in bytes; -1 once its WAL is gone.",
+          slot.retained_bytes, labels);
+  }
+}
+
 void add_backlog_up(Families& out, bool up, double last_query_seconds) {
   gauge(out, "outbox_backlog_query_up",
         "1 while the backlog query works; 0 while it fails (the backlog gauges are left out).",

@@ -24,6 +24,14 @@ struct BacklogRow {
   double quarantined = 0;
 };
 
+// A pgoutput slot of the database (the backlog thread's second query): whether a walsender
+// streams it and the WAL it holds back. A slot no relay streams keeps WAL until it is dropped.
+struct SlotRow {
+  std::string name;
+  bool streamed = false;
+  double retained_bytes = 0;  // -1 once its WAL is gone (invalidated)
+};
+
 // One of the aggregates whose head has waited longest (the admin page's "slowest aggregates"),
 // from the same query.
 struct SlowAggregate {
@@ -61,6 +69,8 @@ void add_build_info(Families& out);
 void add_relay(Families& out, const RelayMetrics& metrics, const std::string& shard);
 void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& stats);
 void add_backlog(Families& out, const std::vector<BacklogRow>& rows);
+// outbox_replication_slot_streamed and _retained_bytes by slot.
+void add_slots(Families& out, const std::vector<SlotRow>& slots);
 // 1 while the backlog query works, 0 while it fails (the backlog gauges are absent then), and
 // how long its last run took (absent before the first).
 void add_backlog_up(Families& out, bool up, double last_query_seconds);

@@ -18,6 +18,7 @@
 #include "observe/backlog_monitor.hpp"
 #include "observe/guarded_server.hpp"
 #include "observe/metric_families.hpp"
+#include "observe/overview_json.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/observe.hpp"
@@ -39,45 +40,6 @@ bool same_token(std::string_view given, std::string_view expected) {
     diff |= static_cast<unsigned char>(given[i] ^ expected[i]);
   }
   return diff == 0;
-}
-
-// The overview's lists, as the admin page reads them.
-nlohmann::json backlog_json(const std::vector<observe::BacklogRow>& rows) {
-  nlohmann::json backlog = nlohmann::json::array();
-  for (const observe::BacklogRow& row : rows) {
-    backlog.push_back({{"aggregate_type", row.aggregate_type},
-                       {"pending", row.pending},
-                       {"oldest_pending_age", row.oldest_pending_age},
-                       {"quarantined", row.quarantined}});
-  }
-  return backlog;
-}
-
-nlohmann::json quarantine_json(const std::vector<QuarantinedEvent>& events) {
-  nlohmann::json quarantine = nlohmann::json::array();
-  for (const QuarantinedEvent& q : events) {
-    quarantine.push_back({{"event_id", q.event_id.to_string()},
-                          {"aggregate_type", q.aggregate_type},
-                          {"aggregate_id", q.aggregate_id},
-                          {"aggregate_sequence", q.aggregate_sequence},
-                          {"event_type", q.event_type},
-                          {"reason", q.reason},
-                          {"last_error", q.last_error},
-                          {"quarantined_at", q.quarantined_at},
-                          {"blocked_events", q.blocked_events}});
-  }
-  return quarantine;
-}
-
-nlohmann::json slowest_json(const std::vector<observe::SlowAggregate>& slowest) {
-  nlohmann::json slow = nlohmann::json::array();
-  for (const observe::SlowAggregate& a : slowest) {
-    slow.push_back({{"aggregate_type", a.aggregate_type},
-                    {"aggregate_id", a.aggregate_id},
-                    {"pending", a.pending},
-                    {"waiting_age", a.waiting_age}});
-  }
-  return slow;
 }
 
 }  // namespace
@@ -353,7 +315,8 @@ class ObserveServer::Impl {
     {
       const observe::BacklogReading reading = backlog_monitor_.reading();
       out["backlog_ok"] = reading.ok;
-      out["backlog"] = backlog_json(reading.rows);
+      out["backlog"] = observe::backlog_json(reading.rows);
+      out["slots"] = observe::slots_json(reading.slots);
     }
     nlohmann::json parts = this_process_parts();
     // One overview at a time; another asked meanwhile is told to come back rather than queue
@@ -371,9 +334,9 @@ class ObserveServer::Impl {
                        {"detail", detail}});
     }
     out["parts"] = std::move(parts);
-    out["quarantine"] = quarantine_json(list_quarantined(conn, options_.schema, 100));
+    out["quarantine"] = observe::quarantine_json(list_quarantined(conn, options_.schema, 100));
     // The backlog thread's list (the page costs no second pass over the pending rows).
-    out["slowest"] = slowest_json(backlog_monitor_.reading().slowest);
+    out["slowest"] = observe::slowest_json(backlog_monitor_.reading().slowest);
     return out;
   }
 
@@ -404,7 +367,10 @@ class ObserveServer::Impl {
     if (options_.backlog) {
       const observe::BacklogReading reading = backlog_monitor_.reading();
       observe::add_backlog_up(families, reading.ok, reading.last_query_seconds);
-      if (reading.ok) observe::add_backlog(families, reading.rows);
+      if (reading.ok) {
+        observe::add_backlog(families, reading.rows);
+        observe::add_slots(families, reading.slots);
+      }
     }
     return observe::serialize(families);
   }

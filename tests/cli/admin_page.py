@@ -1,5 +1,5 @@
 """Drives the admin page in Debian's headless Chromium (chromium-driver, python3-selenium), as an
-operator would: the page lists the quarantined events, a click on "retry" releases one, a click
+operator would: the page lists the quarantined events and a replication slot no relay streams, a click on "retry" releases one, a click
 on "skip" asks for a reason and skips the other. Saves a screenshot. The database checks are the
 calling script's (admin_page.sh).
 
@@ -53,6 +53,10 @@ try:
     # Control characters and a right-to-left override are shown escaped, not acted on.
     assert "c-1\\x1b[31m\\x07\\u202eevil" in shown, shown
     assert not any(c in shown for c in "\x1b\x07\u202e"), "a control character shown raw"
+    # A slot no relay streams is said to keep WAL, with the command that drops it.
+    slot = wait.until(ec.presence_of_element_located(
+        (By.CSS_SELECTOR, '#slots tr[data-slot="left_behind"]'))).text
+    assert "not streamed" in slot and "outbox cdc drop --slot left_behind" in slot, slot
     # The chart draws from its first sample (a point at its top left: the sample is its own
     # maximum), not only once it has two. The labels start right of it, at x = 8.
     alpha = driver.execute_script("""

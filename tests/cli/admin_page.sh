@@ -43,6 +43,9 @@ quarantine "$retry_id" order o-1
 # Its id has an escape sequence, a bell and a right-to-left override: shown escaped, as the CLI does.
 quarantine "$skip_id" '<b class="injected">x</b>' "c-1$(printf '\033[31m\a\342\200\256')evil"
 
+# A slot no relay streams: the page lists it as such (admin_page.py).
+sql -c "SELECT pg_create_logical_replication_slot('left_behind', 'pgoutput')" >/dev/null
+
 # Starts `outbox admin` with extra flags; sets started_port to the port it serves on. (Not in a
 # command substitution: the process must be tracked by this shell for the cleanup.)
 start_admin() {

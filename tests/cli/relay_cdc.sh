@@ -5,8 +5,9 @@
 # its standby, SIGTERM, a restart that resumes from the slot, the refusals of CDC options that
 # cannot work, two shards run by one process, the WAL budget with a paused broker (status says
 # the slot was let go), table-less events (no rows: the slot is their only copy) and the refusals
-# that keep them from being lost, and kcat reading what reached Kafka (every event, each key in
-# order).
+# that keep them from being lost, kcat reading what reached Kafka (every event, each key in
+# order), and `outbox cdc drop` tearing it down (refused for a missing, a streamed and, without
+# --force, a table-less slot).
 #
 # Usage: relay_cdc.sh /path/to/outbox
 # Needs: psql, curl and kcat on PATH, PostgreSQL server binaries (found by `outbox-dev postgres`).
@@ -368,5 +369,30 @@ print("ok" if not problems else "; ".join(problems[:5]))
 PY
 )"
 if [[ "$verdict" == "ok" ]]; then pass; else fail "kcat read of $topic: $verdict"; fi
+
+# --- 9. tearing CDC down: an abandoned slot reported, dropped only when nothing is lost ----------
+status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)" || true
+if [[ "$status_text" == *"slot $slot: not streamed"*"outbox cdc drop --slot $slot"* ]]; then pass; else
+  fail "status should say a slot no relay streams keeps WAL, and how to drop it: $status_text"
+fi
+expect_failure "dropping a slot that is not there" "there is no replication slot nosuch" \
+  "$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot nosuch
+expect_failure "dropping a table-less slot without --force" "loses every one not yet published" \
+  "$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot "$slot"
+start_relay --table-less
+wait_for_status "*slot $slot: streamed*" "the table-less relay streams again" || true
+expect_failure "dropping a streamed slot" "stop the relay that streams it" \
+  "$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot "$slot" --force
+stop_relay
+out="$("$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot "$slot" --force 2>&1)" ||
+  fail "cdc drop --force failed: $out"
+left="$(sql -c "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot') ||
+  '/' || (SELECT count(*) FROM $schema.outbox_table_less_slots) || '/' ||
+  (SELECT count(*) FROM pg_publication_tables WHERE schemaname = '$schema')")"
+if [[ "$out" == *"dropped slot $slot"*"table-less registration"*"dropped publication(s)"* && "$left" == 0/0/0 ]]; then
+  pass
+else
+  fail "cdc drop --force should drop the slot, its registration and the publications: $out (left: $left)"
+fi
 
 summary_and_exit
