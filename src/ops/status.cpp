@@ -115,9 +115,14 @@ OutboxStatus read_status(PGconn* conn, const SchemaName& schema) {
           "FROM pg_replication_slots, here WHERE slot_type = 'logical' AND plugin = 'pgoutput' "
           "AND database = current_database() ORDER BY slot_name");
   for (int row = 0; row < slots.rows(); ++row) {
-    status.slots.push_back({std::string(slots.text(row, 0)), std::string(slots.text(row, 1)),
-                            std::string(slots.text(row, 2)), optional_int(slots, row, 3),
-                            optional_int(slots, row, 4), slots.text(row, 5) == "true", {}, {}});
+    status.slots.push_back({std::string(slots.text(row, 0)),
+                            std::string(slots.text(row, 1)),
+                            std::string(slots.text(row, 2)),
+                            optional_int(slots, row, 3),
+                            optional_int(slots, row, 4),
+                            slots.text(row, 5) == "true",
+                            {},
+                            {}});
   }
   status.relays = read_relay_sessions(conn, schema);
   for (SlotStatus& slot : status.slots) {
