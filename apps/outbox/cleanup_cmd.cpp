@@ -73,14 +73,21 @@ void print(const CleanupFlags& flags, const CleanupReport& report, double second
                      outbox::printable(c.consumer), c.last_applied_at)
               << std::endl;
   }
+  const std::string inbox = flags.inbox_retention.empty() ? " (inbox kept: no --inbox-retention)"
+                                                          : " older than " + flags.inbox_retention;
+  if (report.events_deleted == 0 && report.inbox_deleted == 0) {
+    std::cout << fmt::format(
+                     "cleanup: nothing to delete: no event finished more than {} ago, no inbox "
+                     "id{} ({:.2f} s)",
+                     flags.retention, inbox, seconds)
+              << std::endl;
+    return;
+  }
   std::cout << fmt::format(
-                   "cleanup: {} {} events finished more than {} ago, {} inbox ids{}, in "
-                   "{} batches, {:.2f} s",
+                   "cleanup: {} {} event(s) finished more than {} ago, {} inbox id(s){}, "
+                   "in {} batch(es), {:.2f} s",
                    flags.dry_run ? "would delete" : "deleted", report.events_deleted,
-                   flags.retention, report.inbox_deleted,
-                   flags.inbox_retention.empty() ? " (inbox kept: no --inbox-retention)"
-                                                 : " older than " + flags.inbox_retention,
-                   report.batches, seconds)
+                   flags.retention, report.inbox_deleted, inbox, report.batches, seconds)
             << std::endl;
 }
 

@@ -8,13 +8,27 @@
 
 namespace outbox::cli {
 
+namespace {
+
+// "2026-12-02 20:50:42.630233+00" as "2026-12-02 20:50:42+00": a person reads seconds.
+std::string to_the_second(const std::string& timestamp) {
+  const std::size_t dot = timestamp.find('.');
+  if (dot == std::string::npos) return timestamp;
+  const std::size_t zone = timestamp.find_first_of("+-", dot);
+  return timestamp.substr(0, dot) + (zone == std::string::npos ? "" : timestamp.substr(zone));
+}
+
+}  // namespace
+
 std::string quarantined_text(const QuarantinedEvent& event) {
   using outbox::printable;
-  return fmt::format("{}  {} {} #{} {}  {} ({} attempts), {} blocked behind it\n    {}\n",
+  return fmt::format("{}  {} {} #{} {}  {}, {} attempt{}, since {}; {} blocked behind it\n    {}\n",
                      event.event_id.to_string(), printable(event.aggregate_type),
                      printable(event.aggregate_id), event.aggregate_sequence,
                      printable(event.event_type), printable(event.reason), event.attempt_count,
-                     event.blocked_events, printable(event.last_error));
+                     event.attempt_count == 1 ? "" : "s",
+                     printable(to_the_second(event.quarantined_at)), event.blocked_events,
+                     printable(event.last_error));
 }
 
 std::string quarantined_json(const QuarantinedEvent& event) {

@@ -83,7 +83,15 @@ int run_replay(const ReplayFlags& flags) {
     std::cout << ", occurred " << plan.first_occurred_at << " .. " << plan.last_occurred_at;
   }
   std::cout << std::endl;
-  if (flags.dry_run || plan.events == 0) {
+  if (plan.events == 0) {
+    // As `audit` with nothing to audit: a filter that matches nothing (a misspelt aggregate, a
+    // window outside the retention) must not read as done.
+    std::cerr << "replay: nothing matched: no published event of the window and filters is "
+                 "still in the table (outside the retention, or a filter that matches nothing)"
+              << std::endl;
+    return 4;
+  }
+  if (flags.dry_run) {
     if (flags.dry_run) std::cout << "replay: dry run, nothing changed" << std::endl;
     return 0;
   }

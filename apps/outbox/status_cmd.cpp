@@ -35,11 +35,17 @@ std::string mebibytes(std::int64_t bytes) {
   return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
 }
 
+// An age for a person: "3.1 s" under a minute, then "4m5s", "2h0m" (whole seconds).
+std::string age_text(double seconds) {
+  if (seconds < 60) return fmt::format("{:.1f} s", seconds);
+  return format_duration(std::chrono::seconds(static_cast<std::int64_t>(seconds)));
+}
+
 void print_text(const OutboxStatus& s) {
   std::cout << "pending " << s.pending << " (in flight " << s.in_flight << ", retrying "
             << s.retrying << ", quarantined " << s.quarantined << "), published " << s.published
             << ", skipped " << s.skipped << ", oldest pending "
-            << fmt::format("{:g}", s.oldest_pending_seconds) << " s\n";
+            << age_text(s.oldest_pending_seconds) << "\n";
   for (const SlotStatus& slot : s.slots) {
     std::cout << "slot " << outbox::printable(slot.name) << ": "
               << (slot.walsender.empty() ? std::string("not streamed")
@@ -107,7 +113,10 @@ nlohmann::json to_json(const OutboxStatus& s) {
   }
   // Values from the table are any writer's: dump() escapes them and replaces bytes that are
   // not UTF-8, so one line stays one valid JSON object.
-  return {{"pending", s.pending},
+  // When it was read (this host's clock, UTC): one line of --watch says its own time.
+  const auto now = std::chrono::floor<std::chrono::milliseconds>(std::chrono::system_clock::now());
+  return {{"at", fmt::format("{:%Y-%m-%dT%H:%M:%S}Z", now)},
+          {"pending", s.pending},
           {"in_flight", s.in_flight},
           {"retrying", s.retrying},
           {"quarantined", s.quarantined},

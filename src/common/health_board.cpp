@@ -2,6 +2,7 @@
 
 #include "common/log.hpp"
 #include "common/printable.hpp"
+#include "outbox/duration.hpp"
 
 namespace outbox {
 
@@ -39,8 +40,11 @@ void HealthBoard::set(Health health, const std::string& error) {
   const bool healthy =
       health == Health::running || health == Health::starting || health == Health::stopped;
   if (healthy) {
-    log().info("{}: {} (was {} for {} ms)", component_, to_string(health), to_string(health_),
-               lasted.count());
+    // "for 4m4s", not "for 244150 ms"; under 10 s in ms, as a start-up is measured.
+    log().info("{}: {} (was {} for {})", component_, to_string(health), to_string(health_),
+               lasted < std::chrono::seconds(10)
+                   ? std::to_string(lasted.count()) + " ms"
+                   : format_duration(std::chrono::duration_cast<std::chrono::seconds>(lasted)));
   } else {
     // Errors quote values from the database and the broker (a key in a constraint's detail).
     log().warn("{}: {}: {}", component_, to_string(health), printable(error));

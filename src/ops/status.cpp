@@ -73,26 +73,20 @@ FROM {relays} r ORDER BY r.seen_at DESC LIMIT $1::int)SQL",
   return out;
 }
 
-OutboxStatus read_status(PGconn* conn, const SchemaName& schema) {
-  OutboxStatus status;
+namespace {
+
+void read_counts(PGconn* conn, const SchemaName& schema, OutboxStatus& status) {
   const std::string events = schema.table("outbox_events");
-  const auto counts = pg::exec(
-      conn,
-      "WITH pending AS (SELECT * FROM " + events +
-          " WHERE published_at IS NULL AND skipped_at IS NULL)"
-          " SELECT (SELECT count(*) FROM pending),"
-          "        (SELECT count(*) FROM pending WHERE claim_until > now()),"
-          "        (SELECT count(*) FROM pending WHERE attempt_count > 0 AND quarantined_at IS "
-          "NULL),"
-          "        (SELECT count(*) FROM pending WHERE quarantined_at IS NOT NULL),"
-          "        (SELECT count(*) FROM " +
-          events +
-          " WHERE published_at IS NOT NULL),"
-          "        (SELECT count(*) FROM " +
-          events +
-          " WHERE skipped_at IS NOT NULL),"
-          "        (SELECT coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8"
-          "         FROM pending)");
+  const auto counts = pg::exec(conn, fmt::format(R"SQL(
+WITH pending AS (SELECT * FROM {events} WHERE published_at IS NULL AND skipped_at IS NULL)
+SELECT (SELECT count(*) FROM pending),
+       (SELECT count(*) FROM pending WHERE claim_until > now()),
+       (SELECT count(*) FROM pending WHERE attempt_count > 0 AND quarantined_at IS NULL),
+       (SELECT count(*) FROM pending WHERE quarantined_at IS NOT NULL),
+       (SELECT count(*) FROM {events} WHERE published_at IS NOT NULL),
+       (SELECT count(*) FROM {events} WHERE skipped_at IS NOT NULL),
+       (SELECT coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8 FROM pending))SQL",
+                                                 fmt::arg("events", events)));
   status.pending = counts.int64(0, 0);
   status.in_flight = counts.int64(0, 1);
   status.retrying = counts.int64(0, 2);
@@ -100,30 +94,42 @@ OutboxStatus read_status(PGconn* conn, const SchemaName& schema) {
   status.published = counts.int64(0, 4);
   status.skipped = counts.int64(0, 5);
   status.oldest_pending_seconds = std::stod(std::string(counts.text(0, 6)));
+}
 
-  // With the WAL each holds back: what `--wal-budget` and max_slot_wal_keep_size bound.
+// With the WAL each holds back: what `--wal-budget` and max_slot_wal_keep_size bound.
+std::vector<SlotStatus> read_slots(PGconn* conn, const SchemaName& schema) {
   const auto slots = pg::exec(
-      conn,
-      "WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
-      "ELSE pg_current_wal_lsn() END AS lsn) "
-      "SELECT slot_name, coalesce(active_pid::text, ''), coalesce(wal_status, ''), "
-      "pg_wal_lsn_diff(here.lsn, restart_lsn)::bigint, "
-      "pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint, "
-      "(slot_name::text IN (SELECT slot_name FROM " +
-          schema.table("outbox_table_less_slots") +
-          "))::text "
-          "FROM pg_replication_slots, here WHERE slot_type = 'logical' AND plugin = 'pgoutput' "
-          "AND database = current_database() ORDER BY slot_name");
+      conn, fmt::format(R"SQL(
+WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                          ELSE pg_current_wal_lsn() END AS lsn)
+SELECT slot_name, coalesce(active_pid::text, ''), coalesce(wal_status, ''),
+       pg_wal_lsn_diff(here.lsn, restart_lsn)::bigint,
+       pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint,
+       (slot_name::text IN (SELECT slot_name FROM {registrations}))::text
+FROM pg_replication_slots, here
+WHERE slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database()
+ORDER BY slot_name)SQL",
+                        fmt::arg("registrations", schema.table("outbox_table_less_slots"))));
+  std::vector<SlotStatus> out;
   for (int row = 0; row < slots.rows(); ++row) {
-    status.slots.push_back({std::string(slots.text(row, 0)),
-                            std::string(slots.text(row, 1)),
-                            std::string(slots.text(row, 2)),
-                            optional_int(slots, row, 3),
-                            optional_int(slots, row, 4),
-                            slots.text(row, 5) == "true",
-                            {},
-                            {}});
+    SlotStatus slot;
+    slot.name = slots.text(row, 0);
+    slot.walsender = slots.text(row, 1);
+    slot.wal_status = slots.text(row, 2);
+    slot.retained = optional_int(slots, row, 3);
+    slot.unconfirmed = optional_int(slots, row, 4);
+    slot.table_less = slots.text(row, 5) == "true";
+    out.push_back(std::move(slot));
   }
+  return out;
+}
+
+}  // namespace
+
+OutboxStatus read_status(PGconn* conn, const SchemaName& schema) {
+  OutboxStatus status;
+  read_counts(conn, schema, status);
+  status.slots = read_slots(conn, schema);
   status.relays = read_relay_sessions(conn, schema);
   for (SlotStatus& slot : status.slots) {
     for (const RelaySessionStatus& relay : status.relays) {

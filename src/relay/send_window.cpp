@@ -37,8 +37,12 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
       ++summary.published;
     } else {
       // Unknown outcomes count as failures: the event is sent again with the same id.
-      outcome.error = fmt::format("{}: {}", to_string(report.outcome), report.error);
       outcome.permanent = report.outcome == DeliveryOutcome::permanent_failure;
+      // A permanent failure's row says so in its quarantine reason ("permanent failure"): its
+      // last error is the broker's words alone. Others say which kind they were.
+      outcome.error = outcome.permanent
+                          ? report.error
+                          : fmt::format("{}: {}", to_string(report.outcome), report.error);
       if (!outcome.permanent) broker_trouble = &report;
       failed_.push_back(std::move(outcome));
       ++summary.failed;

@@ -214,6 +214,13 @@ expect_failure "replay with an unreadable --since" "timestamps PostgreSQL reads"
   "$outbox_binary" replay --db "$db" --schema "$schema" --since "last tuesday-ish" --reason x
 expect_failure "replay without --reason" "--reason" \
   "$outbox_binary" replay --db "$db" --schema "$schema" --since 1h
+# A filter that matches nothing exits 4, as audit with nothing to audit: not a silent success.
+rc=0
+output="$("$outbox_binary" replay --db "$db" --schema "$schema" --since 1h --aggregate-id no-such \
+  --reason x 2>&1)" || rc=$?
+if ((rc == 4)) && [[ "$output" == *"replay: nothing matched"* ]]; then pass; else
+  fail "a replay that matches nothing should exit 4 and say so; got $rc: $output"
+fi
 
 # --- 10. --log-format json: every line one JSON object, also with a hostile value in it ----------
 "$outbox_binary" migrate --db "$db" --schema drilljson >/dev/null

@@ -129,6 +129,18 @@ else
   fail "a UTF-8 id written under PGCLIENTENCODING=LATIN1 should be stored as given"
 fi
 
+# Status for a person: an age in units, and each JSON line with its time.
+sql -c "UPDATE $schema.outbox_events SET occurred_at = now() - interval '2 hours 5 minutes'
+  WHERE aggregate_id = 'o-1' AND aggregate_sequence = 1"
+status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)"
+if [[ "$status_text" == *"oldest pending 2h5m"* ]]; then pass; else
+  fail "status should give the oldest pending age in units: $status_text"
+fi
+status_json="$("$outbox_binary" status --db "$db" --schema "$schema" --json 2>&1)"
+if [[ "$status_json" =~ \"at\":\"20[0-9]{2}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z\" ]]; then pass; else
+  fail "status --json should say when it was read: $status_json"
+fi
+
 # --- 6. a relay publishes what SQL made: kcat reads key, headers and payload --------------------
 "$outbox_binary" relay --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
   >"$work_dir/relay.out" 2>"$work_dir/relay.err" &

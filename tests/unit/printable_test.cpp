@@ -75,6 +75,7 @@ QuarantinedEvent hostile_event() {
   event.last_error = "topic \"outbox.order\x1b[2J\" ...\x07";
   event.attempt_count = 1;
   event.blocked_events = 2;
+  event.quarantined_at = "2026-12-02 20:50:42.630233+00";
   return event;
 }
 
@@ -84,9 +85,15 @@ TEST(QuarantinedText, EscapesEveryFieldFromTheDatabase) {
   EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
   EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos) << text;
   EXPECT_TRUE(contains(text, "order\\x1b[2J 4711\\x0a2026-12-01T00:00:00.000 info"));
-  EXPECT_TRUE(contains(text, "Paid\\u202e  permanent failure (1 attempts), 2 blocked"));
+  EXPECT_TRUE(contains(text,
+                       "Paid\\u202e  permanent failure, 1 attempt, since "
+                       "2026-12-02 20:50:42+00; 2 blocked"))
+      << text;
   EXPECT_TRUE(contains(text, "\n    topic \"outbox.order\\x1b[2J\" ...\\x07\n"));
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << "two lines, no forged third";
+  QuarantinedEvent tried = hostile_event();
+  tried.attempt_count = 25;
+  EXPECT_TRUE(contains(cli::quarantined_text(tried), ", 25 attempts, since"));
 }
 
 TEST(QuarantinedJson, EscapesControlsAndNonAscii) {

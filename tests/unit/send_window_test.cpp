@@ -64,8 +64,11 @@ TEST(SendWindow, ReportsBecomeOutcomesWithTheTokenTheEventWasSentUnder) {
   ASSERT_EQ(window.failed().size(), 2U);
   EXPECT_EQ(window.failed()[0].token, "t-b");
   EXPECT_TRUE(window.failed()[0].permanent);
-  EXPECT_NE(window.failed()[0].error.find("too large"), std::string::npos);
+  // The quarantine reason says "permanent failure"; the last error is the broker's words alone
+  // (the admin page showed "permanent failure: permanent_failure: too large").
+  EXPECT_EQ(window.failed()[0].error, "too large");
   EXPECT_FALSE(window.failed()[1].permanent) << "an unknown outcome is retried, never final";
+  EXPECT_EQ(window.failed()[1].error, "unknown: timed out") << "a retried one says its kind";
   EXPECT_EQ(window.unrecorded(), 3U);
   // An ack in the same batch says the broker works.
   EXPECT_FALSE(summary.broker_error.has_value());
