@@ -95,6 +95,12 @@ int run(const Commands& commands, const std::string& program) {
           "FULL): find it in pg_locks and pg_stat_activity, then try again";
     } else if (e.sqlstate() == "57014") {
       hint = "; the statement ran out of time (statement_timeout)";
+    } else if ((e.sqlstate() == "42P01" || e.sqlstate() == "3F000") &&
+               std::string_view(e.what()).find("outbox") != std::string_view::npos) {
+      // An undefined table or schema of outbox's: never migrated, or another --schema.
+      hint =
+          "; outbox's tables are not there: run `outbox migrate` (with the same --schema) first, "
+          "or name the schema that holds them with --schema";
     }
     std::cerr << program << ": " << e.what() << hint << (e.retryable() ? " (retryable)" : "")
               << "\n";

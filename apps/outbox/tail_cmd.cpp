@@ -64,13 +64,14 @@ Consumer open_consumer(const TailFlags& flags) {
     }
   };
   if (flags.kafka.brokers.empty()) throw ConfigError("tail: give the brokers with --kafka-brokers");
-  // A group id is required by the consumer API; nothing joins it (assign(), never subscribe())
-  // and nothing is committed to it.
+  for (const auto& [key, value] : flags.kafka.merged_properties()) set(key, value);
+  // After the user's properties, so none of them can change what tail is: a group id the
+  // consumer API requires but nothing joins (assign(), never subscribe()) and nothing commits
+  // to, and the end of each partition reported (tail stops there).
   set("group.id", "outbox-tail");
   set("enable.auto.commit", "false");
   set("enable.auto.offset.store", "false");
   set("enable.partition.eof", "true");
-  for (const auto& [key, value] : flags.kafka.merged_properties()) set(key, value);
   set("bootstrap.servers", flags.kafka.brokers);
   rd_kafka_t* consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof error);
   if (consumer == nullptr) {
@@ -202,6 +203,7 @@ int run_tail(const TailFlags& flags) {
                           true);
     }
     print(message.get(), flags.json);
+    if (flags.follow) std::cout << std::flush;  // a reader of a pipe sees each one as it comes
     if (message->offset + 1 >= ends[message->partition]) done[message->partition] = true;
     if (stdout_closed("tail")) return 0;
   }

@@ -5,7 +5,8 @@
 // Usage: projection_consumer CONNECTION BROKERS [STOP_AFTER]
 //   CONNECTION  libpq connection string of the database with outbox's tables (schema "outbox")
 //   BROKERS     Kafka bootstrap servers
-//   STOP_AFTER  stop once this many events were applied (default: run until SIGINT or SIGTERM)
+//   STOP_AFTER  stop once this many events were taken, applied or skipped as duplicates (default:
+//               run until SIGINT or SIGTERM)
 
 #include <libpq-fe.h>
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
 
   // The projection's table (once per deployment in real life).
   PGconn* setup = PQconnectdb(options.database_url.c_str());
+  PQclear(PQexec(setup, "SET client_min_messages = warning"));  // no "already exists" notice
   PQclear(PQexec(setup,
                  "CREATE TABLE IF NOT EXISTS outbox.customer_orders"
                  " (customer_id text PRIMARY KEY, orders bigint NOT NULL)"));
@@ -61,7 +63,8 @@ int main(int argc, char** argv) {
       if (!ok) throw std::runtime_error(PQerrorMessage(tx));
     });
     while (g_stop == 0 &&
-           (stop_after == 0 || consumer.stats().applied < std::uint64_t(stop_after))) {
+           (stop_after == 0 || consumer.stats().applied + consumer.stats().duplicates <
+                                   static_cast<std::uint64_t>(stop_after))) {
       consumer.poll(std::chrono::milliseconds(500));
     }
     std::cout << "applied " << consumer.stats().applied << " event(s), "

@@ -255,7 +255,7 @@ BacklogMonitor::Backlog BacklogMonitor::query_backlog(std::chrono::steady_clock:
 // The database's pgoutput slots: a few rows of a view, not timed with the backlog query.
 std::vector<SlotRow> BacklogMonitor::query_slots() {
   const pg::Result result = pg::exec(connection_->get(), R"SQL(
-SELECT slot_name, (active_pid IS NOT NULL)::text,
+SELECT database, slot_name, (active_pid IS NOT NULL)::text,
        coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
                                      ELSE pg_current_wal_lsn() END, restart_lsn), -1)::float8
 FROM pg_catalog.pg_replication_slots
@@ -263,8 +263,8 @@ WHERE slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_datab
 ORDER BY slot_name)SQL");
   std::vector<SlotRow> slots;
   for (int i = 0; i < result.rows(); ++i) {
-    slots.push_back({std::string(result.text(i, 0)), result.text(i, 1) == "true",
-                     std::stod(std::string(result.text(i, 2)))});
+    slots.push_back({std::string(result.text(i, 0)), std::string(result.text(i, 1)),
+                     result.text(i, 2) == "true", std::stod(std::string(result.text(i, 3)))});
   }
   return slots;
 }

@@ -166,7 +166,7 @@ void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {
 
 void add_slots(Families& out, const std::vector<SlotRow>& slots) {
   for (const SlotRow& slot : slots) {
-    const Labels labels{{"slot", label_value(slot.name)}};
+    const Labels labels{{"database", label_value(slot.database)}, {"slot", label_value(slot.name)}};
     gauge(out, "outbox_replication_slot_streamed",
           "1 while a walsender streams the pgoutput slot; 0 while none does (it keeps WAL).",
           slot.streamed ? 1 : 0, labels);

@@ -27,6 +27,7 @@ struct BacklogRow {
 // A pgoutput slot of the database (the backlog thread's second query): whether a walsender
 // streams it and the WAL it holds back. A slot no relay streams keeps WAL until it is dropped.
 struct SlotRow {
+  std::string database;  // the slot's (a label: slot names repeat across databases)
   std::string name;
   bool streamed = false;
   double retained_bytes = 0;  // -1 once its WAL is gone (invalidated)

@@ -30,20 +30,42 @@ FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)SQL",
   return {true, row.text(0, 0) == "true", std::string(row.text(0, 1)), row.int64(0, 2)};
 }
 
-}  // namespace
-
-CdcDropReport drop_cdc(PGconn* conn, const SchemaName& schema, const std::string& slot,
-                       bool force) {
-  const std::string shown = detail::printable(slot, 80);
-  const SlotFound found = find_slot(conn, slot);
-  if (!found.exists) {
-    throw InvalidArgument(fmt::format(
-        "cdc drop: there is no replication slot {} (outbox status lists the slots)", shown));
+// The schemas whose outbox_table_less_slots registers `slot` (any schema of this database: a
+// registration in another schema than --schema holds that schema's table-less events).
+std::vector<std::string> registered_in(PGconn* conn, const std::string& slot) {
+  const auto tables = pg::exec(conn, R"SQL(
+SELECT n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = 'outbox_table_less_slots' AND c.relkind = 'r' ORDER BY n.nspname)SQL");
+  std::vector<std::string> schemas;
+  for (int row = 0; row < tables.rows(); ++row) {
+    const std::string schema(tables.text(row, 0));
+    const std::string table = pg::quote_identifier(conn, schema) + "." +
+                              pg::quote_identifier(conn, "outbox_table_less_slots");
+    if (pg::exec(conn, "SELECT count(*) FROM " + table + " WHERE slot_name = $1",
+                 pg::Params().text(slot).pointers())
+            .int64(0, 0) > 0) {
+      schemas.push_back(schema);
+    }
   }
+  return schemas;
+}
+
+// Whether this schema's relays are known to use `slot`: a relay session's row names it, or it
+// has the name relays give by default (--slot outbox, and its shards outbox_<i>_of_<n>).
+bool known_to_schema(PGconn* conn, const SchemaName& schema, const std::string& slot) {
+  return pg::exec(conn,
+                  "SELECT (EXISTS (SELECT 1 FROM " + schema.table("outbox_relays") +
+                      " WHERE slot_name = $1) OR $1 ~ '^outbox(_[0-9]+_of_[0-9]+)?$')::text",
+                  pg::Params().text(slot).pointers())
+             .text(0, 0) == "true";
+}
+
+void check_droppable(PGconn* conn, const SchemaName& schema, const std::string& slot,
+                     const SlotFound& found, bool force, CdcDropReport& report) {
+  const std::string shown = detail::printable(slot, 80);
   if (!found.ours) {
     throw InvalidArgument(fmt::format(
-        "cdc drop: slot {} is not a pgoutput slot of this database; outbox drops only its own",
-        shown));
+        "cdc drop: slot {} is not a pgoutput slot of this database; not one of outbox's", shown));
   }
   if (!found.walsender.empty()) {
     throw InvalidArgument(fmt::format(
@@ -51,13 +73,16 @@ CdcDropReport drop_cdc(PGconn* conn, const SchemaName& schema, const std::string
         "first (and its standbys, or one takes the slot over)",
         shown, found.walsender));
   }
-  CdcDropReport report;
-  report.retained_bytes = found.retained;
-  const std::string registrations = schema.table("outbox_table_less_slots");
-  report.was_table_less =
-      pg::exec(conn, "SELECT count(*) FROM " + registrations + " WHERE slot_name = $1",
-               pg::Params().text(slot).pointers())
-          .int64(0, 0) > 0;
+  const std::vector<std::string> registrations = registered_in(conn, slot);
+  for (const std::string& other : registrations) {
+    if (other != schema.name()) {
+      throw InvalidArgument(fmt::format(
+          "cdc drop: slot {} is registered for the table-less events of schema {}, not {}: drop "
+          "it with --schema {} (and --force, once its relay has caught up)",
+          shown, detail::printable(other), schema.name(), detail::printable(other)));
+    }
+  }
+  report.was_table_less = !registrations.empty();
   if (report.was_table_less && !force) {
     throw InvalidArgument(fmt::format(
         "cdc drop: slot {} is registered for table-less events, which exist nowhere else until a "
@@ -66,37 +91,73 @@ CdcDropReport drop_cdc(PGconn* conn, const SchemaName& schema, const std::string
         "with --force",
         shown));
   }
-  // The slot first, on its own (dropping a slot is not transactional): a slot a relay took
-  // meanwhile fails here (55006) and nothing changes. A registration left behind by a failure
-  // after it only makes table-less producers refuse, never lose, an event.
-  pg::exec(conn, "SELECT pg_drop_replication_slot($1)", pg::Params().text(slot).pointers());
+  if (!report.was_table_less && !force && !known_to_schema(conn, schema, slot)) {
+    throw InvalidArgument(fmt::format(
+        "cdc drop: no relay of schema {} is known to use slot {} (no relay row names it and it "
+        "has no default name): another tool's slot (Debezium, a logical replica) would lose its "
+        "position. If a relay of this schema ran with --slot {}, drop it with --force",
+        schema.name(), shown, shown));
+  }
+}
+
+// The publications of `schema`'s outbox tables and nothing else (not FOR ALL TABLES, not FOR
+// TABLES IN SCHEMA, no other table): the events', the shards', the counters' companion.
+std::vector<std::string> own_publications(PGconn* conn, const SchemaName& schema) {
+  const auto rows = pg::exec(conn, R"SQL(
+SELECT p.pubname FROM pg_catalog.pg_publication p
+WHERE NOT p.puballtables
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_namespace n WHERE n.pnpubid = p.oid)
+  AND EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t WHERE t.pubname = p.pubname
+              AND t.schemaname = $1
+              AND t.tablename IN ('outbox_events', 'outbox_aggregate_sequences'))
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables t WHERE t.pubname = p.pubname
+                  AND NOT (t.schemaname = $1
+                           AND t.tablename IN ('outbox_events', 'outbox_aggregate_sequences')))
+ORDER BY p.pubname)SQL",
+                             pg::Params().text(schema.name()).pointers());
+  std::vector<std::string> names;
+  for (int row = 0; row < rows.rows(); ++row) names.emplace_back(rows.text(row, 0));
+  return names;
+}
+
+}  // namespace
+
+CdcDropReport drop_cdc(PGconn* conn, const SchemaName& schema, const std::string& slot,
+                       bool force) {
+  const SlotFound found = find_slot(conn, slot);
+  if (!found.exists) {
+    throw InvalidArgument(
+        fmt::format("cdc drop: there is no replication slot {} (outbox status lists the slots)",
+                    detail::printable(slot, 80)));
+  }
+  CdcDropReport report;
+  report.retained_bytes = found.retained;
+  check_droppable(conn, schema, slot, found, force, report);
+  // One transaction, the slot last: dropping a slot is not undone by a rollback, so everything
+  // that could fail comes before it. A relay that took the slot since the checks makes the drop
+  // fail (55006) and nothing changes.
   pg::exec(conn, "BEGIN");
   try {
-    if (report.was_table_less) {
-      pg::exec(conn, "DELETE FROM " + registrations + " WHERE slot_name = $1",
-               pg::Params().text(slot).pointers());
-    }
     const auto others = pg::exec(conn,
                                  "SELECT slot_name FROM pg_catalog.pg_replication_slots WHERE "
                                  "plugin = 'pgoutput' AND database = current_database() "
-                                 "ORDER BY slot_name");
+                                 "AND slot_name <> $1 ORDER BY slot_name",
+                                 pg::Params().text(slot).pointers());
     for (int row = 0; row < others.rows(); ++row) {
       report.other_slots.emplace_back(others.text(row, 0));
     }
+    if (report.was_table_less) {
+      pg::exec(conn,
+               "DELETE FROM " + schema.table("outbox_table_less_slots") + " WHERE slot_name = $1",
+               pg::Params().text(slot).pointers());
+    }
     if (report.other_slots.empty()) {
-      // The publications of this schema's outbox tables (the events', the shards', the counters'
-      // companion of table-less relays): no slot of this database streams any more.
-      const auto publications = pg::exec(conn, R"SQL(
-SELECT DISTINCT pubname FROM pg_catalog.pg_publication_tables
-WHERE schemaname = $1 AND tablename IN ('outbox_events', 'outbox_aggregate_sequences')
-ORDER BY pubname)SQL",
-                                         pg::Params().text(schema.name()).pointers());
-      for (int row = 0; row < publications.rows(); ++row) {
-        const std::string name(publications.text(row, 0));
+      for (const std::string& name : own_publications(conn, schema)) {
         pg::exec(conn, "DROP PUBLICATION " + pg::quote_identifier(conn, name));
         report.publications.push_back(name);
       }
     }
+    pg::exec(conn, "SELECT pg_drop_replication_slot($1)", pg::Params().text(slot).pointers());
     pg::commit(conn);
   } catch (...) {
     pg::rollback_quietly(conn);

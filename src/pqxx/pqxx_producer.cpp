@@ -14,9 +14,14 @@ namespace outbox {
 namespace {
 
 // The SQL function's answer: the sequence and the transaction's id (EnqueuedEvent's fields).
+// The size limit is set for the transaction in the same statement, before the call (the call's
+// first argument depends on it): also right on a pqxx::nontransaction, where a set_config of its
+// own would end with its own statement.
 std::string call_statement(const SchemaName& schema) {
   return fmt::format(
-      "SELECT e.aggregate_sequence, txid_current() FROM {}.enqueue($1, $2, $3, $4::jsonb, "
+      "SELECT e.aggregate_sequence, txid_current() FROM "
+      "(SELECT set_config('outbox.max_message_bytes', $10, true) AS applied) AS l, "
+      "LATERAL {}.enqueue(CASE WHEN l.applied IS NOT NULL THEN $1 END, $2, $3, $4::jsonb, "
       "$5::jsonb, $6::int, $7::bigint * interval '1 millisecond', $8::uuid, $9) AS e",
       schema.quoted());
 }
@@ -51,17 +56,14 @@ std::vector<EnqueuedEvent> PqxxProducer::enqueue(pqxx::transaction_base& tx,
   for (const NewEvent& event : events) rules_.validate(event);
   std::vector<EnqueuedEvent> enqueued;
   if (events.empty()) return enqueued;
-  // The function's size limit is the session setting; this producer's option, for this
-  // transaction (set_config's is_local).
-  tx.exec_params("SELECT set_config('outbox.max_message_bytes', $1, true)",
-                 std::to_string(options_.max_payload_bytes));
+  const std::string limit = std::to_string(options_.max_payload_bytes);
   for (const NewEvent& event : events) {
     EnqueuedEvent out;
     out.event_id = event.event_id.value_or(EventId::generate());
     const pqxx::row row = tx.exec_params1(
         statement_, event.aggregate_type, event.aggregate_id, event.event_type, event.payload,
         event.headers, event.schema_version, static_cast<long long>(event.deliver_after.count()),
-        out.event_id.to_string(), traceparent_or_null(event));
+        out.event_id.to_string(), traceparent_or_null(event), limit);
     out.aggregate_sequence = row[0].as<std::int64_t>();
     out.transaction_id = row[1].as<std::uint64_t>();
     enqueued.push_back(out);

@@ -121,15 +121,26 @@ start_kafka_mock
 "$build_dir/outbox" relay --db "$db" --kafka-brokers "$brokers" >/dev/null 2>"$work_dir/relay.err" &
 relay_pid=$!
 track_background "$relay_pid" "relay"
+orders() {
+  psql "$db" -X -q -A -t -c "SELECT orders FROM outbox.customer_orders WHERE customer_id = 'customer-42'" 2>&1
+}
 out="$(timeout 60 "$consumer_build/projection_consumer" "$db" "$brokers" 3 2>&1)" || true
-kill -TERM "$relay_pid"
-wait "$relay_pid" || true
-orders="$(psql "$db" -X -q -A -t -c "SELECT orders FROM outbox.customer_orders WHERE customer_id = 'customer-42'" 2>&1)"
-if [[ "$out" == "applied 3 event(s), 0 duplicate(s) skipped" && "$orders" == 3 ]]; then
+if [[ "$out" == "applied 3 event(s), 0 duplicate(s) skipped" && "$(orders)" == 3 ]]; then
   pass
 else
   show_log "relay stderr" "$work_dir/relay.err"
-  fail "projection_consumer should apply the 3 OrderPlaced events once each: said \"$out\", orders $orders"
+  fail "projection_consumer should apply the 3 OrderPlaced events: said \"$out\", orders $(orders)"
 fi
+# The same events published again (outbox replay): delivered twice, applied once.
+"$build_dir/outbox" replay --db "$db" --since 1h --reason "install test" --actor test --wait 60s \
+  >"$work_dir/replay.out" 2>&1 || fatal --log "$work_dir/replay.out" "outbox replay failed"
+out="$(timeout 60 "$consumer_build/projection_consumer" "$db" "$brokers" 3 2>&1)" || true
+if [[ "$out" == "applied 0 event(s), 3 duplicate(s) skipped" && "$(orders)" == 3 ]]; then
+  pass
+else
+  fail "the replayed events should be skipped as duplicates: said \"$out\", orders $(orders)"
+fi
+kill -TERM "$relay_pid"
+wait "$relay_pid" || true
 
 summary_and_exit

@@ -3,8 +3,9 @@
 # control file depends on the runtime libraries (dpkg-shlibdeps) and adduser; it holds the
 # operator's program, the libraries, headers and CMake package, the systemd units with ExecStart at
 # /usr/bin/outbox, the docs, and not outbox-dev; its postinst makes the system user the units run
-# as (run here against stand-ins for adduser and getent: the test machine's users stay as they
-# are). Unpacked with dpkg -x, its outbox runs and examples/order_service builds against it alone.
+# as, once, and postrm keeps it on purge (run here against stand-ins for adduser, deluser and
+# getent: the test machine's users stay as they are); prerm stops the units on removal. Unpacked
+# with dpkg -x, its outbox runs and examples/order_service builds against it alone.
 #
 # Usage: package.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -68,22 +69,37 @@ else
   fail "examples/order_service should build against the unpacked package alone"
 fi
 
-# --- 4. postinst: the system user, made once ------------------------------------------------------
+# --- 4. maintainer scripts: the system user made once and kept; the units stopped on removal ------
 control_dir="$work_dir/control"
 dpkg-deb -e "$deb" "$control_dir"
+for script in postinst prerm postrm; do
+  if [[ -x "$control_dir/$script" ]] && sh -n "$control_dir/$script"; then pass; else
+    fail "the package should carry an executable $script that parses"
+  fi
+done
+if grep -q 'systemctl stop outbox-relay.service' "$control_dir/prerm"; then pass; else
+  fail "prerm should stop the units on removal"
+fi
 stubs="$work_dir/stubs"
 mkdir -p "$stubs"
-printf '#!/bin/sh\necho "$@" >>"%s/adduser.calls"\n' "$work_dir" >"$stubs/adduser"
-printf '#!/bin/sh\n[ -f "%s/adduser.calls" ]\n' "$work_dir" >"$stubs/getent"  # known once made
+calls="$work_dir/calls"
+: >"$calls"
+# adduser and deluser record their calls; getent knows the user once adduser made it.
+printf '#!/bin/sh\necho "adduser $*" >>"%s"\n' "$calls" >"$stubs/adduser"
+printf '#!/bin/sh\necho "deluser $*" >>"%s"\n' "$calls" >"$stubs/deluser"
+printf '#!/bin/sh\n[ "$1" = passwd ] && [ "$2" = outbox ] && grep -q "^adduser" "%s"\n' "$calls" \
+  >"$stubs/getent"
 printf '#!/bin/sh\nexit 0\n' >"$stubs/install"
 chmod +x "$stubs"/*
 PATH="$stubs:$PATH" sh "$control_dir/postinst" configure
-PATH="$stubs:$PATH" sh "$control_dir/postinst" configure  # an upgrade: no second user
-calls="$(cat "$work_dir/adduser.calls" 2>/dev/null || true)"
-if [[ "$(wc -l <<<"$calls")" == 1 && "$calls" == *"--system"*"--group"*"outbox"* ]]; then
+PATH="$stubs:$PATH" sh "$control_dir/postinst" configure 0.1.0  # an upgrade: no second user
+PATH="$stubs:$PATH" sh "$control_dir/postrm" purge
+recorded="$(cat "$calls")"
+if [[ "$(grep -c '^adduser' <<<"$recorded")" == 1 && "$recorded" == *"--system"*"--group"*"outbox"* &&
+      "$recorded" != *deluser* ]]; then
   pass
 else
-  fail "postinst should make the system user outbox once: adduser was called with: $calls"
+  fail "postinst should make the system user outbox once, and purge keep it: $recorded"
 fi
 
 summary_and_exit

@@ -384,15 +384,36 @@ wait_for_status "*slot $slot: streamed*" "the table-less relay streams again" ||
 expect_failure "dropping a streamed slot" "stop the relay that streams it" \
   "$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot "$slot" --force
 stop_relay
+# Another tool's slot and publication: cdc drop does not take them for outbox's.
+sql -c "SELECT pg_create_logical_replication_slot('debezium', 'pgoutput')" >/dev/null
+sql -c "CREATE PUBLICATION everything FOR ALL TABLES" >/dev/null
+expect_failure "dropping a slot no relay of the schema is known to use" "another tool's slot" \
+  "$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot debezium
+out="$("$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot "$slot" --force 2>&1)" ||
+  fail "cdc drop --force with another slot left failed: $out"
+if [[ "$out" == *"kept the publications: slot(s) debezium are still there"* ]]; then pass; else
+  fail "with another slot left, cdc drop should keep the publications: $out"
+fi
+sql -c "SELECT pg_drop_replication_slot('debezium')" >/dev/null
+"$outbox_binary" migrate --db "$db" --schema cdcother >/dev/null
+sql -c "INSERT INTO cdcother.outbox_table_less_slots (slot_name, relay_id) VALUES ('$slot', 'r')"
+start_relay --table-less
+wait_for_status "*slot $slot: streamed*" "a new table-less slot" || true
+stop_relay
+expect_failure "dropping a slot another schema registered for table-less events" \
+  "registered for the table-less events of schema cdcother" \
+  "$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot "$slot" --force
+sql -c "DELETE FROM cdcother.outbox_table_less_slots" >/dev/null
 out="$("$outbox_binary" cdc drop --db "$db" --schema "$schema" --slot "$slot" --force 2>&1)" ||
   fail "cdc drop --force failed: $out"
 left="$(sql -c "SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$slot') ||
   '/' || (SELECT count(*) FROM $schema.outbox_table_less_slots) || '/' ||
-  (SELECT count(*) FROM pg_publication_tables WHERE schemaname = '$schema')")"
-if [[ "$out" == *"dropped slot $slot"*"table-less registration"*"dropped publication(s)"* && "$left" == 0/0/0 ]]; then
+  (SELECT count(*) FROM pg_publication WHERE pubname LIKE '${schema}_outbox%') || '/' ||
+  (SELECT count(*) FROM pg_publication WHERE pubname = 'everything')")"
+if [[ "$out" == *"dropped slot $slot"*"table-less registration"*"dropped publication(s)"* && "$left" == 0/0/0/1 ]]; then
   pass
 else
-  fail "cdc drop --force should drop the slot, its registration and the publications: $out (left: $left)"
+  fail "cdc drop --force should drop the slot, its registration and outbox's publications, not another's: $out (left: slot/registration/ours/everything $left)"
 fi
 
 summary_and_exit

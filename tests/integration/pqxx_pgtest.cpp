@@ -102,6 +102,10 @@ TEST_F(PqxxTest, MaxPayloadBytesIsTheLimitOnBothSides) {
   const PqxxProducer strict(ProducerOptions{.schema = schema_});
   EXPECT_THROW(strict.enqueue(tx, large), InvalidArgument);
   tx.commit();
+  // Outside a transaction block each statement is its own transaction: the limit must still
+  // reach the function (a set_config of its own would have ended with its own statement).
+  pqxx::nontransaction autocommit(pqxx_);
+  EXPECT_EQ(roomy.enqueue(autocommit, large).aggregate_sequence, 2);
 }
 
 TEST_F(PqxxTest, ResolveCommitAnswersOverAPqxxConnection) {
