@@ -365,8 +365,7 @@ TEST_F(ObserveTest, WhatIsServedPassesPromtoolAndCoversTheDashboardAndTheAlerts)
   let_the_backlog_refresh(admin);
   const std::string admin_text = scrape(admin);
   const std::string database = pg::exec(conn(), "SELECT current_database()").text(0, 0).data();
-  const std::string slot_label =
-      "{database=\"" + database + "\",slot=\"" + cdc.cdc.slot + "\"}";
+  const std::string slot_label = "{database=\"" + database + "\",slot=\"" + cdc.cdc.slot + "\"}";
   EXPECT_EQ(value(admin_text, "outbox_replication_slot_streamed" + slot_label), 0);
   EXPECT_GE(value(admin_text, "outbox_replication_slot_retained_bytes" + slot_label), 0);
   const auto overview = get(admin, "/api/overview");
