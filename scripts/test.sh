@@ -41,7 +41,9 @@ started=$SECONDS
 # compile time (CMakeLists.txt, OUTBOX_LINE_TABLES_ONLY; `make build` turns it off again).
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
   -DOUTBOX_SANITIZE= -DOUTBOX_LINE_TABLES_ONLY=ON
-cmake --build "$build_dir" -j"$jobs" --target outbox_cli outbox_dev outbox_campaign
+# Every installed library too (the install and package tests install the tree): outbox_pqxx is
+# no dependency of the programs.
+cmake --build "$build_dir" -j"$jobs" --target outbox_cli outbox_dev outbox_campaign outbox_pqxx
 cmake -S . -B "$sanitize_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
   -DOUTBOX_SANITIZE=address,undefined
 cmake --build "$sanitize_dir" -j"$jobs" --target outbox_unit_tests outbox_integration_tests
