@@ -11,7 +11,7 @@ packages=(
   prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP
   libtomlplusplus-dev  # outbox --config outbox.toml
   prometheus  # promtool checks what is served and the alert rules; the alert drill runs the server
-  chromium chromium-driver python3-selenium  # tests/cli/admin_page.sh clicks through the admin page
+  chromium chromium-driver python3-selenium python3-pil  # tests/cli/admin_page.sh: clicks, and the headline's colour
   curl  # the observability tests ask the HTTP endpoints
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format clang-tidy

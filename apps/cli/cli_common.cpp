@@ -7,6 +7,8 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <libpq-fe.h>
+#include <pwd.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -319,7 +321,17 @@ std::string actor_or_user(const std::string& actor) {
   for (const char* variable : {"USER", "LOGNAME"}) {
     if (const char* value = std::getenv(variable); value != nullptr && *value != '\0') return value;
   }
-  throw InvalidArgument("say who acts with --actor NAME; it goes into the audit record");
+  // Under systemd or in a container neither is set; the account the process runs as still names
+  // someone (or a service) in the audit record.
+  const uid_t uid = geteuid();
+  if (const passwd* entry = getpwuid(uid);
+      entry != nullptr && entry->pw_name != nullptr && *entry->pw_name != '\0') {
+    return entry->pw_name;
+  }
+  throw InvalidArgument(fmt::format(
+      "say who acts with --actor NAME (it goes into the audit record): $USER and $LOGNAME are "
+      "unset and user id {} has no name in the password database",
+      uid));
 }
 
 std::string timestamp_flag(const std::string& text) {

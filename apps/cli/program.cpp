@@ -95,6 +95,9 @@ int run(const Commands& commands, const std::string& program) {
           "FULL): find it in pg_locks and pg_stat_activity, then try again";
     } else if (e.sqlstate() == "57014") {
       hint = "; the statement ran out of time (statement_timeout)";
+    } else if (e.sqlstate() == "42703" &&
+               std::string_view(e.what()).find("outbox") != std::string_view::npos) {
+      hint = "; a column of outbox's tables is missing: run `outbox migrate` with this build";
     } else if ((e.sqlstate() == "42P01" || e.sqlstate() == "3F000") &&
                std::string_view(e.what()).find("outbox") != std::string_view::npos) {
       // An undefined table or schema of outbox's: never migrated, or another --schema.

@@ -12,6 +12,7 @@
 #include "outbox/audit.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
+#include "outbox/text.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -64,25 +65,35 @@ int run_audit(const AuditFlags& flags) {
   options.read_timeout = parse_duration(flags.read_timeout);
   options.from_beginning = flags.from_beginning;
   const AuditReport r = audit_topic(options);
+  if (options.consumer && !r.consumer_known) {
+    std::cerr << "audit: warning: consumer \"" << outbox::printable(flags.consumer)
+              << "\" has no inbox row in " << options.schema.table("processed_events")
+              << " (a misspelt --consumer, another --schema, a consumer that never applied an "
+                 "event, inbox rows `outbox cleanup --inbox-retention` deleted, or rows this "
+                 "login may not see), so every published event reads as not applied\n";
+  }
   if (flags.json) {
     nlohmann::json duplicated = nlohmann::json::array();
     for (const auto& [id, n] : r.duplicated)
       duplicated.push_back({{"event_id", id.to_string()}, {"copies", n}});
-    const nlohmann::json out = {{"topic", flags.topic},
-                                {"since", options.since},
-                                {"until", options.until},
-                                {"rows", r.rows},
-                                {"published", r.published},
-                                {"pending", r.pending},
-                                {"skipped", r.skipped},
-                                {"messages", r.messages},
-                                {"foreign_messages", r.foreign},
-                                {"lost", ids_json(r.lost)},
-                                {"phantom", ids_json(r.phantom)},
-                                {"duplicated", duplicated},
-                                {"not_applied", ids_json(r.not_applied)},
-                                {"table_less_registered", r.table_less_registered},
-                                {"ok", !r.loss()}};
+    const nlohmann::json out = {
+        {"topic", flags.topic},
+        {"since", options.since},
+        {"until", options.until},
+        {"rows", r.rows},
+        {"published", r.published},
+        {"pending", r.pending},
+        {"skipped", r.skipped},
+        {"messages", r.messages},
+        {"foreign_messages", r.foreign},
+        {"lost", ids_json(r.lost)},
+        {"phantom", ids_json(r.phantom)},
+        {"duplicated", duplicated},
+        {"not_applied", ids_json(r.not_applied)},
+        {"consumer_known",
+         options.consumer ? nlohmann::json(r.consumer_known) : nlohmann::json(nullptr)},
+        {"table_less_registered", r.table_less_registered},
+        {"ok", !r.loss()}};
     std::cout << out.dump() << std::endl;
   } else {
     std::cout << fmt::format(

@@ -128,12 +128,11 @@ Call call_from_line(const std::string& line, std::size_t number) {
   return call;
 }
 
-// stdin's lines, each at most kMaxEnqueueStatementBytes (a longer one is refused before it is
-// all in memory); blank lines skipped.
-std::vector<Call> calls_from_stdin() {
-  std::vector<Call> calls;
+// The next event of stdin, or nothing at its end: each line at most kMaxEnqueueStatementBytes (a
+// longer one is refused before it is all in memory); blank lines skipped. One line in memory at
+// a time: the caller runs each as it is read.
+std::optional<Call> next_call_from_stdin(std::size_t& number) {
   std::string line;
-  std::size_t number = 0;
   for (;;) {
     line.clear();
     int ch = 0;
@@ -146,14 +145,11 @@ std::vector<Call> calls_from_stdin() {
       }
       line.push_back(static_cast<char>(ch));
     }
-    if (ch == EOF && line.empty()) break;
+    if (ch == EOF && line.empty()) return std::nullopt;
     ++number;
-    if (line.find_first_not_of(" \t\r") != std::string::npos) {
-      calls.push_back(call_from_line(line, number));
-    }
-    if (ch == EOF) break;
+    if (line.find_first_not_of(" \t\r") != std::string::npos) return call_from_line(line, number);
+    if (ch == EOF) return std::nullopt;
   }
-  return calls;
 }
 
 // The function's refusal (22023) as the user's error, without PL/pgSQL's context lines.
@@ -235,19 +231,29 @@ int run_enqueue(const EnqueueFlags& flags) {
         "or --stdin with one JSON object per line");
   }
   const SchemaName schema(flags.schema);
-  const std::vector<Call> calls =
-      flags.from_stdin ? calls_from_stdin() : std::vector<Call>{call_from_flags(flags)};
-  if (calls.empty()) {
-    std::cerr << "enqueue: no events on stdin; nothing written" << std::endl;
-    return 0;
-  }
+  std::optional<Call> from_flags;
+  if (!flags.from_stdin) from_flags = call_from_flags(flags);  // refused before connecting
   auto connection = open_cli_connection(flags.db, "outbox-enqueue");
   PGconn* conn = connection.get();
   // Names and sizes are UTF-8 (the C++ producer refuses any other client encoding).
   run_plain(conn, "SET client_encoding = 'UTF8'");
   run_plain(conn, "BEGIN");
+  // Each line runs as it is read (a refused one ends the program, and the transaction with it:
+  // nothing is written). What was written is said after the commit, which makes it true.
   std::vector<Written> written;
-  for (const Call& call : calls) written.push_back(run_call(conn, schema, call));
+  if (from_flags) {
+    written.push_back(run_call(conn, schema, *from_flags));
+  } else {
+    std::size_t number = 0;
+    while (const std::optional<Call> call = next_call_from_stdin(number)) {
+      written.push_back(run_call(conn, schema, *call));
+    }
+  }
+  if (written.empty()) {
+    run_plain(conn, "ROLLBACK");
+    std::cerr << "enqueue: no events on stdin; nothing written" << std::endl;
+    return 0;
+  }
   PGresult* committed = PQexec(conn, "COMMIT");
   if (PQresultStatus(committed) != PGRES_COMMAND_OK) {
     const bool broken = PQstatus(conn) != CONNECTION_OK;
@@ -256,7 +262,7 @@ int run_enqueue(const EnqueueFlags& flags) {
       throw DatabaseError(fmt::format("enqueue: the connection broke during COMMIT, so whether the "
                                       "{} event(s) were written is unknown; look for event {} "
                                       "(all or none of them committed) before running it again",
-                                      calls.size(), written.front().event_id),
+                                      written.size(), written.front().event_id),
                           "08006", false);
     }
     throw DatabaseError("enqueue: COMMIT failed; nothing was written", "", false);

@@ -56,9 +56,20 @@ int run_quarantine(const QuarantineFlags& flags) {
   const auto ids = parse_ids(flags.event_ids);
   const std::string actor = actor_or_user(flags.actor);
   if (flags.action == "retry") {
-    const std::size_t released = retry_quarantined(connection.get(), schema, ids, actor);
-    std::cout << released << " of " << ids.size() << " event(s) released for retry\n";
-    return released == ids.size() ? 0 : 1;
+    std::vector<EventId> released;
+    retry_quarantined(connection.get(), schema, ids, actor, &released);
+    std::cout << released.size() << " of " << ids.size() << " event(s) released for retry\n";
+    if (released.size() == ids.size()) return 0;
+    std::vector<EventId> left;
+    for (const EventId& id : ids) {
+      if (std::find(released.begin(), released.end(), id) == released.end()) left.push_back(id);
+    }
+    // Read after the retry: each was not quarantined when it ran (or was published since,
+    // which the line then says).
+    for (const std::string& line : not_quarantined(connection.get(), schema, left)) {
+      std::cout << "  not released: " << line << "\n";
+    }
+    return 1;
   }
   skip_quarantined(connection.get(), schema, ids.front(), actor, flags.reason);
   std::cout << "skipped " << ids.front().to_string() << " (recorded in outbox_operator_audit)\n";

@@ -43,7 +43,7 @@ std::string age_text(double seconds) {
 
 void print_text(const OutboxStatus& s) {
   std::cout << "pending " << s.pending << " (in flight " << s.in_flight << ", retrying "
-            << s.retrying << ", quarantined " << s.quarantined << "), published " << s.published
+            << s.retrying << "), quarantined " << s.quarantined << ", published " << s.published
             << ", skipped " << s.skipped << ", oldest pending "
             << age_text(s.oldest_pending_seconds) << "\n";
   for (const SlotStatus& slot : s.slots) {
@@ -79,6 +79,11 @@ void print_text(const OutboxStatus& s) {
     if (const std::string role = relay.slot_role(); !role.empty()) {
       std::cout << ", " << outbox::printable(role);
     }
+    // Its own word on the broker (or database) when that is not well.
+    if (!relay.ended && !relay.health.empty() && relay.health != "running") {
+      std::cout << ", says " << outbox::printable(relay.health);
+    }
+    if (!relay.ended) std::cout << ", published " << relay.published;
     std::cout << "\n";
   }
 }
@@ -108,6 +113,8 @@ nlohmann::json to_json(const OutboxStatus& s) {
          {"slot_mode",
           relay.slot_mode.empty() ? nlohmann::json(nullptr) : nlohmann::json(relay.slot_mode)},
          {"slot_streamed", relay.slot_streamed},
+         {"health", relay.health.empty() ? nlohmann::json(nullptr) : nlohmann::json(relay.health)},
+         {"published", relay.published},
          {"seen_seconds_ago",
           relay.ended ? nlohmann::json(nullptr) : nlohmann::json(relay.seen_seconds_ago)}});
   }

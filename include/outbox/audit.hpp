@@ -53,6 +53,9 @@ struct AuditReport {
   std::vector<EventId> phantom;
   std::vector<std::pair<EventId, std::int64_t>> duplicated;  // id, copies on the topic
   std::vector<EventId> not_applied;
+  // With a consumer: whether its name has any inbox row at all. False is a misspelt name or a
+  // consumer that never ran, and every published event then reads as not applied.
+  bool consumer_known = false;
   bool table_less_registered = false;  // a table-less slot exists: phantoms may be those events
   [[nodiscard]] bool loss() const { return !lost.empty() || !phantom.empty(); }
 };

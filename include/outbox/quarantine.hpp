@@ -32,11 +32,20 @@ std::vector<QuarantinedEvent> list_quarantined(PGconn* conn, const SchemaName& s
                                                std::size_t limit = 1000);
 
 // Makes quarantined events due again with a fresh attempt budget, and records who did it.
-// Events not quarantined (any more) are left alone. Returns how many were released.
+// Events not quarantined (any more) are left alone. Returns how many were released, and when
+// `released` is given, which (in no particular order).
 // `conn` must be idle; runs one transaction. Throws InvalidArgument (empty actor, or one with a
 // control character, a bidirectional override or bytes that are not UTF-8) or DatabaseError.
 std::size_t retry_quarantined(PGconn* conn, const SchemaName& schema,
-                              std::span<const EventId> event_ids, const std::string& actor);
+                              std::span<const EventId> event_ids, const std::string& actor,
+                              std::vector<EventId>* released = nullptr);
+
+// Why each of `event_ids` is not (or no longer) quarantined, one line per such id in the order
+// given: "not found", "published at T", "skipped at T", "pending, not quarantined". Ids that are
+// quarantined are left out. For an operator whose retry released fewer events than named.
+// Blocks for one query. Throws DatabaseError.
+std::vector<std::string> not_quarantined(PGconn* conn, const SchemaName& schema,
+                                         std::span<const EventId> event_ids);
 
 // Finishes a quarantined event without publishing it, so its aggregate moves on, and records
 // who did it and why (the reason is required). `conn` must be idle; one transaction.

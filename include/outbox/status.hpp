@@ -41,6 +41,11 @@ struct RelaySessionStatus {
   std::string slot;
   std::string slot_mode;
   bool slot_streamed = false;
+  // What the session said with its last heartbeat (migration 17): the events it published so
+  // far (rows marked, and table-less events), and its health as its /readyz names it ("running",
+  // "broker_unavailable", ...; empty before its first heartbeat said).
+  std::int64_t published = 0;
+  std::string health;
 
   // "ended", "silent" (not seen for 30 s: stalled or gone), "waiting for work" or "working".
   [[nodiscard]] std::string_view state() const;
@@ -51,13 +56,17 @@ struct RelaySessionStatus {
 };
 
 struct OutboxStatus {
-  std::int64_t pending = 0;      // not published, not skipped (quarantined ones included)
+  // The numbers the admin page and the gauges (outbox_pending_events, _quarantined_events,
+  // outbox_oldest_pending_age_seconds) show, by the same query (summed over aggregate types).
+  std::int64_t pending = 0;      // not published, not skipped, not quarantined
   std::int64_t in_flight = 0;    // of those: under a relay's lease
-  std::int64_t retrying = 0;     // of those: tried before, not quarantined
-  std::int64_t quarantined = 0;  // of those: waiting for an operator
+  std::int64_t retrying = 0;     // of those: tried before
+  std::int64_t quarantined = 0;  // waiting for an operator (not in pending)
   std::int64_t published = 0;    // still in the table (cleanup deletes them after the retention)
   std::int64_t skipped = 0;
-  double oldest_pending_seconds = 0;  // 0 when none
+  // How long the oldest aggregate head that should be going (due, or tried before; not
+  // quarantined) has waited, a delayed event counting from its time; 0 when none.
+  double oldest_pending_seconds = 0;
   std::vector<SlotStatus> slots;
   std::vector<RelaySessionStatus> relays;  // newest first
 };

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -98,13 +99,13 @@ int partition_count(rd_kafka_t* handle, const AuditOptions& options, int timeout
 // (less the slack) as a timestamp to look up, or at its beginning.
 kafka::PartitionListHandle ends_and_window_start(rd_kafka_t* handle, const AuditOptions& options,
                                                  std::int64_t from_ms,
+                                                 std::vector<std::int64_t>& low,
                                                  std::vector<std::int64_t>& end, int timeout) {
   const int partitions = static_cast<int>(end.size());
   kafka::PartitionListHandle start(rd_kafka_topic_partition_list_new(partitions));
   for (int p = 0; p < partitions; ++p) {
-    std::int64_t low = 0;
-    const auto werr =
-        rd_kafka_query_watermark_offsets(handle, options.topic.c_str(), p, &low, &end[p], timeout);
+    const auto werr = rd_kafka_query_watermark_offsets(handle, options.topic.c_str(), p, &low[p],
+                                                       &end[p], timeout);
     if (werr != RD_KAFKA_RESP_ERR_NO_ERROR) {
       throw BrokerError(fmt::format("audit: {} [{}]: {}", options.topic, p, rd_kafka_err2str(werr)),
                         static_cast<int>(werr), true);
@@ -117,11 +118,45 @@ kafka::PartitionListHandle ends_and_window_start(rd_kafka_t* handle, const Audit
   return start;
 }
 
+// Partitions whose time lookup answered "no message at or after from_ms" although they hold
+// messages: true when a last message is in fact from from_ms or later, which a broker that cannot
+// look offsets up by time (librdkafka's mock among them) answers for every time. Reads that one
+// message of each; a partition whose last offset holds none (a transaction marker) or fails
+// proves nothing. Bounded by `timeout`.
+bool lookup_by_time_is_broken(rd_kafka_t* handle, const AuditOptions& options,
+                              const std::vector<int>& partitions,
+                              const std::vector<std::int64_t>& end, std::int64_t from_ms,
+                              int timeout) {
+  kafka::PartitionListHandle last(
+      rd_kafka_topic_partition_list_new(static_cast<int>(partitions.size())));
+  for (const int p : partitions) {
+    rd_kafka_topic_partition_list_add(last.get(), options.topic.c_str(), p)->offset = end[p] - 1;
+  }
+  if (rd_kafka_assign(handle, last.get()) != RD_KAFKA_RESP_ERR_NO_ERROR) return false;
+  std::unordered_set<int> answered;  // a message, an end of partition or an error each
+  bool newer = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout);
+  while (answered.size() < partitions.size() && !newer &&
+         std::chrono::steady_clock::now() < deadline) {
+    kafka::MessageHandle message(rd_kafka_consumer_poll(handle, 200));
+    if (!message) continue;
+    if (message->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      rd_kafka_timestamp_type_t type;
+      newer = rd_kafka_message_timestamp(message.get(), &type) >= from_ms;
+    }
+    answered.insert(message->partition);
+  }
+  rd_kafka_assign(handle, nullptr);
+  return newer;
+}
+
 // Turns `start`'s timestamps (or beginnings) into offsets to assign, and returns them by
 // partition: where each partition's read begins.
 std::vector<std::int64_t> resolve_start_offsets(rd_kafka_t* handle, const AuditOptions& options,
                                                 rd_kafka_topic_partition_list_t* start,
-                                                const std::vector<std::int64_t>& end, int timeout) {
+                                                const std::vector<std::int64_t>& low,
+                                                const std::vector<std::int64_t>& end,
+                                                std::int64_t from_ms, int timeout) {
   const auto terr = options.from_beginning ? RD_KAFKA_RESP_ERR_NO_ERROR
                                            : rd_kafka_offsets_for_times(handle, start, timeout);
   if (terr != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -130,6 +165,7 @@ std::vector<std::int64_t> resolve_start_offsets(rd_kafka_t* handle, const AuditO
                       static_cast<int>(terr), true);
   }
   std::vector<std::int64_t> next(end.size(), 0);
+  std::vector<int> none_after;  // partitions with messages but none at or after from_ms
   for (int i = 0; i < start->cnt; ++i) {
     rd_kafka_topic_partition_t& entry = start->elems[i];
     if (!options.from_beginning && entry.err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -138,20 +174,24 @@ std::vector<std::int64_t> resolve_start_offsets(rd_kafka_t* handle, const AuditO
                         static_cast<int>(entry.err), true);
     }
     if (options.from_beginning) {
-      std::int64_t low = 0, high = 0;
-      const auto werr = rd_kafka_query_watermark_offsets(handle, options.topic.c_str(),
-                                                         entry.partition, &low, &high, timeout);
-      if (werr != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        throw BrokerError(fmt::format("audit: {} [{}]: its first offset: {}", options.topic,
-                                      entry.partition, rd_kafka_err2str(werr)),
-                          static_cast<int>(werr), true);
-      }
-      entry.offset = low;
+      entry.offset = low[entry.partition];  // its first offset, read with its end
     } else if (entry.offset < 0) {
       // -1: no message at or after that time: nothing to read in this partition.
+      if (end[entry.partition] > low[entry.partition]) none_after.push_back(entry.partition);
       entry.offset = end[entry.partition];
     }
     next[entry.partition] = entry.offset;
+  }
+  if (!none_after.empty() &&
+      lookup_by_time_is_broken(handle, options, none_after, end, from_ms, timeout)) {
+    // Reading nothing would report every published event in the window lost.
+    throw BrokerError(
+        fmt::format("audit: the broker at {} cannot look offsets of {} up by time: it answered "
+                    "\"no message since the window's start\" for a partition whose last message "
+                    "is newer; run the audit with --from-beginning (it reads each partition from "
+                    "its first message)",
+                    options.brokers, options.topic),
+        0, false);
   }
   return next;
 }
@@ -214,11 +254,11 @@ Read read_topic(const AuditOptions& options, std::int64_t from_ms, std::int64_t 
   const kafka::KafkaHandle handle = audit_consumer(options);
   const int timeout = static_cast<int>(std::min<std::int64_t>(options.read_timeout.count(), 30000));
   const int partitions = partition_count(handle.get(), options, timeout);
-  std::vector<std::int64_t> end(partitions, 0);
+  std::vector<std::int64_t> low(partitions, 0), end(partitions, 0);
   const kafka::PartitionListHandle start =
-      ends_and_window_start(handle.get(), options, from_ms, end, timeout);
+      ends_and_window_start(handle.get(), options, from_ms, low, end, timeout);
   std::vector<std::int64_t> next =
-      resolve_start_offsets(handle.get(), options, start.get(), end, timeout);
+      resolve_start_offsets(handle.get(), options, start.get(), low, end, from_ms, timeout);
   if (const auto aerr = rd_kafka_assign(handle.get(), start.get())) {
     throw BrokerError(std::string("audit: assign: ") + rd_kafka_err2str(aerr),
                       static_cast<int>(aerr), true);
@@ -348,6 +388,12 @@ void find_phantoms(PGconn* conn, const AuditOptions& options, const std::vector<
 // The published rows the consumer's inbox has not applied.
 void find_not_applied(PGconn* conn, const AuditOptions& options, const RowsById& chosen,
                       AuditReport& report) {
+  report.consumer_known =
+      pg::exec(conn,
+               "SELECT EXISTS (SELECT 1 FROM " + options.schema.table("processed_events") +
+                   " WHERE consumer_name = $1)",
+               {options.consumer->c_str()})
+          .text(0, 0) == "t";
   std::vector<EventId> published;
   for (const auto& [id, row] : chosen) {
     if (row.published) published.push_back(id);

@@ -1,9 +1,11 @@
 #pragma once
-// The admin page: one self-contained HTML document (style, script and chart inline, no build
+// The admin page: one self-contained HTML document (style, script and charts inline, no build
 // step, nothing fetched from elsewhere), served at / by ObserveServer. It reads /api/overview
-// 2 s after each answer and posts retry and skip to /api/quarantine/*, which need the listener's
-// token (without one the page is read-only). It asks for the token once and keeps it for the tab
-// (sessionStorage), sending it as a bearer header.
+// 2 s after each answer: a headline (the server's verdict: healthy, degraded or stalled, and
+// why), the server's last hour of published/s and pending (each on its own axis), the tables;
+// and posts retry and skip to /api/quarantine/*, which need the listener's token (without one
+// the buttons are disabled and say so). A listener that wants the token shows a form for it
+// (never a prompt()); the tab keeps it (sessionStorage) and sends it as a bearer header.
 
 namespace outbox::observe {
 
@@ -17,14 +19,23 @@ table{border-collapse:collapse;background:#fff;min-width:40em}
 th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
 th{background:#f0f0f0} td.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#17702b;font-weight:600} .bad{color:#b3261e;font-weight:600}
-#error{color:#b3261e} canvas{background:#fff;border:1px solid #ddd}
+#error{color:#b3261e} canvas{background:#fff;border:1px solid #ddd;display:block;margin-bottom:.3em}
 button{margin-right:.3em} .muted{color:#777}
+#verdict{padding:.6em .9em;margin:.4em 0 .6em;color:#fff;font-size:1.15em;font-weight:600;
+ background:#777;max-width:56em}
+#verdict.healthy{background:#17702b} #verdict.degraded{background:#9a5b00}
+#verdict.stalled{background:#b3261e}
+#login{display:none;margin:.5em 0;padding:.5em;background:#fff3cd;border:1px solid #e0c36b}
 </style></head><body>
 <h1>outbox admin</h1>
-<div id="summary" class="muted">loading...</div><div id="error"></div>
-<h2>Backlog (last 10 minutes)</h2>
-<canvas id="chart" width="720" height="160" aria-label="pending events and oldest pending age"></canvas>
-<div class="muted">blue: pending events; red: oldest pending age (s)</div>
+<div id="verdict" role="status">loading...</div>
+<form id="login"><label>This listener needs its token (--admin-token-file):
+ <input id="token" type="password" autocomplete="off" size="40"></label>
+ <button type="submit">use it</button></form>
+<div id="summary" class="muted"></div><div id="error"></div>
+<h2>Last hour (kept by the server)</h2>
+<canvas id="published" width="720" height="110" aria-label="events published per second"></canvas>
+<canvas id="pending" width="720" height="110" aria-label="pending events"></canvas>
 <table id="backlog"><thead><tr><th>aggregate type</th><th>pending</th><th>oldest pending age (s)</th><th>quarantined</th></tr></thead><tbody></tbody></table>
 <h2>Relays and consumers</h2>
 <table id="parts"><thead><tr><th>part</th><th>state</th><th>detail</th></tr></thead><tbody></tbody></table>
@@ -36,8 +47,17 @@ button{margin-right:.3em} .muted{color:#777}
 <table id="slowest"><thead><tr><th>aggregate</th><th>pending</th><th>head waiting (s)</th></tr></thead><tbody></tbody></table>
 <script>
 "use strict";
-const samples = [];
+let hist = {t: [], pending: [], published_per_second: []};
+let actionsEnabled = false;
 function token() { return sessionStorage.getItem("outbox-token") || ""; }
+document.getElementById("login").onsubmit = e => {
+  e.preventDefault();
+  const given = document.getElementById("token").value.trim();
+  if (!given) return;
+  sessionStorage.setItem("outbox-token", given);
+  document.getElementById("login").style.display = "none";
+  refresh();
+};
 async function call(path, body) {
   const headers = {"X-Outbox-Admin": "1"};
   if (token()) headers["Authorization"] = "Bearer " + token();
@@ -46,8 +66,11 @@ async function call(path, body) {
        body: JSON.stringify(body)};
   const response = await fetch(path, init);
   if (response.status === 401) {
-    const given = prompt("This outbox admin needs its token (--admin-token-file):");
-    if (given) { sessionStorage.setItem("outbox-token", given.trim()); return call(path, body); }
+    const refused = token() !== "";
+    sessionStorage.removeItem("outbox-token");
+    document.getElementById("login").style.display = "block";
+    throw new Error(refused ? "the token was refused; give it again above"
+                            : "give the listener's token above");
   }
   const text = await response.text();
   if (!response.ok) throw new Error(path + ": " + response.status + " " + text);
@@ -80,22 +103,37 @@ function fill(id, rows, render) {
   if (rows.length === 0) { const tr = body.insertRow(); const td = cell(tr, "none", "muted");
     td.colSpan = document.querySelectorAll("#" + id + " th").length; }
 }
-function draw() {
-  const c = document.getElementById("chart"), g = c.getContext("2d");
+// One series on its own canvas and axis, over the hour the server kept: a gap where a value is
+// not known (null), a point for a lone sample, the axis's top value written in the corner.
+function plot(id, label, values, color) {
+  const c = document.getElementById(id), g = c.getContext("2d");
   g.clearRect(0, 0, c.width, c.height);
-  if (samples.length === 0) return;
-  const t0 = samples[0].t, t1 = samples[samples.length - 1].t || 1;
-  for (const [key, color] of [["pending", "#1a5fb4"], ["age", "#c01c28"]]) {
-    const max = Math.max(1, ...samples.map(s => s[key]));
-    g.strokeStyle = color; g.beginPath();
-    samples.forEach((s, i) => {
-      const x = (s.t - t0) / Math.max(1, t1 - t0) * (c.width - 10) + 5;
-      const y = c.height - 5 - s[key] / max * (c.height - 10);
-      i ? g.lineTo(x, y) : g.moveTo(x, y);
-      if (samples.length === 1) { g.fillStyle = color; g.fillRect(x - 2, y - 2, 5, 5); }  // a point
-    });
-    g.stroke(); g.fillStyle = color; g.fillText(key + " max " + Math.round(max), 8, key === "pending" ? 14 : 28);
-  }
+  const t = hist.t, known = values.filter(v => v !== null);
+  const top = known.length ? Math.max(...known) : 0;
+  const scale = top > 0 ? top : 1;  // all zero: a line along the bottom, the axis says 0
+  const t1 = t.length ? t[t.length - 1] : 0, t0 = t1 - 3600;
+  g.strokeStyle = color; g.fillStyle = color; g.beginPath();
+  let drawing = false;
+  values.forEach((v, i) => {
+    if (v === null) { drawing = false; return; }
+    const x = (t[i] - t0) / 3600 * (c.width - 10) + 5;
+    const y = c.height - 5 - v / scale * (c.height - 22);
+    drawing ? g.lineTo(x, y) : g.moveTo(x, y);
+    drawing = true;
+    // A value with no known neighbour would be a line of no length: a point instead.
+    if ((i === 0 || values[i - 1] === null) && (i + 1 === values.length || values[i + 1] === null))
+      g.fillRect(x - 2, y - 2, 5, 5);
+  });
+  g.stroke();
+  const shown = top >= 100 ? Math.round(top) : Math.round(top * 10) / 10;
+  g.fillText(label + " (axis top " + shown + ")", 8, 12);
+  g.fillStyle = "#777";
+  g.fillText("an hour ago", 8, c.height - 8);
+  g.fillText("now", c.width - 28, c.height - 8);
+}
+function draw() {
+  plot("published", "published per second", hist.published_per_second, "#17702b");
+  plot("pending", "pending events", hist.pending, "#1a5fb4");
 }
 async function retry(id) {
   try { await call("/api/quarantine/retry", {event_id: id}); refresh(); }
@@ -113,11 +151,17 @@ async function refresh() {
   catch (e) { document.getElementById("error").textContent = printable(e.message); return; }
   const pending = o.backlog.reduce((a, b) => a + b.pending, 0);
   const age = o.backlog.reduce((a, b) => Math.max(a, b.oldest_pending_age), 0);
-  samples.push({t: Date.now() / 1000, pending, age});
-  while (samples.length > 300) samples.shift();
+  const quarantined = o.backlog.reduce((a, b) => a + b.quarantined, 0);
+  const verdict = document.getElementById("verdict");
+  verdict.className = o.verdict.state;
+  verdict.textContent = o.verdict.state + ": " + printable(o.verdict.reason);
+  hist = o.history;
+  actionsEnabled = o.actions_enabled;
   document.getElementById("summary").textContent =
       "schema " + printable(o.schema) + ": " + pending + " pending, oldest " + age.toFixed(1) + " s, " +
-      o.quarantine.length + " quarantined" + (o.backlog_ok ? "" : " (backlog query failing)");
+      quarantined + " quarantined" + (o.backlog_ok ? "" : " (backlog query failing)") +
+      (actionsEnabled ? "" : "; read-only: retry and skip need a token (start the listener with " +
+       "--admin-token-file), or use `outbox quarantine`");
   fill("backlog", o.backlog, (tr, b) => { cell(tr, b.aggregate_type);
     cell(tr, b.pending, "num"); cell(tr, b.oldest_pending_age.toFixed(1), "num");
     cell(tr, b.quarantined, "num"); });
@@ -130,7 +174,7 @@ async function refresh() {
     cell(tr, s.retained_bytes < 0 ? "its WAL is gone" : (s.retained_bytes / 1048576).toFixed(1), "num");
     cell(tr, s.streamed ? "" : "keeps WAL until a relay streams it again, or until `outbox cdc drop --slot " +
         s.name + "` drops it"); });
-  fill("quarantine", o.quarantine, (tr, q) => {
+  fill("quarantine", o.quarantine.map(q => Object.assign({actions: actionsEnabled}, q)), (tr, q) => {
     tr.dataset.eventId = q.event_id;
     cell(tr, q.event_id); cell(tr, q.aggregate_type + " " + q.aggregate_id);
     cell(tr, q.aggregate_sequence, "num"); cell(tr, q.event_type);
@@ -140,6 +184,10 @@ async function refresh() {
     r.onclick = () => retry(q.event_id);
     const s = document.createElement("button"); s.textContent = "skip"; s.className = "skip";
     s.onclick = () => skip(q.event_id);
+    for (const b of [r, s]) {
+      b.disabled = !actionsEnabled;
+      if (!actionsEnabled) b.title = "needs a token: start the listener with --admin-token-file";
+    }
     actions.append(r, s); });
   fill("slowest", o.slowest, (tr, a) => { cell(tr, a.aggregate_type + " " + a.aggregate_id);
     cell(tr, a.pending, "num"); cell(tr, a.waiting_age.toFixed(1), "num"); });

@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "common/log.hpp"
+#include "ops/backlog_sql.hpp"
 #include "outbox/metrics.hpp"
+#include "outbox/status.hpp"
 
 namespace outbox::observe {
 namespace {
@@ -137,6 +139,31 @@ void BacklogMonitor::record_success(Backlog fresh) {
   for (auto& [type, row] : rows) reading_.rows.push_back(std::move(row));
   reading_.slowest = std::move(fresh.slowest);
   reading_.slots = std::move(fresh.slots);
+  reading_.sessions = {};
+  reading_.unwell.clear();
+  reading_.counts_complete = true;
+  std::vector<SessionCount> counts;
+  for (const RelaySessionStatus& session : fresh.sessions) {
+    counts.push_back({session.relay_id, session.published});
+    const std::string_view state = session.state();
+    if (state == "working") reading_.sessions.working += 1;
+    if (state == "waiting for work") reading_.sessions.waiting += 1;
+    if (state == "silent") reading_.sessions.silent += 1;
+    if (session.ended) continue;
+    if (session.health.empty()) reading_.counts_complete = false;  // an older build's row
+    if (!session.health.empty() && session.health != "running" && session.health != "starting") {
+      reading_.unwell.push_back("relay " + session.relay_id + ": " + session.health);
+    }
+  }
+  double pending = 0, quarantined = 0, oldest = 0;
+  for (const BacklogRow& row : reading_.rows) {
+    pending += row.pending;
+    quarantined += row.quarantined;
+    oldest = std::max(oldest, row.oldest_pending_age);
+  }
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  history_.record(now, pending, quarantined, oldest, counts);
   reading_.ok = true;
   reading_.error.clear();
 }
@@ -249,6 +276,7 @@ BacklogMonitor::Backlog BacklogMonitor::query_backlog(std::chrono::steady_clock:
             [](const auto& a, const auto& b) { return a.waiting_age > b.waiting_age; });
   backlog.rows = share_other_types(by_type);
   backlog.slots = query_slots();
+  backlog.sessions = query_sessions();
   return backlog;
 }
 
@@ -269,48 +297,18 @@ ORDER BY slot_name)SQL");
   return slots;
 }
 
-// Two kinds of rows. 'type': pending rows by aggregate type, most pending first, with the age
-// of the oldest aggregate head that should be going: due, or tried before (a retry waiting
-// out its backoff), and not quarantined; a delayed event counts from its available_at
-// (deliver_after), and an event waiting behind its aggregate's head is the head's wait, not a
-// second one. 'slow': the ten aggregates whose head has waited longest, by the same measure
-// (a quarantined head is the quarantine table's, a delayed one not yet due is not waiting),
-// with their pending rows counted from the index. The heads are one pass over the pending index,
-// the counts one over the pending rows: the cost grows with the backlog, not the history.
-std::string BacklogMonitor::backlog_sql() const {
-  return fmt::format(R"SQL(
-WITH heads AS MATERIALIZED (
-  SELECT DISTINCT ON (aggregate_type, aggregate_id)
-         aggregate_type, aggregate_id,
-         CASE WHEN quarantined_at IS NOT NULL THEN NULL
-              WHEN attempt_count > 0 THEN occurred_at
-              WHEN available_at <= now() THEN greatest(occurred_at, available_at) END AS since
-  FROM {events}
-  WHERE published_at IS NULL AND skipped_at IS NULL
-  ORDER BY aggregate_type, aggregate_id, aggregate_sequence),
-counts AS (
-  SELECT aggregate_type, count(*) FILTER (WHERE quarantined_at IS NULL) AS pending,
-         count(*) FILTER (WHERE quarantined_at IS NOT NULL) AS quarantined
-  FROM {events}
-  WHERE published_at IS NULL AND skipped_at IS NULL
-  GROUP BY aggregate_type),
-ages AS (
-  SELECT aggregate_type, extract(epoch FROM now() - min(since)) AS age
-  FROM heads GROUP BY aggregate_type),
-slowest AS (
-  SELECT aggregate_type, aggregate_id, since FROM heads
-  WHERE since IS NOT NULL ORDER BY since, aggregate_type, aggregate_id LIMIT 10)
-SELECT 'type', c.aggregate_type, NULL, c.pending::text, coalesce(a.age, 0)::text,
-       c.quarantined::text
-FROM counts c LEFT JOIN ages a USING (aggregate_type)
-UNION ALL
-SELECT 'slow', s.aggregate_type, s.aggregate_id,
-       (SELECT count(*) FROM {events} e
-        WHERE e.published_at IS NULL AND e.skipped_at IS NULL
-          AND e.aggregate_type = s.aggregate_type AND e.aggregate_id = s.aggregate_id)::text,
-       extract(epoch FROM now() - s.since)::text, NULL
-FROM slowest s)SQL",
-                     fmt::arg("events", schema_.table("outbox_events")));
+// The relay sessions as `outbox status` reads them (the same reading): a few rows.
+std::vector<RelaySessionStatus> BacklogMonitor::query_sessions() {
+  return read_relay_sessions(connection_->get(), schema_, 1000);
 }
+
+BacklogReading BacklogMonitor::reading_with_history() {
+  std::lock_guard lock(mutex_);
+  BacklogReading copy = reading_;
+  copy.history = history_.samples();
+  return copy;
+}
+
+std::string BacklogMonitor::backlog_sql() const { return detail::backlog_sql(schema_); }
 
 }  // namespace outbox::observe

@@ -16,8 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "observe/history.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/schema.hpp"
+#include "outbox/status.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox::observe {
@@ -30,6 +32,14 @@ struct BacklogReading {
   std::vector<BacklogRow> rows;    // by aggregate type, from the last run that worked
   std::vector<SlowAggregate> slowest;
   std::vector<SlotRow> slots;  // the database's pgoutput slots, by name
+  RelaySessionCounts sessions;
+  // What the relay sessions (not ended) report of themselves as unwell: "relay r-1:...:
+  // broker_unavailable".
+  std::vector<std::string> unwell;
+  // Every live session reports its published count (none is of a build before migration 17,
+  // whose rows say nothing, read as 0): the history's rate can be trusted.
+  bool counts_complete = true;
+  std::vector<HistorySample> history;  // only from reading_with_history()
 };
 
 // Thread safety: every function from any thread. start() once; stop() blocks until the thread
@@ -48,12 +58,15 @@ class BacklogMonitor {
   // waits up to `timeout` for one that began after the call.
   bool refresh(std::chrono::milliseconds timeout);
   [[nodiscard]] BacklogReading reading();
+  // reading() with the last hour of readings (history.hpp, oldest first), from the same run.
+  [[nodiscard]] BacklogReading reading_with_history();
 
  private:
   struct Backlog {
     std::vector<BacklogRow> rows;
     std::vector<SlowAggregate> slowest;
     std::vector<SlotRow> slots;
+    std::vector<RelaySessionStatus> sessions;
   };
 
   void refresh_until_stopped();
@@ -70,6 +83,7 @@ class BacklogMonitor {
                        std::chrono::steady_clock::duration& took);
   Backlog query_backlog(std::chrono::steady_clock::duration& took);
   std::vector<SlotRow> query_slots();
+  std::vector<RelaySessionStatus> query_sessions();
   [[nodiscard]] std::string backlog_sql() const;
 
   const std::string database_url_;
@@ -81,6 +95,7 @@ class BacklogMonitor {
   std::thread thread_;
   std::unique_ptr<pg::Connection> connection_;  // the thread's
   BacklogReading reading_;                      // under mutex_
+  History history_;                             // under mutex_
   PGcancel* cancel_ = nullptr;                  // under mutex_
   bool querying_ = false;                       // under mutex_
   // refresh(): runs begun and done, and a run asked for (under mutex_).

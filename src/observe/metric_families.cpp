@@ -151,8 +151,10 @@ void add_consumer(Families& out, const std::string& consumer, const KafkaConsume
 }
 
 void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {
-  for (const BacklogRow& row : rows) {
-    const Labels labels{{"aggregate_type", label_value(row.aggregate_type)}};
+  const std::vector<BacklogRow> none{BacklogRow{}};
+  for (const BacklogRow& row : rows.empty() ? none : rows) {
+    const Labels labels =
+        rows.empty() ? Labels{} : Labels{{"aggregate_type", label_value(row.aggregate_type)}};
     gauge(out, "outbox_pending_events", "Events waiting to be published, quarantined ones not.",
           row.pending, labels);
     gauge(out, "outbox_oldest_pending_age_seconds",
@@ -162,6 +164,15 @@ void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {
     gauge(out, "outbox_quarantined_events", "Events waiting for an operator.", row.quarantined,
           labels);
   }
+}
+
+void add_relay_sessions(Families& out, const RelaySessionCounts& sessions) {
+  constexpr const char* kHelp =
+      "Relay sessions in outbox_relays that have not ended, by state: working, waiting (for "
+      "work), silent (not seen for 30 s: stalled or cut off).";
+  gauge(out, "outbox_relay_sessions", kHelp, sessions.working, {{"state", "working"}});
+  gauge(out, "outbox_relay_sessions", kHelp, sessions.waiting, {{"state", "waiting"}});
+  gauge(out, "outbox_relay_sessions", kHelp, sessions.silent, {{"state", "silent"}});
 }
 
 void add_slots(Families& out, const std::vector<SlotRow>& slots) {

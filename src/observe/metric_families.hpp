@@ -42,6 +42,14 @@ struct SlowAggregate {
   double waiting_age = 0;    // seconds its head has waited (since due, or since it occurred)
 };
 
+// The relay sessions outbox_relays knows that have not ended, by state as `outbox status` names
+// it (RelaySessionStatus::state()): a silent one has not been seen for 30 s, stalled or cut off.
+struct RelaySessionCounts {
+  double working = 0;
+  double waiting = 0;  // for work (listening)
+  double silent = 0;
+};
+
 // How long the backlog query waits before its next run: `refresh`, or ten times as long as the
 // last run took when that is longer, so a large backlog costs the database about a tenth of one
 // backend however short the refresh; but never more than a minute for that reason (the gauges
@@ -69,7 +77,11 @@ void add_build_info(Families& out);
 // `shard` (empty: none) labels every series, for a process that runs several relays.
 void add_relay(Families& out, const RelayMetrics& metrics, const std::string& shard);
 void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& stats);
+// By aggregate type; before any type was seen (a fresh install), each gauge once without the
+// label, at 0, so a dashboard and an alert see 0 rather than nothing.
 void add_backlog(Families& out, const std::vector<BacklogRow>& rows);
+// outbox_relay_sessions{state}: every state, 0 when none.
+void add_relay_sessions(Families& out, const RelaySessionCounts& sessions);
 // outbox_replication_slot_streamed and _retained_bytes by slot.
 void add_slots(Families& out, const std::vector<SlotRow>& slots);
 // 1 while the backlog query works, 0 while it fails (the backlog gauges are absent then), and

@@ -319,6 +319,12 @@ class ObserveServer::Impl {
       out["slots"] = observe::slots_json(reading.slots);
     }
     nlohmann::json parts = this_process_parts();
+    {
+      const observe::BacklogReading reading = backlog_monitor_.reading_with_history();
+      out["verdict"] = observe::verdict_json(reading, parts);
+      out["history"] = observe::history_json(reading.history);
+      out["actions_enabled"] = !options_.token.empty();
+    }
     // One overview at a time; another asked meanwhile is told to come back rather than queue
     // (queued requests would hold the HTTP workers the probes and scrapes need).
     std::unique_lock lock(api_mutex_, std::try_to_lock);
@@ -370,6 +376,7 @@ class ObserveServer::Impl {
       if (reading.ok) {
         observe::add_backlog(families, reading.rows);
         observe::add_slots(families, reading.slots);
+        observe::add_relay_sessions(families, reading.sessions);
       }
     }
     return observe::serialize(families);

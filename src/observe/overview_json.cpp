@@ -2,6 +2,10 @@
 
 #include "observe/overview_json.hpp"
 
+#include <algorithm>
+
+#include "observe/verdict.hpp"
+
 namespace outbox::observe {
 
 nlohmann::json backlog_json(const std::vector<BacklogRow>& rows) {
@@ -50,6 +54,59 @@ nlohmann::json slots_json(const std::vector<SlotRow>& slots) {
                    {"retained_bytes", slot.retained_bytes}});
   }
   return out;
+}
+
+nlohmann::json history_json(const std::vector<HistorySample>& samples) {
+  nlohmann::json t = nlohmann::json::array(), pending = nlohmann::json::array(),
+                 quarantined = nlohmann::json::array(), oldest = nlohmann::json::array(),
+                 rate = nlohmann::json::array(), total = nlohmann::json::array();
+  for (const HistorySample& s : samples) {
+    t.push_back(s.unix_seconds);
+    pending.push_back(s.pending);
+    quarantined.push_back(s.quarantined);
+    oldest.push_back(s.oldest_age);
+    rate.push_back(s.published_per_second < 0 ? nlohmann::json(nullptr)
+                                              : nlohmann::json(s.published_per_second));
+    total.push_back(s.published_total);
+  }
+  return {{"t", t},
+          {"pending", pending},
+          {"quarantined", quarantined},
+          {"oldest_age", oldest},
+          {"published_per_second", rate},
+          {"published_total", total}};
+}
+
+nlohmann::json verdict_json(const BacklogReading& reading,
+                            const nlohmann::json& this_process_parts) {
+  VerdictInput in;
+  in.backlog_read = reading.ok || !reading.error.empty();
+  in.backlog_ok = reading.ok;
+  in.backlog_error = reading.error;
+  for (const BacklogRow& row : reading.rows) {
+    in.pending += row.pending;
+    in.quarantined += row.quarantined;
+    in.oldest_age = std::max(in.oldest_age, row.oldest_pending_age);
+  }
+  in.sessions = reading.sessions;
+  in.unwell = reading.unwell;
+  for (const auto& part : this_process_parts) {
+    const std::string state = part.value("state", "");
+    // This process's relays say the same through their session rows (reading.unwell).
+    if (part.value("part", "").starts_with("relay ")) continue;
+    if (state != "running" && state != "starting") {
+      in.unwell.push_back(part.value("part", "") + ": " + state);
+    }
+  }
+  for (const SlotRow& slot : reading.slots) {
+    if (!slot.streamed) in.unstreamed_slots.push_back(slot.name);
+  }
+  const std::vector<HistorySample>& history = reading.history;
+  if (reading.counts_complete && !history.empty() && history.back().published_per_second >= 0) {
+    in.published_last_minute = history.back().published_per_second * 60;
+  }
+  const Verdict verdict = judge(in);
+  return {{"state", verdict.state}, {"reason", verdict.reason}};
 }
 
 }  // namespace outbox::observe

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "observe/backlog_monitor.hpp"
+#include "observe/history.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/quarantine.hpp"
 
@@ -14,5 +16,12 @@ nlohmann::json backlog_json(const std::vector<BacklogRow>& rows);
 nlohmann::json quarantine_json(const std::vector<QuarantinedEvent>& events);
 nlohmann::json slowest_json(const std::vector<SlowAggregate>& slowest);
 nlohmann::json slots_json(const std::vector<SlotRow>& slots);
+// Column by column: t (unix seconds), pending, quarantined, oldest_age, published_per_second
+// (null where not known), published_total (since the server's first backlog run).
+nlohmann::json history_json(const std::vector<HistorySample>& samples);
+// The headline (verdict.hpp) from the backlog thread's reading with its history, and the parts
+// this process runs ({part, state, detail} each, as the overview lists them).
+nlohmann::json verdict_json(const BacklogReading& reading,
+                            const nlohmann::json& this_process_parts);
 
 }  // namespace outbox::observe

@@ -62,7 +62,8 @@ LIMIT $1::bigint)SQL",
 }
 
 std::size_t retry_quarantined(PGconn* conn, const SchemaName& schema,
-                              std::span<const EventId> event_ids, const std::string& actor) {
+                              std::span<const EventId> event_ids, const std::string& actor,
+                              std::vector<EventId>* released_ids) {
   check_actor(actor);
   check_idle(conn);
   const std::string ids = pg::uuid_array(event_ids);
@@ -84,11 +85,44 @@ RETURNING event_id)SQL",
                              fmt::arg("audit", schema.table("outbox_operator_audit"))),
                  {ids.c_str(), actor.c_str()});
     pg::commit(conn);
+    if (released_ids != nullptr) {
+      for (int row = 0; row < released.rows(); ++row) {
+        released_ids->push_back(EventId::parse(released.text(row, 0)).value_or(EventId{}));
+      }
+    }
     return static_cast<std::size_t>(released.rows());
   } catch (...) {
     pg::rollback_quietly(conn);
     throw;
   }
+}
+
+std::vector<std::string> not_quarantined(PGconn* conn, const SchemaName& schema,
+                                         std::span<const EventId> event_ids) {
+  const std::string ids = pg::uuid_array(event_ids);
+  const auto result = pg::exec(conn,
+                               fmt::format(R"SQL(SELECT w.id::text,
+       CASE WHEN e.event_id IS NULL THEN 'not found'
+            WHEN e.published_at IS NOT NULL
+              THEN 'published at ' || to_char(e.published_at AT TIME ZONE 'UTC',
+                                              'YYYY-MM-DD HH24:MI:SS"Z"')
+            WHEN e.skipped_at IS NOT NULL
+              THEN 'skipped at ' || to_char(e.skipped_at AT TIME ZONE 'UTC',
+                                            'YYYY-MM-DD HH24:MI:SS"Z"')
+            WHEN e.quarantined_at IS NULL THEN 'pending, not quarantined'
+       END
+FROM unnest($1::uuid[]) WITH ORDINALITY AS w(id, n)
+LEFT JOIN {events} e ON e.event_id = w.id
+WHERE e.event_id IS NULL OR e.published_at IS NOT NULL OR e.skipped_at IS NOT NULL
+   OR e.quarantined_at IS NULL
+ORDER BY w.n)SQL",
+                                           fmt::arg("events", schema.table("outbox_events"))),
+                               {ids.c_str()});
+  std::vector<std::string> lines;
+  for (int row = 0; row < result.rows(); ++row) {
+    lines.push_back(fmt::format("{}: {}", result.text(row, 0), result.text(row, 1)));
+  }
+  return lines;
 }
 
 void skip_quarantined(PGconn* conn, const SchemaName& schema, const EventId& event_id,

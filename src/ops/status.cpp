@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
+#include "ops/backlog_sql.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
 #include "pg/params.hpp"
@@ -42,7 +44,17 @@ std::vector<RelaySessionStatus> read_relay_sessions(PGconn* conn, const SchemaNa
     throw InvalidArgument("read_relay_sessions: a limit of " + std::to_string(limit) +
                           " sessions; give 0 or more");
   }
-  enum Column : int { kId, kListening, kSeenAgo, kEnded, kSlot, kSlotMode, kStreamed };
+  enum Column : int {
+    kId,
+    kListening,
+    kSeenAgo,
+    kEnded,
+    kSlot,
+    kSlotMode,
+    kStreamed,
+    kPublished,
+    kHealth
+  };
   // A streaming session counts as such only when the slot's walsender is the one its row names
   // (the row is the relay's word; pg_replication_slots is the server's).
   const auto rows = pg::exec(conn,
@@ -54,7 +66,10 @@ SELECT r.relay_id, r.listening::text,
        (r.ended_at IS NOT NULL)::text, coalesce(r.slot_name, ''), coalesce(r.slot_mode, ''),
        EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots s
                WHERE s.slot_name = r.slot_name AND s.database = current_database()
-                 AND s.active_pid = r.walsender_pid)::text
+                 AND s.active_pid = r.walsender_pid)::text,
+       -- Migration 17's columns read by name from the row's JSON: an `outbox admin` or `status`
+       -- of this build against a schema not migrated yet reads 0 and '' instead of failing.
+       coalesce((to_jsonb(r)->>'published')::bigint, 0), coalesce(to_jsonb(r)->>'health', '')
 FROM {relays} r ORDER BY r.seen_at DESC LIMIT $1::int)SQL",
                                          fmt::arg("relays", schema.table("outbox_relays"))),
                              pg::Params().integer(limit).pointers());
@@ -68,6 +83,8 @@ FROM {relays} r ORDER BY r.seen_at DESC LIMIT $1::int)SQL",
     session.slot = rows.text(row, kSlot);
     session.slot_mode = rows.text(row, kSlotMode);
     session.slot_streamed = rows.text(row, kStreamed) == "true";
+    session.published = rows.int64(row, kPublished);
+    session.health = rows.text(row, kHealth);
     out.push_back(std::move(session));
   }
   return out;
@@ -75,25 +92,31 @@ FROM {relays} r ORDER BY r.seen_at DESC LIMIT $1::int)SQL",
 
 namespace {
 
+// Pending, quarantined and the oldest wait by the backlog query's rules (ops/backlog_sql.hpp),
+// the admin page's and the gauges' own; the rest by one pass over the table.
 void read_counts(PGconn* conn, const SchemaName& schema, OutboxStatus& status) {
-  const std::string events = schema.table("outbox_events");
-  const auto counts = pg::exec(conn, fmt::format(R"SQL(
-WITH pending AS (SELECT * FROM {events} WHERE published_at IS NULL AND skipped_at IS NULL)
-SELECT (SELECT count(*) FROM pending),
-       (SELECT count(*) FROM pending WHERE claim_until > now()),
-       (SELECT count(*) FROM pending WHERE attempt_count > 0 AND quarantined_at IS NULL),
-       (SELECT count(*) FROM pending WHERE quarantined_at IS NOT NULL),
-       (SELECT count(*) FROM {events} WHERE published_at IS NOT NULL),
-       (SELECT count(*) FROM {events} WHERE skipped_at IS NOT NULL),
-       (SELECT coalesce(extract(epoch FROM now() - min(occurred_at)), 0)::float8 FROM pending))SQL",
-                                                 fmt::arg("events", events)));
-  status.pending = counts.int64(0, 0);
-  status.in_flight = counts.int64(0, 1);
-  status.retrying = counts.int64(0, 2);
-  status.quarantined = counts.int64(0, 3);
-  status.published = counts.int64(0, 4);
-  status.skipped = counts.int64(0, 5);
-  status.oldest_pending_seconds = std::stod(std::string(counts.text(0, 6)));
+  const auto backlog = pg::exec(conn, detail::backlog_sql(schema));
+  for (int row = 0; row < backlog.rows(); ++row) {
+    if (backlog.text(row, 0) != "type") continue;
+    status.pending += backlog.int64(row, 3);
+    status.oldest_pending_seconds =
+        std::max(status.oldest_pending_seconds, std::stod(std::string(backlog.text(row, 4))));
+    status.quarantined += backlog.int64(row, 5);
+  }
+  const auto counts =
+      pg::exec(conn, fmt::format(R"SQL(
+SELECT count(*) FILTER (WHERE claim_until > now() AND quarantined_at IS NULL
+                          AND published_at IS NULL AND skipped_at IS NULL),
+       count(*) FILTER (WHERE attempt_count > 0 AND quarantined_at IS NULL
+                          AND published_at IS NULL AND skipped_at IS NULL),
+       count(*) FILTER (WHERE published_at IS NOT NULL),
+       count(*) FILTER (WHERE skipped_at IS NOT NULL)
+FROM {events})SQL",
+                                 fmt::arg("events", schema.table("outbox_events"))));
+  status.in_flight = counts.int64(0, 0);
+  status.retrying = counts.int64(0, 1);
+  status.published = counts.int64(0, 2);
+  status.skipped = counts.int64(0, 3);
 }
 
 // With the WAL each holds back: what `--wal-budget` and max_slot_wal_keep_size bound.
@@ -128,9 +151,18 @@ ORDER BY slot_name)SQL",
 
 OutboxStatus read_status(PGconn* conn, const SchemaName& schema) {
   OutboxStatus status;
-  read_counts(conn, schema, status);
-  status.slots = read_slots(conn, schema);
-  status.relays = read_relay_sessions(conn, schema);
+  // One snapshot for every statement (on an idle connection): in flight never more than pending.
+  const bool own_transaction = PQtransactionStatus(conn) == PQTRANS_IDLE;
+  if (own_transaction) pg::exec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+  try {
+    read_counts(conn, schema, status);
+    status.slots = read_slots(conn, schema);
+    status.relays = read_relay_sessions(conn, schema);
+    if (own_transaction) pg::commit(conn);
+  } catch (...) {
+    if (own_transaction) pg::rollback_quietly(conn);
+    throw;
+  }
   for (SlotStatus& slot : status.slots) {
     for (const RelaySessionStatus& relay : status.relays) {
       if (relay.ended || relay.slot != slot.name) continue;

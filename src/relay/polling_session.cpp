@@ -45,6 +45,7 @@ PollingSource::Session PollingSource::open_session(const RelayOptions& options) 
 void PollingSource::begin_session() {
   if (!session_id_.empty()) previous_session_id_ = session_id_;
   session_id_ = fmt::format("{}:{:016x}", options_.relay_id, session_.lock_key);
+  published_before_session_ = published_reported_;
 }
 
 // Records in outbox_relays whether producers must wake us (true) or we look by ourselves; the
@@ -78,7 +79,14 @@ void PollingSource::register_session(bool listening) {
     else
       params.integer(stream_.walsender);
   }
+  const std::uint64_t published = counters_.published.load(std::memory_order_relaxed);
+  params.integer(static_cast<std::int64_t>(published - published_before_session_));
+  if (health_ == nullptr)
+    params.null();
+  else
+    params.text(std::string(to_string(health_->health())));
   pg::exec_prepared(session_.connection.get(), set_listening_sql_, params.pointers());
+  published_reported_ = published;
   listening_ = listening;
   last_heartbeat_ = Clock::now();
 }

@@ -23,11 +23,12 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
   return text.substr(0, cut);
 }
 
-// Refuses a schema without migration 15 (9: the relays' session locks; 10: the table-less slots a
+// Refuses a schema without migration 17 (9: the relays' session locks; 10: the table-less slots a
 // relay looks up; 12: the session's backend; 14: where a table-less slot's proof begins; 15: the
-// slot a session streams, in its row) with what to do, instead of a missing column or table later.
+// slot a session streams, in its row; 17: what the session published) with what to do, instead
+// of a missing column or table later.
 void check_schema(PGconn* conn, const SchemaName& schema) {
-  constexpr int kNeeded = 15;
+  constexpr int kNeeded = 17;
   std::int64_t version = 0;
   try {
     version = pg::exec(conn, relay_sql::schema_version(schema)).int64(0, 0);
@@ -45,9 +46,10 @@ void check_schema(PGconn* conn, const SchemaName& schema) {
 }  // namespace
 
 PollingSource::PollingSource(const RelayOptions& options, RelayCounters& counters,
-                             const std::string& claim_scope)
+                             const std::string& claim_scope, const HealthBoard* health)
     : options_(options),
       counters_(counters),
+      health_(health),
       session_(open_session(options)),
       claim_sql_(relay_sql::claim(options.schema, claim_scope)),
       mark_published_sql_(relay_sql::mark_published(options.schema)),

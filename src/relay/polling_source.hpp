@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/health_board.hpp"
 #include "outbox/relay.hpp"
 #include "pg/connection.hpp"
 #include "relay/claim_horizon.hpp"
@@ -29,8 +30,10 @@ class PollingSource final : public RelaySourceBase {
   // Connects (throws DatabaseError), and refuses a schema without the migrations it needs
   // (ConfigError). `options` and `counters` must outlive it. `claim_scope`: a condition on the
   // row `e` that claims keep to (relay_sql::claim; a shard of the aggregates), "" for every row.
+  // `health` (may be null): the relay's, written into the session's row with each heartbeat
+  // (the admin page's broker state); must outlive this.
   PollingSource(const RelayOptions& options, RelayCounters& counters,
-                const std::string& claim_scope = "");
+                const std::string& claim_scope = "", const HealthBoard* health = nullptr);
 
   Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;
   bool wait_for_news(milliseconds timeout) override;
@@ -121,9 +124,14 @@ class PollingSource final : public RelaySourceBase {
 
   const RelayOptions& options_;
   RelayCounters& counters_;
+  const HealthBoard* health_;  // the relay's, or null
   Session session_;
   std::string session_id_;           // "<relay id>:<session>": its outbox_relays row, token prefix
   std::string previous_session_id_;  // a row to retire at the next registration (a reconnect)
+  // The counter's value the current session's row counts from: where the last row's count
+  // stopped, so what a session published after its last heartbeat goes into the next one's.
+  std::uint64_t published_before_session_ = 0;
+  std::uint64_t published_reported_ = 0;  // the counter's value in the last row written
   std::uint64_t claim_epoch_ = 0;
   const std::string claim_sql_;
   const std::string mark_published_sql_;

@@ -16,15 +16,17 @@ enum SweepColumn : int { kSessionId = 0, kUntilDeadMs = 1 };
 std::string set_listening(const SchemaName& schema) {
   // The insert (a new session, or a row someone deleted) also records the session's lock, its
   // backend (the sweep counts the lock only there) and lease; an update only the state, the
-  // heartbeat and the slot a source built on the session streams ($5-$7, NULL for none).
+  // heartbeat, the slot a source built on the session streams ($5-$7, NULL for none) and the
+  // events the session published and its health ($8, $9: migration 17).
   return fmt::format(R"SQL(INSERT INTO {relays} AS r
   (relay_id, listening, seen_at, lock_key, lease_ms, registered_at, backend_pid,
-   slot_name, slot_mode, walsender_pid)
+   slot_name, slot_mode, walsender_pid, published, health)
 VALUES ($1, $2::bool, now(), $3::bigint, $4::bigint, now(), pg_backend_pid(),
-        $5, $6, $7::int)
+        $5, $6, $7::int, $8::bigint, $9)
 ON CONFLICT (relay_id) DO UPDATE SET listening = EXCLUDED.listening, seen_at = now(),
   slot_name = EXCLUDED.slot_name, slot_mode = EXCLUDED.slot_mode,
-  walsender_pid = EXCLUDED.walsender_pid)SQL",
+  walsender_pid = EXCLUDED.walsender_pid, published = EXCLUDED.published,
+  health = EXCLUDED.health)SQL",
                      fmt::arg("relays", schema.table("outbox_relays")));
 }
 

@@ -345,6 +345,16 @@ ALTER TABLE {s}.outbox_relays
   ADD COLUMN walsender_pid integer;
 )SQL"},
     Migration{16, "events from SQL: enqueue()", detail::kEnqueueFunction},
+    Migration{17, "what each relay session published, and its health", R"SQL(
+-- Written with each relay session's heartbeat (every 10 s): the events it published (the
+-- admin page's published-per-second history sums their growth, so a process that runs no relay,
+-- `outbox admin`, shows the rate without a scan of the table) and its health as its /readyz
+-- names it (running, broker_unavailable, ...: the page's broker state). Self-reported and
+-- shown, never acted on. Columns only.
+ALTER TABLE {s}.outbox_relays
+  ADD COLUMN published bigint NOT NULL DEFAULT 0,
+  ADD COLUMN health    text;
+)SQL"},
 };
 
 }  // namespace

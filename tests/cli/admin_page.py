@@ -1,9 +1,12 @@
 """Drives the admin page in Debian's headless Chromium (chromium-driver, python3-selenium), as an
-operator would: the page lists the quarantined events and a replication slot no relay streams, a click on "retry" releases one, a click
-on "skip" asks for a reason and skips the other. Saves a screenshot. The database checks are the
+operator would: the token goes into the page's form, the headline says degraded and why, the
+page lists the quarantined events and a replication slot no relay streams, a click on "retry"
+releases one, a click on "skip" asks for a reason and skips the other. Saves a screenshot. The database checks are the
 calling script's (admin_page.sh).
 
-Usage: /usr/bin/python3 admin_page.py URL TOKEN EVENT_TO_RETRY EVENT_TO_SKIP SCREENSHOT
+Usage: /usr/bin/python3 admin_page.py URL TOKEN EVENT_TO_RETRY EVENT_TO_SKIP SCREENSHOT OPEN_URL
+OPEN_URL: a listener without a token, whose page is read-only: no form, buttons disabled with a
+hint.
 """
 import sys
 
@@ -14,7 +17,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-url, token, to_retry, to_skip, screenshot = sys.argv[1:6]
+url, token, to_retry, to_skip, screenshot, open_url = sys.argv[1:7]
 
 
 def click(selector):
@@ -36,12 +39,22 @@ for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-s
     options.add_argument(flag)
 driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 try:
-    driver.get(url)
     wait = WebDriverWait(driver, 20)
-    # The listener has a token: the page asks for it once.
-    asked = wait.until(ec.alert_is_present())
-    asked.send_keys(token)
-    asked.accept()
+    # Without a token: read-only, and the page says why instead of failing on a click.
+    driver.get(open_url)
+    retry_button = wait.until(ec.presence_of_element_located(
+        (By.CSS_SELECTOR, f'#quarantine tr[data-event-id="{to_retry}"] button.retry')))
+    assert not retry_button.is_enabled(), "retry is enabled on a listener without a token"
+    assert "--admin-token-file" in retry_button.get_attribute("title")
+    assert "read-only" in driver.find_element(By.ID, "summary").text
+    assert not driver.find_element(By.ID, "login").is_displayed(), "a form for a token not needed"
+
+    driver.get(url)
+    # The listener has a token: the page asks for it in a form (not a prompt()), once.
+    form = wait.until(ec.visibility_of_element_located((By.ID, "token")))
+    form.send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "#login button").click()
+    wait.until(ec.invisibility_of_element_located((By.ID, "login")))
     row = f'#quarantine tr[data-event-id="{to_retry}"]'
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
     wait.until(ec.presence_of_element_located(
@@ -57,15 +70,32 @@ try:
     slot = wait.until(ec.presence_of_element_located(
         (By.CSS_SELECTOR, '#slots tr[data-slot="left_behind"]'))).text
     assert "not streamed" in slot and "outbox cdc drop --slot left_behind" in slot, slot
-    # The chart draws from its first sample (a point at its top left: the sample is its own
-    # maximum), not only once it has two. The labels start right of it, at x = 8.
-    alpha = driver.execute_script("""
-        samples.length = 0;
-        samples.push({t: Date.now() / 1000, pending: 5, age: 3});
+    # The headline gives the server's verdict: two events pending (behind two quarantined ones)
+    # and no relay running.
+    try:
+        verdict = wait.until(
+            ec.presence_of_element_located((By.CSS_SELECTOR, "#verdict.stalled")))
+    except Exception:
+        print("headline:", driver.find_element(By.ID, "verdict").get_attribute("outerHTML"),
+              "error:", driver.find_element(By.ID, "error").text,
+              "console:", driver.get_log("browser"))
+        raise
+    assert verdict.text.startswith("stalled: 2 events pending and no relay running"), verdict.text
+    assert "2 events quarantined" in verdict.text and "slot left_behind" in verdict.text, \
+        verdict.text
+    # The last hour comes from the server: a page opened now already has samples.
+    samples = driver.execute_script("return hist.t.length")
+    assert samples >= 1, "no history from the server"
+    # Each chart draws a known value with no known neighbour (the rate's first: a point at the
+    # right edge, at its axis's top), and a series all 0 along the bottom.
+    drawn = driver.execute_script("""
+        hist = {t: [990, 995, 1000], pending: [0, 0, 0], published_per_second: [null, null, 3]};
         draw();
-        return document.getElementById("chart").getContext("2d")
-            .getImageData(5, 5, 1, 1).data[3];""")
-    assert alpha > 0, "one sample drew no point: the chart is empty until the second"
+        const g = document.getElementById("published").getContext("2d");
+        return [g.getImageData(715, 17, 1, 1).data[3],
+                Math.max(...document.getElementById("pending").getContext("2d")
+                    .getImageData(713, 104, 2, 2).data.filter((_, i) => i % 4 === 3))];""")
+    assert drawn[0] > 0 and drawn[1] > 0, f"a lone value or a line of zeros drew nothing: {drawn}"
     driver.save_screenshot(screenshot)
 
     click(row + " button.retry")

@@ -3,11 +3,14 @@
 # quarantined events (one with a hostile aggregate type, shown as text); a click on retry
 # releases one in PostgreSQL, a click on skip (with the reason the page asks for) skips the
 # other; both are audited with the page as actor. A screenshot goes to the test's artefacts.
-# The actions need the listener's token (the page asks for it); without one the page is
-# read-only, and without one the listener answers only to loopback host names.
+# The actions need the listener's token (the page's form takes it); without one the page is
+# read-only, and without one the listener answers only to loopback host names. The headline
+# turns green with a relay at work and red when it stops with an event pending, in those colours
+# (a pixel of it read back from Chromium's drawing).
 #
 # Usage: admin_page.sh /path/to/outbox ARTEFACT_DIR
-# Needs: psql, curl, chromium, chromium-driver, python3-selenium (Debian's /usr/bin/python3).
+# Needs: psql, curl, chromium, chromium-driver, python3-selenium, python3-pil (Debian's
+# /usr/bin/python3).
 set -euo pipefail
 
 readonly outbox_binary="${1:?usage: admin_page.sh /path/to/outbox ARTEFACT_DIR}"
@@ -24,6 +27,8 @@ for tool in chromium chromedriver curl psql; do
 done
 /usr/bin/python3 -c 'import selenium' 2>/dev/null ||
   fatal "python3-selenium is not installed (scripts/install-deps.sh installs it)"
+/usr/bin/python3 -c 'import PIL' 2>/dev/null ||
+  fatal "python3-pil is not installed (scripts/install-deps.sh installs it)"
 mkdir -p "$artefacts"
 
 start_postgres
@@ -96,7 +101,8 @@ fi
 
 # --- the page in Chromium -------------------------------------------------------------------------
 if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/admin_page.py" "http://127.0.0.1:$port/" \
-  "$token" "$retry_id" "$skip_id" "$artefacts/admin-page.png" >"$work_dir/browser.log" 2>&1; then
+  "$token" "$retry_id" "$skip_id" "$artefacts/admin-page.png" "http://127.0.0.1:$open_port/" \
+  >"$work_dir/browser.log" 2>&1; then
   pass
 else
   show_log "the browser session" "$work_dir/browser.log"
@@ -116,6 +122,33 @@ if [[ "$audit" == "retry:released from quarantine,skip:customer deleted; event o
   pass
 else
   fail "the audit reads: $audit"
+fi
+
+# --- the headline: green with a relay at work, red once it is stopped with an event pending ------
+verdict() {  # verdict STATE: the page's headline turns STATE, in that state's colour
+  if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/admin_verdict.py" "http://127.0.0.1:$port/" \
+    "$token" "$1" "$artefacts/admin-page-$1.png" >"$work_dir/verdict-$1.log" 2>&1; then
+    pass
+  else
+    show_log "the browser session" "$work_dir/verdict-$1.log"
+    fail "the headline did not turn $1"
+  fi
+}
+sql -c "SELECT pg_drop_replication_slot('left_behind')" >/dev/null
+"$outbox_binary" relay --db "$db" --schema "$schema" --sink discard >"$work_dir/relay.out" 2>&1 &
+relay_pid=$!
+track_background "$relay_pid" "outbox relay"
+verdict healthy
+if grep -q "1 relay(s) running; nothing pending" "$work_dir/verdict-healthy.log"; then pass; else
+  fail "the healthy headline says: $(cat "$work_dir/verdict-healthy.log")"
+fi
+kill -TERM "$relay_pid"
+wait "$relay_pid" || true
+sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, payload) VALUES (gen_random_uuid(), 'order', 'o-9', 1, 'Placed', '{}')"
+verdict stalled
+if grep -q "1 event pending and no relay running" "$work_dir/verdict-stalled.log"; then pass; else
+  fail "the stalled headline says: $(cat "$work_dir/verdict-stalled.log")"
 fi
 
 # --- SIGTERM stops it in order: exit 0 (before: a server thread took the signal, status 143) ---

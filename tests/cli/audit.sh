@@ -79,6 +79,7 @@ assert r["lost"] == [lost], r["lost"]
 assert r["phantom"] == [phantom], r["phantom"]
 assert [d["event_id"] for d in r["duplicated"]] == [dup], r["duplicated"]
 assert sorted(r["not_applied"]) == sorted([na, lost]), r["not_applied"]
+assert r["consumer_known"] is True, r
 assert r["foreign_messages"] == 1 and r["rows"] == 31 and r["messages"] == 33 and not r["ok"], r
 ' "$json" "$lost_id" "$phantom_id" "$duplicate_id" "$not_applied_id"; then
   pass
@@ -91,6 +92,21 @@ if [[ "$output" == *"lost (published, not on the topic): $lost_id"* && "$output"
 else
   fail "the text report should name the lost event: $output"
 fi
+
+# A misspelt consumer: every event reads as not applied, and the audit says why.
+rc=0
+output="$(audit --consumer projektion 2>&1)" || rc=$?
+if ((rc == 1)) && [[ "$output" == *'warning: consumer "projektion" has no inbox row'* &&
+  "$output" == *"not applied by projektion 31"* ]]; then
+  pass
+else
+  fail "a consumer without inbox rows should be warned about: rc $rc: $output"
+fi
+# The mock cannot look offsets up by time: without --from-beginning the audit says so instead of
+# reading nothing and reporting every published event lost.
+expect_failure "a broker without offsets by time" "run the audit with --from-beginning" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --kafka-brokers "$brokers" \
+  --topic "$topic" --since 1h
 
 # --- 3. bad input -----------------------------------------------------------------------------------
 expect_failure "an unreadable --since" "timestamps PostgreSQL reads" \

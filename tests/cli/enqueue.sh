@@ -130,8 +130,8 @@ else
 fi
 
 # Status for a person: an age in units, and each JSON line with its time.
-sql -c "UPDATE $schema.outbox_events SET occurred_at = now() - interval '2 hours 5 minutes'
-  WHERE aggregate_id = 'o-1' AND aggregate_sequence = 1"
+sql -c "UPDATE $schema.outbox_events SET occurred_at = now() - interval '2 hours 5 minutes',
+  available_at = now() - interval '2 hours 5 minutes' WHERE aggregate_id = 'o-1' AND aggregate_sequence = 1"
 status_text="$("$outbox_binary" status --db "$db" --schema "$schema" 2>&1)"
 if [[ "$status_text" == *"oldest pending 2h5m"* ]]; then pass; else
   fail "status should give the oldest pending age in units: $status_text"

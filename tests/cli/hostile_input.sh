@@ -162,6 +162,12 @@ expect_refusal "cleanup --every 200000d" "at most 3650d" \
 expect_refusal "cleanup --retention 0" "below the minimum" \
   "$outbox_binary" cleanup --db "$db" --schema "$schema" --retention 0
 
+# --- a schema never migrated: the error says what to run ----------------------------------------------
+expect_refusal "quarantine list in a schema never migrated" "run \`outbox migrate\`" \
+  "$outbox_binary" quarantine --db "$db" --schema never_migrated list
+expect_refusal "status in a schema never migrated" "outbox migrate" \
+  "$outbox_binary" status --db "$db" --schema never_migrated
+
 # --- quarantine retry of one id given twice ----------------------------------------------------------
 poison="$(sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
   aggregate_sequence, event_type, payload, quarantined_at, quarantine_reason, available_at)
@@ -169,7 +175,22 @@ poison="$(sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, a
   RETURNING event_id")"
 run_collect "$work_dir/out" 30 "$outbox_binary" quarantine --db "$db" --schema "$schema" retry --actor ci "$poison" "$poison"
 if ((rc == 0)) && grep -q "1 of 1 event(s) released" "$work_dir/out"; then pass; else fail "retry ID ID: exit $rc: $(cat "$work_dir/out")"; fi
+# A retry that releases nothing says why, per id: pending (released above), published, unknown.
+unknown="0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b"
+run_collect "$work_dir/out" 30 "$outbox_binary" quarantine --db "$db" --schema "$schema" retry --actor ci "$poison" "$unknown"
+if ((rc == 1)) && grep -q "0 of 2 event(s) released" "$work_dir/out" &&
+  grep -q "not released: $poison: pending, not quarantined" "$work_dir/out" &&
+  grep -q "not released: $unknown: not found" "$work_dir/out"; then pass; else fail "retry of nothing quarantined: exit $rc: $(cat "$work_dir/out")"; fi
+# One of two released: only the other is explained.
+sql -c "UPDATE $schema.outbox_events SET quarantined_at = now(), available_at = 'infinity'
+  WHERE event_id = '$poison'" >/dev/null
+run_collect "$work_dir/out" 30 "$outbox_binary" quarantine --db "$db" --schema "$schema" retry --actor ci "$poison" "$unknown"
+if ((rc == 1)) && grep -q "1 of 2 event(s) released" "$work_dir/out" &&
+  ! grep -q "not released: $poison" "$work_dir/out" &&
+  grep -q "not released: $unknown: not found" "$work_dir/out"; then pass; else fail "retry of one of two: exit $rc: $(cat "$work_dir/out")"; fi
 sql -c "UPDATE $schema.outbox_events SET published_at = now()" >/dev/null
+run_collect "$work_dir/out" 30 "$outbox_binary" quarantine --db "$db" --schema "$schema" retry --actor ci "$poison"
+if ((rc == 1)) && grep -Eq "not released: $poison: published at [0-9-]+ [0-9:]+Z" "$work_dir/out"; then pass; else fail "retry of a published event: exit $rc: $(cat "$work_dir/out")"; fi
 
 # --- a held lock: commands give up with a clear error; the relay still stops on SIGTERM ---------------
 (

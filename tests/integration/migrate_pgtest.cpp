@@ -157,7 +157,7 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
     DROP FUNCTION migrate_from_eleven.enqueue, migrate_from_eleven.outbox_check_name,
       migrate_from_eleven.outbox_hostile_pattern, migrate_from_eleven.outbox_kafka_header_bytes;
     ALTER TABLE migrate_from_eleven.outbox_relays DROP COLUMN slot_name, DROP COLUMN slot_mode,
-      DROP COLUMN walsender_pid;
+      DROP COLUMN walsender_pid, DROP COLUMN published, DROP COLUMN health;
     DROP TABLE migrate_from_eleven.outbox_inbox_consumers;
     DROP TRIGGER outbox_aggregate_sequences_forward ON migrate_from_eleven.outbox_aggregate_sequences;
     DROP TRIGGER outbox_cleanup_horizon_forward ON migrate_from_eleven.outbox_cleanup_horizon;
@@ -244,7 +244,7 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
            " migrate_lock.outbox_hostile_pattern, migrate_lock.outbox_kafka_header_bytes");
   pg::exec(conn,
            "ALTER TABLE migrate_lock.outbox_relays DROP COLUMN slot_name, DROP COLUMN slot_mode,"
-           " DROP COLUMN walsender_pid");
+           " DROP COLUMN walsender_pid, DROP COLUMN published, DROP COLUMN health");
   pg::exec(conn, "DROP TABLE migrate_lock.outbox_cleanup_horizon");
   pg::exec(conn, "DROP TABLE migrate_lock.outbox_table_less_slots");
   pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_table_less_ready()");

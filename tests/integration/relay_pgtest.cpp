@@ -627,9 +627,10 @@ TEST_F(RelayTest, AFirstConnectionNoRetryCanFixIsThrown) {
 // when the relay starts, saying which version it found and what to run, not at its first
 // registration with a missing column.
 TEST_F(RelayTest, RefusesASchemaOlderThanItNeedsAndSaysToMigrate) {
-  // This build's relays need version 15 (polling_source.cpp, check_schema: 12 records a
-  // session's backend, 14 where a table-less slot's proof begins, 15 the slot a session streams).
-  constexpr int kRelayNeeds = 15;
+  // This build's relays need version 17 (polling_source.cpp, check_schema: 12 records a
+  // session's backend, 14 where a table-less slot's proof begins, 15 the slot a session streams,
+  // 17 what it published).
+  constexpr int kRelayNeeds = 17;
   pg::exec(conn(), fmt::format("DELETE FROM {} WHERE version >= {}",
                                schema_.table("outbox_schema_migrations"), kRelayNeeds));
   try {

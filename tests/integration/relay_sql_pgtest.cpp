@@ -40,7 +40,7 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
        ids + ", '{token}', '{boom}', '100', '60000', '5', '{false}'"},
       {"renew", relay_sql::renew(schema), ids + ", '{token}', '30000'"},
       {"set_listening", relay_sql::set_listening(schema),
-       "'r:1', 'true', '1', '30000', 's', 'streaming', '4242'"},
+       "'r:1', 'true', '1', '30000', 's', 'streaming', '4242', '17', 'running'"},
       {"adopt", relay_sql::adopt(schema), ids + ", '{token}', '30000', 'new:1'"},
       {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
       {"retire_relay", relay_sql::retire_relay(schema), "'r:1'"},

@@ -10,14 +10,16 @@
 
 namespace outbox::detail {
 
-CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters)
+CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters,
+                     const HealthBoard* health)
     : options_(options),
       counters_(counters),
       publications_(options),
       table_(options, counters,
              options.cdc.shards > 1
                  ? relay_sql::shard_condition("e.", options.cdc.shards, options.cdc.shard)
-                 : std::string()),
+                 : std::string(),
+             health),
       check_sql_(cdc_sql::check_streamed(options.schema)),
       message_prefix_(options.schema.message_prefix()),
       replay_prefix_(options.schema.replay_message_prefix()) {

@@ -72,7 +72,8 @@ class CdcSource final : public RelaySourceBase {
   // streaming at the slot's confirmed position. Throws DatabaseError (retryable while PostgreSQL
   // is away), ConfigError for what needs an operator (no REPLICATION, wal_level, a publication
   // it may not create).
-  CdcSource(const RelayOptions& options, RelayCounters& counters);
+  CdcSource(const RelayOptions& options, RelayCounters& counters,
+            const HealthBoard* health = nullptr);
   ~CdcSource() override;
 
   Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;

@@ -125,9 +125,9 @@ class Relay::Impl {
   void connect_source() {
     std::unique_ptr<detail::RelaySourceBase> source;
     if (options_.source == RelaySource::cdc) {
-      source = std::make_unique<detail::CdcSource>(options_, counters_);
+      source = std::make_unique<detail::CdcSource>(options_, counters_, &health_);
     } else {
-      source = std::make_unique<detail::PollingSource>(options_, counters_);
+      source = std::make_unique<detail::PollingSource>(options_, counters_, "", &health_);
     }
     source_ = source.get();
     recorder_ = source.get();
