@@ -77,6 +77,49 @@ PublicationsPresent publications_present(PGconn* conn, const std::vector<std::st
   return {static_cast<std::size_t>(found.int64(0, 0)), parse_lsn(found.text(0, 1))};
 }
 
+namespace {
+
+// $1 empty: every pgoutput slot of this database; else the slot of that name, whatever it is.
+constexpr const char* kServerSlotsSql = R"SQL(
+WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+                          ELSE pg_current_wal_lsn() END AS lsn)
+SELECT slot_name,
+       (slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database())::text,
+       coalesce(active_pid, 0)::text, coalesce(wal_status, ''),
+       pg_wal_lsn_diff(here.lsn, restart_lsn)::bigint,
+       pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint
+FROM pg_catalog.pg_replication_slots, here
+WHERE CASE WHEN $1 = '' THEN slot_type = 'logical' AND plugin = 'pgoutput'
+                             AND database = current_database()
+           ELSE slot_name = $1 END
+ORDER BY slot_name)SQL";
+
+std::vector<ServerSlot> read_server_slots(PGconn* conn, const std::string& name) {
+  const auto rows = pg::exec(conn, kServerSlotsSql, pg::Params().text(name).pointers());
+  const auto optional = [&](int row, int column) -> std::optional<std::int64_t> {
+    if (rows.is_null(row, column)) return std::nullopt;
+    return rows.int64(row, column);
+  };
+  std::vector<ServerSlot> slots;
+  for (int row = 0; row < rows.rows(); ++row) {
+    slots.push_back({std::string(rows.text(row, 0)), rows.text(row, 1) == "true",
+                     static_cast<int>(rows.int64(row, 2)), std::string(rows.text(row, 3)),
+                     optional(row, 4), optional(row, 5)});
+  }
+  return slots;
+}
+
+}  // namespace
+
+std::vector<ServerSlot> our_slots(PGconn* conn) { return read_server_slots(conn, ""); }
+
+std::optional<ServerSlot> find_slot(PGconn* conn, const std::string& slot) {
+  if (slot.empty()) return std::nullopt;
+  std::vector<ServerSlot> found = read_server_slots(conn, slot);
+  if (found.empty()) return std::nullopt;
+  return std::move(found.front());
+}
+
 void drop_slot(PGconn* conn, const std::string& slot) {
   pg::exec(conn, "SELECT pg_drop_replication_slot($1)", pg::Params().text(slot).pointers());
 }

@@ -44,6 +44,22 @@ struct PublicationsPresent {
 };
 PublicationsPresent publications_present(PGconn* conn, const std::vector<std::string>& names);
 
+// A slot as pg_replication_slots shows it, with the WAL it holds back and has not confirmed
+// measured from where the server is now (its replay position on a standby): the one reading of
+// `outbox status`, the slot gauges and `outbox cdc drop`.
+struct ServerSlot {
+  std::string name;
+  bool ours = false;  // logical, pgoutput, of this database: a slot an outbox relay may use
+  int walsender = 0;  // the walsender streaming it (active_pid); 0: none
+  std::string wal_status;
+  std::optional<std::int64_t> retained_bytes;  // nullopt: its WAL is gone (or never reserved)
+  std::optional<std::int64_t> unconfirmed_bytes;
+};
+// Every pgoutput slot of this database, by name.
+std::vector<ServerSlot> our_slots(PGconn* conn);
+// The slot of that name, of any kind or database; nullopt when there is none.
+std::optional<ServerSlot> find_slot(PGconn* conn, const std::string& slot);
+
 // pg_drop_replication_slot (SQLSTATE 55006: in use; 42704: missing).
 void drop_slot(PGconn* conn, const std::string& slot);
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <utility>
 
+#include "cdc/slot_admin.hpp"
 #include "common/log.hpp"
 #include "ops/backlog_sql.hpp"
 #include "outbox/metrics.hpp"
@@ -280,19 +281,14 @@ BacklogMonitor::Backlog BacklogMonitor::query_backlog(std::chrono::steady_clock:
   return backlog;
 }
 
-// The database's pgoutput slots: a few rows of a view, not timed with the backlog query.
+// The database's pgoutput slots (cdc::our_slots, `outbox status`'s reading): a few rows of a
+// view, not timed with the backlog query.
 std::vector<SlotRow> BacklogMonitor::query_slots() {
-  const pg::Result result = pg::exec(connection_->get(), R"SQL(
-SELECT database, slot_name, (active_pid IS NOT NULL)::text,
-       coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-                                     ELSE pg_current_wal_lsn() END, restart_lsn), -1)::float8
-FROM pg_catalog.pg_replication_slots
-WHERE slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database()
-ORDER BY slot_name)SQL");
   std::vector<SlotRow> slots;
-  for (int i = 0; i < result.rows(); ++i) {
-    slots.push_back({std::string(result.text(i, 0)), std::string(result.text(i, 1)),
-                     result.text(i, 2) == "true", std::stod(std::string(result.text(i, 3)))});
+  const std::string database = PQdb(connection_->get());
+  for (const cdc::ServerSlot& slot : cdc::our_slots(connection_->get())) {
+    slots.push_back({database, slot.name, slot.walsender != 0,
+                     static_cast<double>(slot.retained_bytes.value_or(-1))});
   }
   return slots;
 }

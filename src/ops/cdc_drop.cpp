@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "cdc/slot_admin.hpp"
 #include "common/printable.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
@@ -10,25 +11,6 @@
 namespace outbox {
 
 namespace {
-
-struct SlotFound {
-  bool exists = false;
-  bool ours = false;  // pgoutput, this database
-  std::string walsender;
-  std::int64_t retained = 0;
-};
-
-SlotFound find_slot(PGconn* conn, const std::string& slot) {
-  const auto row = pg::exec(conn, R"SQL(
-SELECT (plugin = 'pgoutput' AND database = current_database())::text,
-       coalesce(active_pid::text, ''),
-       coalesce(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-                                     ELSE pg_current_wal_lsn() END, restart_lsn), 0)::bigint
-FROM pg_catalog.pg_replication_slots WHERE slot_name = $1)SQL",
-                            pg::Params().text(slot).pointers());
-  if (row.rows() == 0) return {};
-  return {true, row.text(0, 0) == "true", std::string(row.text(0, 1)), row.int64(0, 2)};
-}
 
 // The schemas whose outbox_table_less_slots registers `slot` (any schema of this database: a
 // registration in another schema than --schema holds that schema's table-less events).
@@ -61,13 +43,13 @@ bool known_to_schema(PGconn* conn, const SchemaName& schema, const std::string& 
 }
 
 void check_droppable(PGconn* conn, const SchemaName& schema, const std::string& slot,
-                     const SlotFound& found, bool force, CdcDropReport& report) {
+                     const cdc::ServerSlot& found, bool force, CdcDropReport& report) {
   const std::string shown = detail::printable(slot, 80);
   if (!found.ours) {
     throw InvalidArgument(fmt::format(
         "cdc drop: slot {} is not a pgoutput slot of this database; not one of outbox's", shown));
   }
-  if (!found.walsender.empty()) {
+  if (found.walsender != 0) {
     throw InvalidArgument(fmt::format(
         "cdc drop: slot {} is streamed right now (walsender {}): stop the relay that streams it "
         "first (and its standbys, or one takes the slot over)",
@@ -124,15 +106,15 @@ ORDER BY p.pubname)SQL",
 
 CdcDropReport drop_cdc(PGconn* conn, const SchemaName& schema, const std::string& slot,
                        bool force) {
-  const SlotFound found = find_slot(conn, slot);
-  if (!found.exists) {
+  const std::optional<cdc::ServerSlot> found = cdc::find_slot(conn, slot);
+  if (!found) {
     throw InvalidArgument(
         fmt::format("cdc drop: there is no replication slot {} (outbox status lists the slots)",
                     detail::printable(slot, 80)));
   }
   CdcDropReport report;
-  report.retained_bytes = found.retained;
-  check_droppable(conn, schema, slot, found, force, report);
+  report.retained_bytes = found->retained_bytes.value_or(0);
+  check_droppable(conn, schema, slot, *found, force, report);
   // One transaction, the slot last: dropping a slot is not undone by a rollback, so everything
   // that could fail comes before it. A relay that took the slot since the checks makes the drop
   // fail (55006) and nothing changes.

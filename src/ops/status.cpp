@@ -5,21 +5,13 @@
 #include <algorithm>
 #include <string>
 
+#include "cdc/slot_admin.hpp"
 #include "ops/backlog_sql.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
 #include "pg/params.hpp"
 
 namespace outbox {
-
-namespace {
-
-std::optional<std::int64_t> optional_int(const pg::Result& r, int row, int column) {
-  if (r.is_null(row, column)) return std::nullopt;
-  return r.int64(row, column);
-}
-
-}  // namespace
 
 std::string_view RelaySessionStatus::state() const {
   if (ended) return "ended";
@@ -121,27 +113,19 @@ FROM {events})SQL",
 
 // With the WAL each holds back: what `--wal-budget` and max_slot_wal_keep_size bound.
 std::vector<SlotStatus> read_slots(PGconn* conn, const SchemaName& schema) {
-  const auto slots = pg::exec(
-      conn, fmt::format(R"SQL(
-WITH here AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
-                          ELSE pg_current_wal_lsn() END AS lsn)
-SELECT slot_name, coalesce(active_pid::text, ''), coalesce(wal_status, ''),
-       pg_wal_lsn_diff(here.lsn, restart_lsn)::bigint,
-       pg_wal_lsn_diff(here.lsn, confirmed_flush_lsn)::bigint,
-       (slot_name::text IN (SELECT slot_name FROM {registrations}))::text
-FROM pg_replication_slots, here
-WHERE slot_type = 'logical' AND plugin = 'pgoutput' AND database = current_database()
-ORDER BY slot_name)SQL",
-                        fmt::arg("registrations", schema.table("outbox_table_less_slots"))));
+  const auto registered =
+      pg::exec(conn, "SELECT slot_name FROM " + schema.table("outbox_table_less_slots"));
   std::vector<SlotStatus> out;
-  for (int row = 0; row < slots.rows(); ++row) {
+  for (const cdc::ServerSlot& found : cdc::our_slots(conn)) {
     SlotStatus slot;
-    slot.name = slots.text(row, 0);
-    slot.walsender = slots.text(row, 1);
-    slot.wal_status = slots.text(row, 2);
-    slot.retained = optional_int(slots, row, 3);
-    slot.unconfirmed = optional_int(slots, row, 4);
-    slot.table_less = slots.text(row, 5) == "true";
+    slot.name = found.name;
+    slot.walsender = found.walsender == 0 ? "" : std::to_string(found.walsender);
+    slot.wal_status = found.wal_status;
+    slot.retained = found.retained_bytes;
+    slot.unconfirmed = found.unconfirmed_bytes;
+    for (int row = 0; row < registered.rows(); ++row) {
+      slot.table_less = slot.table_less || registered.text(row, 0) == found.name;
+    }
     out.push_back(std::move(slot));
   }
   return out;
