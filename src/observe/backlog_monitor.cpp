@@ -156,15 +156,10 @@ void BacklogMonitor::record_success(Backlog fresh) {
       reading_.unwell.push_back("relay " + session.relay_id + ": " + session.health);
     }
   }
-  double pending = 0, quarantined = 0, oldest = 0;
-  for (const BacklogRow& row : reading_.rows) {
-    pending += row.pending;
-    quarantined += row.quarantined;
-    oldest = std::max(oldest, row.oldest_pending_age);
-  }
+  const BacklogTotals totals = backlog_totals(reading_.rows);
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  history_.record(now, pending, quarantined, oldest, counts);
+  history_.record(now, totals.pending, totals.quarantined, totals.oldest_pending_age, counts);
   reading_.ok = true;
   reading_.error.clear();
 }

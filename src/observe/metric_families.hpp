@@ -24,6 +24,22 @@ struct BacklogRow {
   double quarantined = 0;
 };
 
+// Every aggregate type together: what the headline, the history and `outbox status` show.
+struct BacklogTotals {
+  double pending = 0;
+  double quarantined = 0;
+  double oldest_pending_age = 0;  // the largest
+};
+inline BacklogTotals backlog_totals(const std::vector<BacklogRow>& rows) {
+  BacklogTotals totals;
+  for (const BacklogRow& row : rows) {
+    totals.pending += row.pending;
+    totals.quarantined += row.quarantined;
+    totals.oldest_pending_age = std::max(totals.oldest_pending_age, row.oldest_pending_age);
+  }
+  return totals;
+}
+
 // A pgoutput slot of the database (the backlog thread's second query): whether a walsender
 // streams it and the WAL it holds back. A slot no relay streams keeps WAL until it is dropped.
 struct SlotRow {

@@ -312,25 +312,25 @@ class ObserveServer::Impl {
 
   nlohmann::json overview() {
     nlohmann::json out = {{"schema", options_.schema.name()}};
-    {
-      const observe::BacklogReading reading = backlog_monitor_.reading();
-      out["backlog_ok"] = reading.ok;
-      out["backlog"] = observe::backlog_json(reading.rows);
-      out["slots"] = observe::slots_json(reading.slots);
-    }
+    // One backlog run for everything but the quarantine list: the headline, the tables and the
+    // sessions say the same.
+    const observe::BacklogReading reading = backlog_monitor_.reading_with_history();
+    out["backlog_ok"] = reading.ok;
+    out["backlog"] = observe::backlog_json(reading.rows);
+    out["slots"] = observe::slots_json(reading.slots);
     nlohmann::json parts = this_process_parts();
-    {
-      const observe::BacklogReading reading = backlog_monitor_.reading_with_history();
-      out["verdict"] = observe::verdict_json(reading, parts);
-      out["history"] = observe::history_json(reading.history);
-      out["actions_enabled"] = !options_.token.empty();
-    }
+    out["verdict"] = observe::verdict_json(reading, parts);
+    out["history"] = observe::history_json(reading.history);
+    out["actions_enabled"] = !options_.token.empty();
+    // The backlog thread's list (the page costs no second pass over the pending rows).
+    out["slowest"] = observe::slowest_json(reading.slowest);
     // One overview at a time; another asked meanwhile is told to come back rather than queue
     // (queued requests would hold the HTTP workers the probes and scrapes need).
     std::unique_lock lock(api_mutex_, std::try_to_lock);
     if (!lock.owns_lock()) throw Busy("the previous overview is still being read; try again");
     PGconn* conn = api_connection();
-    // Every relay session the table knows: alive ones beat every 10 s.
+    // Every relay session the table knows, read now (a page opened right after a relay started
+    // lists it at once, before the backlog's next run): alive ones beat every 10 s.
     for (const RelaySessionStatus& relay : read_relay_sessions(conn, options_.schema, 50)) {
       std::string detail;
       if (!relay.ended) detail = fmt::format("seen {:.0f} s ago", relay.seen_seconds_ago);
@@ -341,8 +341,6 @@ class ObserveServer::Impl {
     }
     out["parts"] = std::move(parts);
     out["quarantine"] = observe::quarantine_json(list_quarantined(conn, options_.schema, 100));
-    // The backlog thread's list (the page costs no second pass over the pending rows).
-    out["slowest"] = observe::slowest_json(backlog_monitor_.reading().slowest);
     return out;
   }
 

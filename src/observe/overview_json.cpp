@@ -83,11 +83,10 @@ nlohmann::json verdict_json(const BacklogReading& reading,
   in.backlog_read = reading.ok || !reading.error.empty();
   in.backlog_ok = reading.ok;
   in.backlog_error = reading.error;
-  for (const BacklogRow& row : reading.rows) {
-    in.pending += row.pending;
-    in.quarantined += row.quarantined;
-    in.oldest_age = std::max(in.oldest_age, row.oldest_pending_age);
-  }
+  const BacklogTotals totals = backlog_totals(reading.rows);
+  in.pending = totals.pending;
+  in.quarantined = totals.quarantined;
+  in.oldest_age = totals.oldest_pending_age;
   in.sessions = reading.sessions;
   in.unwell = reading.unwell;
   for (const auto& part : this_process_parts) {

@@ -101,7 +101,8 @@ std::vector<std::string> not_quarantined(PGconn* conn, const SchemaName& schema,
                                          std::span<const EventId> event_ids) {
   const std::string ids = pg::uuid_array(event_ids);
   const auto result = pg::exec(conn,
-                               fmt::format(R"SQL(SELECT w.id::text,
+                               fmt::format(R"SQL(SELECT id, why FROM (
+SELECT w.n, w.id::text AS id,
        CASE WHEN e.event_id IS NULL THEN 'not found'
             WHEN e.published_at IS NOT NULL
               THEN 'published at ' || to_char(e.published_at AT TIME ZONE 'UTC',
@@ -110,12 +111,11 @@ std::vector<std::string> not_quarantined(PGconn* conn, const SchemaName& schema,
               THEN 'skipped at ' || to_char(e.skipped_at AT TIME ZONE 'UTC',
                                             'YYYY-MM-DD HH24:MI:SS"Z"')
             WHEN e.quarantined_at IS NULL THEN 'pending, not quarantined'
-       END
+       END AS why
 FROM unnest($1::uuid[]) WITH ORDINALITY AS w(id, n)
-LEFT JOIN {events} e ON e.event_id = w.id
-WHERE e.event_id IS NULL OR e.published_at IS NOT NULL OR e.skipped_at IS NOT NULL
-   OR e.quarantined_at IS NULL
-ORDER BY w.n)SQL",
+LEFT JOIN {events} e ON e.event_id = w.id) AS named
+WHERE why IS NOT NULL
+ORDER BY n)SQL",
                                            fmt::arg("events", schema.table("outbox_events"))),
                                {ids.c_str()});
   std::vector<std::string> lines;

@@ -10,9 +10,8 @@ hint.
 """
 import sys
 
-from selenium import webdriver
+import browser
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
@@ -32,12 +31,7 @@ def click(selector):
     raise AssertionError(f"{selector} kept going stale")
 
 
-options = webdriver.ChromeOptions()
-options.binary_location = "/usr/bin/chromium"
-for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--window-size=1280,1000"):
-    options.add_argument(flag)
-driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+driver = browser.headless_chromium()
 try:
     wait = WebDriverWait(driver, 20)
     # Without a token: read-only, and the page says why instead of failing on a click.
@@ -51,10 +45,7 @@ try:
 
     driver.get(url)
     # The listener has a token: the page asks for it in a form (not a prompt()), once.
-    form = wait.until(ec.visibility_of_element_located((By.ID, "token")))
-    form.send_keys(token)
-    driver.find_element(By.CSS_SELECTOR, "#login button").click()
-    wait.until(ec.invisibility_of_element_located((By.ID, "login")))
+    browser.give_token(driver, wait, token)
     row = f'#quarantine tr[data-event-id="{to_retry}"]'
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, row)))
     wait.until(ec.presence_of_element_located(

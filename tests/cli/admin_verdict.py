@@ -8,8 +8,7 @@ import io
 import sys
 
 from PIL import Image
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
+import browser
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
@@ -19,18 +18,11 @@ url, token, state, screenshot = sys.argv[1:5]
 COLOURS = {"healthy": (0x17, 0x70, 0x2b), "degraded": (0x9a, 0x5b, 0x00),
            "stalled": (0xb3, 0x26, 0x1e)}
 
-options = webdriver.ChromeOptions()
-options.binary_location = "/usr/bin/chromium"
-for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--window-size=1280,1000"):
-    options.add_argument(flag)
-driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+driver = browser.headless_chromium()
 try:
     driver.get(url)
     wait = WebDriverWait(driver, 30)
-    form = wait.until(ec.visibility_of_element_located((By.ID, "token")))
-    form.send_keys(token)
-    driver.find_element(By.CSS_SELECTOR, "#login button").click()
+    browser.give_token(driver, wait, token)
     headline = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#verdict." + state)))
     # The element's own pixels, as drawn: a corner of its padding is its background.
     image = Image.open(io.BytesIO(headline.screenshot_as_png)).convert("RGB")
