@@ -17,7 +17,7 @@ enum class DeliveryOutcome {
   published,          // the broker acknowledged durable receipt
   retryable_failure,  // refused for now (broker down, timeout, throttled): try again later
   permanent_failure,  // will never succeed as it stands (too large, unknown topic, not authorised)
-  unknown,            // may or may not have been persisted: treated as not published
+  unknown,            // may or may not have been persisted: treated as not published, sent again
 };
 
 [[nodiscard]] const char* to_string(DeliveryOutcome outcome) noexcept;
@@ -30,6 +30,9 @@ struct DeliveryReport {
   // Where the broker stored it, when the broker says (Kafka: partition and offset); -1 otherwise.
   std::int32_t partition = -1;
   std::int64_t offset = -1;
+  // A failure the destination asked to retry no sooner than this (HTTP Retry-After); 0: the
+  // relay's own backoff alone.
+  std::chrono::milliseconds retry_after{0};
 };
 
 // A destination. The relay drives one Sink from one thread: send() many, poll() for reports.

@@ -354,7 +354,7 @@ class KafkaSink final : public Sink {
   void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error,
               std::int32_t partition = -1, std::int64_t offset = -1) {
     if (pending_.erase(ticket) == 0) return;
-    ready_.push_back(DeliveryReport{ticket, outcome, std::move(error), partition, offset});
+    ready_.push_back(DeliveryReport{ticket, outcome, std::move(error), partition, offset, {}});
   }
 
   // After a fatal error the idempotent producer refuses everything: every queued message is

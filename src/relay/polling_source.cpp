@@ -207,15 +207,18 @@ void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outco
   complete(
       mark_failed_sql_, failed,
       [&](const std::vector<const Outcome*>& of) {
-        pg::ArrayLiteral errors, permanent;
+        pg::ArrayLiteral errors, permanent, retry_after;
         for (const Outcome* outcome : of) {
           errors.add(utf8_prefix(outcome->error, 2000));
           permanent.add_plain(outcome->permanent ? "t" : "f");
+          retry_after.add_plain(std::to_string(outcome->retry_after.count()));
         }
         return std::vector<std::string>{errors.text(),
                                         std::to_string(options_.backoff_base.count()),
                                         std::to_string(options_.backoff_max.count()),
-                                        std::to_string(options_.max_attempts), permanent.text()};
+                                        std::to_string(options_.max_attempts),
+                                        permanent.text(),
+                                        retry_after.text()};
       },
       [&](const pg::Result& result) {
         std::vector<std::string> ids;

@@ -349,17 +349,21 @@ FROM claimed)SQL",
 
 std::string mark_failed(const SchemaName& schema) {
   // Exponential backoff with "equal jitter": a delay drawn from [d/2, d], d = min(cap, base*2^n).
+  // No sooner than the destination asked (retry_after_ms, HTTP's Retry-After; 0: not asked).
   // A permanent failure, or the attempt that reaches the limit ($6 > 0), quarantines the row
   // instead: it keeps blocking its own aggregate and waits for an operator.
-  return fmt::format(R"SQL(WITH {sent}
+  return fmt::format(
+      R"SQL(WITH {sent}
 UPDATE {events} e
 SET claimed_by = NULL, claim_until = NULL, attempt_count = e.attempt_count + 1,
     last_error = f.error,
     quarantined_at = CASE WHEN f.quarantine THEN now() END,
     quarantine_reason = CASE WHEN f.quarantine THEN f.reason END,
     available_at = CASE WHEN f.quarantine THEN 'infinity'::timestamptz
-                   ELSE now() + least($5::float8, $4::float8 * power(2, least(e.attempt_count, 40)))
-                                * (0.5 + random() * 0.5) * interval '1 millisecond' END
+                   ELSE now() + greatest(
+                     least($5::float8, $4::float8 * power(2, least(e.attempt_count, 40)))
+                       * (0.5 + random() * 0.5),
+                     f.retry_after_ms) * interval '1 millisecond' END
 FROM (SELECT d.*,
              d.permanent OR ($6::int > 0 AND d.attempt_count + 1 >= $6::int) AS quarantine,
              CASE WHEN d.permanent THEN 'permanent failure'
@@ -368,9 +372,9 @@ FROM (SELECT d.*,
 WHERE e.ctid = f.row_ctid AND e.event_id = f.event_id
   AND e.claimed_by IS NOT DISTINCT FROM f.token AND e.published_at IS NULL AND e.skipped_at IS NULL
 RETURNING e.event_id, e.quarantined_at IS NOT NULL)SQL",
-                     fmt::arg("events", schema.table("outbox_events")),
-                     fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[], $3::text[], $7::bool[]",
-                                           "token, error, permanent")));
+      fmt::arg("events", schema.table("outbox_events")),
+      fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[], $3::text[], $7::bool[], $8::float8[]",
+                            "token, error, permanent, retry_after_ms")));
 }
 
 std::string renew(const SchemaName& schema) {

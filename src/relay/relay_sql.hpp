@@ -44,7 +44,8 @@ std::string shard_condition(const std::string& prefix, unsigned shards, unsigned
 // Rows: the claim's ten columns plus a kind, 'marked' (only event_id set) or 'claimed'.
 std::string mark_published(const SchemaName& schema);
 // $1 uuid[], $2 token[] (NULL: unclaimed, as for mark_published), $3 error[], $4 backoff base
-// ms, $5 backoff cap ms, $6 attempt limit (0: none), $7 permanent bool[]. Returns (event_id,
+// ms, $5 backoff cap ms, $6 attempt limit (0: none), $7 permanent bool[], $8 float8[]: the least
+// delay in ms the destination asked for (Retry-After; 0: none). Returns (event_id,
 // quarantined) of the rows it changed.
 std::string mark_failed(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.

@@ -30,7 +30,7 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
     }
     if (observe) observe(it->second, report);
     Outcome outcome{
-        it->second.event.event_id, std::move(it->second.token), {}, false, it->second.type,
+        it->second.event.event_id, std::move(it->second.token), {}, false, {}, it->second.type,
         it->second.origin};
     if (report.outcome == DeliveryOutcome::published) {
       published_.push_back(std::move(outcome));
@@ -38,6 +38,7 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
     } else {
       // Unknown outcomes count as failures: the event is sent again with the same id.
       outcome.permanent = report.outcome == DeliveryOutcome::permanent_failure;
+      outcome.retry_after = report.retry_after;
       // A permanent failure's row says so in its quarantine reason ("permanent failure"): its
       // last error is the broker's words alone. Others say which kind they were.
       outcome.error = outcome.permanent

@@ -33,7 +33,8 @@ struct Outcome {
   std::string token;  // the completion token it was sent under
   std::string error;  // empty: published
   bool permanent = false;
-  std::uint32_t type = 0;  // its aggregate type's index in RelayCounters::by_type
+  std::chrono::milliseconds retry_after{0};  // the destination's Retry-After (0: none)
+  std::uint32_t type = 0;                    // its aggregate type's index in RelayCounters::by_type
   Origin origin = Origin::claimed;
 };
 

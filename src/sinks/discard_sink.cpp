@@ -13,7 +13,7 @@ class DiscardSink final : public Sink {
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
     if (ready_.empty()) std::this_thread::sleep_for(max_wait);
     for (const std::uint64_t ticket : ready_) {
-      reports.push_back(DeliveryReport{ticket, DeliveryOutcome::published, {}, -1, -1});
+      reports.push_back(DeliveryReport{ticket, DeliveryOutcome::published, {}, -1, -1, {}});
     }
     ready_.clear();
   }

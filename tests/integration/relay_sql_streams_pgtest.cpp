@@ -72,16 +72,22 @@ TEST_F(RelaySqlStreams, AMarkWithoutATokenMarksOnlyRowsNoOneClaimed) {
 TEST_F(RelaySqlStreams, AFailureWithoutATokenIsRecordedWithBackoffOrQuarantine) {
   const std::string retried = insert("o-1", 1);
   const std::string poisoned = insert("o-2", 1);
-  const std::string ids = "{" + retried + "," + poisoned + "}";
-  const auto result = pg::exec(
-      conn_.get(), relay_sql::mark_failed(schema_),
-      {ids.c_str(), "{NULL,NULL}", "{timeout,too large}", "1000", "60000", "25", "{false,true}"});
+  const std::string throttled = insert("o-3", 1);
+  const std::string ids = "{" + retried + "," + poisoned + "," + throttled + "}";
+  const auto result = pg::exec(conn_.get(), relay_sql::mark_failed(schema_),
+                               {ids.c_str(), "{NULL,NULL,NULL}", "{timeout,too large,HTTP 429}",
+                                "1000", "60000", "25", "{false,true,false}", "{0,0,3600000}"});
   const std::vector<relay_sql::FailedRow> rows = relay_sql::read_mark_failed(result);
-  ASSERT_EQ(rows.size(), 2U);
+  ASSERT_EQ(rows.size(), 3U);
   EXPECT_EQ(where("event_id = '" + retried +
-                  "' AND attempt_count = 1 AND available_at > now() AND quarantined_at IS NULL"
+                  "' AND attempt_count = 1 AND available_at > now()"
+                  " AND available_at <= now() + interval '1 s' AND quarantined_at IS NULL"
                   " AND last_error = 'timeout'"),
             1);
+  EXPECT_EQ(where("event_id = '" + throttled +
+                  "' AND available_at > now() + interval '59 min' AND quarantined_at IS NULL"),
+            1)
+      << "a Retry-After longer than the backoff wins";
   EXPECT_EQ(where("event_id = '" + poisoned + "' AND quarantined_at IS NOT NULL"), 1);
 }
 

@@ -1,0 +1,316 @@
+// The HTTP sink against a receiver of our own (outbox::testing's HttpReceiver, cpp-httplib) and a
+// raw TCP peer that breaks connections: what each answer, and each silence, makes of an event.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "http/http_parts.hpp"
+#include "outbox/error.hpp"
+#include "outbox/http_sink.hpp"
+#include "outbox/quarantine.hpp"
+#include "outbox/testing/http_receiver.hpp"
+#include "support/relay_fixture.hpp"
+
+namespace outbox::testing {
+namespace {
+
+constexpr const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+Event one_event(const std::string& aggregate_id, std::int64_t sequence) {
+  Event event;
+  event.event_id = EventId::generate();
+  event.aggregate_type = "order";
+  event.aggregate_id = aggregate_id;
+  event.aggregate_sequence = sequence;
+  event.event_type = "Step";
+  event.payload = R"({"n":1})";
+  event.headers = "{}";
+  event.occurred_at = "2026-12-03 07:00:00+00";
+  return event;
+}
+
+// Sends one event through `sink` and waits for its report.
+DeliveryReport deliver(Sink& sink, const Event& event) {
+  sink.send(event, 1);
+  std::vector<DeliveryReport> reports;
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (reports.empty() && std::chrono::steady_clock::now() < until) sink.poll(100ms, reports);
+  EXPECT_EQ(reports.size(), 1U);
+  return reports.empty() ? DeliveryReport{} : reports.front();
+}
+
+// A TCP peer on 127.0.0.1 that reads each request's head and then closes: with a reset
+// (SO_LINGER 0) or an orderly close, before any status line.
+class BreakingPeer {
+ public:
+  explicit BreakingPeer(bool reset) : reset_(reset) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    socklen_t size = sizeof(address);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &size);
+    port_ = ntohs(address.sin_port);
+    listen(listener_, 16);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~BreakingPeer() {
+    stopping_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    close(listener_);
+    thread_.join();
+  }
+  [[nodiscard]] std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  [[nodiscard]] int requests() const { return requests_.load(); }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      const int client = accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      std::string head;
+      char buffer[4096];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t got = recv(client, buffer, sizeof(buffer), 0);
+        if (got <= 0) break;
+        head.append(buffer, static_cast<std::size_t>(got));
+      }
+      ++requests_;
+      if (reset_) {
+        const linger hard{1, 0};
+        setsockopt(client, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+      }
+      close(client);
+    }
+  }
+  bool reset_;
+  int listener_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> requests_{0};
+  std::thread thread_;
+};
+
+HttpSinkOptions to(const std::string& base) {
+  HttpSinkOptions options;
+  options.url_template = base + "/hooks/{aggregate_type}/{aggregate_id}";
+  options.signing_secrets = {kSecret};
+  options.connect_timeout = 1000ms;
+  options.timeout = 2000ms;
+  return options;
+}
+
+TEST(HttpSink, A2xxIsPublishedWithTheKeyTheSignatureAndTheCloudEventsHeaders) {
+  HttpReceiver receiver;
+  auto sink = make_http_sink(to(receiver.url()));
+  Event event = one_event("a/1", 3);
+  event.headers = R"({"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})";
+  const DeliveryReport report = deliver(*sink, event);
+  EXPECT_EQ(report.outcome, DeliveryOutcome::published) << report.error;
+  const auto requests = receiver.requests();
+  ASSERT_EQ(requests.size(), 1U);
+  const auto& request = requests[0];
+  const std::string id = event.event_id.to_string();
+  EXPECT_EQ(request.method, "POST");
+  EXPECT_EQ(request.path, "/hooks/order/a%2F1");
+  EXPECT_EQ(request.body, event.payload);
+  EXPECT_EQ(request.headers.at("content-type"), "application/json");
+  EXPECT_EQ(request.headers.at("idempotency-key"), id);
+  EXPECT_EQ(request.headers.at("webhook-id"), id);
+  const std::string key = http::decode_webhook_secret(kSecret, nullptr).value();
+  EXPECT_EQ(request.headers.at("webhook-signature"),
+            http::webhook_signature(key, id, std::stoll(request.headers.at("webhook-timestamp")),
+                                    event.payload));
+  EXPECT_EQ(request.headers.at("ce-id"), id);
+  EXPECT_EQ(request.headers.at("ce-type"), "Step");
+  EXPECT_EQ(request.headers.at("ce-aggregatesequence"), "3");
+  EXPECT_EQ(request.headers.at("traceparent"),
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+  EXPECT_EQ(sink->in_flight(), 0U);
+}
+
+TEST(HttpSink, EachRefusingAnswerIsPermanentAndEachBusyOneRetryableWithItsRetryAfter) {
+  HttpReceiver receiver;
+  auto sink = make_http_sink(to(receiver.url()));
+  receiver.answer_next(1, 410, "subscription gone\n");
+  DeliveryReport report = deliver(*sink, one_event("a", 1));
+  EXPECT_EQ(report.outcome, DeliveryOutcome::permanent_failure);
+  EXPECT_EQ(report.error, "HTTP 410: subscription gone\\x0a");
+  receiver.answer_next(1, 429, "", "7");
+  report = deliver(*sink, one_event("a", 1));
+  EXPECT_EQ(report.outcome, DeliveryOutcome::retryable_failure);
+  EXPECT_EQ(report.retry_after, 7s);
+  receiver.answer_next(1, 503, "", "Wed, 21 Oct 2015 07:28:00 GMT");  // in the past: at once
+  report = deliver(*sink, one_event("a", 1));
+  EXPECT_EQ(report.outcome, DeliveryOutcome::retryable_failure);
+  EXPECT_EQ(report.retry_after, 0ms);
+  receiver.answer_next(1, 307);
+  report = deliver(*sink, one_event("a", 1));
+  EXPECT_EQ(report.outcome, DeliveryOutcome::permanent_failure);
+  EXPECT_NE(report.error.find("not followed"), std::string::npos) << report.error;
+  EXPECT_EQ(receiver.counts().effects, 0U);
+}
+
+TEST(HttpSink, NoListenerIsNotSentAndABrokenOrSilentConnectionIsAnUnknownOutcome) {
+  std::uint16_t port = 0;
+  {
+    const HttpReceiver gone;
+    port = gone.port();
+  }
+  auto refused = make_http_sink(to("http://127.0.0.1:" + std::to_string(port)));
+  DeliveryReport report = deliver(*refused, one_event("a", 1));
+  EXPECT_EQ(report.outcome, DeliveryOutcome::retryable_failure);
+  EXPECT_NE(report.error.find("not sent"), std::string::npos) << report.error;
+
+  for (const bool reset : {true, false}) {
+    BreakingPeer peer(reset);
+    auto sink = make_http_sink(to(peer.url()));
+    report = deliver(*sink, one_event("a", 1));
+    EXPECT_EQ(report.outcome, DeliveryOutcome::unknown)
+        << "reset " << reset << ": " << report.error;
+    EXPECT_NE(report.error.find("no status after the request was sent"), std::string::npos);
+    EXPECT_GE(peer.requests(), 1);
+  }
+
+  HttpReceiver slow;
+  slow.set_delay(3s);
+  auto sink = make_http_sink(to(slow.url()));
+  report = deliver(*sink, one_event("a", 1));
+  EXPECT_EQ(report.outcome, DeliveryOutcome::unknown) << report.error;
+  EXPECT_EQ(slow.counts().effects, 1U) << "the endpoint acted; the relay cannot know";
+}
+
+TEST(HttpSink, RefusesOptionsThatCannotWork) {
+  const auto refused = [](HttpSinkOptions options, const std::string& why) {
+    try {
+      make_http_sink(options);
+      ADD_FAILURE() << "accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  HttpSinkOptions options = to("http://127.0.0.1:1");
+  options.max_timeout = 2000ms;
+  refused(options, "below the relay's lease");
+  options = to("http://127.0.0.1:1");
+  options.method = "GET";
+  refused(options, "POST, PUT or PATCH");
+  options = to("http://127.0.0.1:1");
+  options.headers = {{"Idempotency-Key", "mine"}};
+  refused(options, "sets idempotency-key itself");
+  options = to("http://127.0.0.1:1");
+  options.signing_secrets = {"hunter2"};
+  refused(options, "whsec_");
+  options = to("http://127.0.0.1:1");
+  options.ca_file = "/nonexistent/ca.pem";
+  refused(options, "cannot be read");
+}
+
+class HttpRelayTest : public RelayFixture {
+ protected:
+  RelayOptions fast(const std::string& id) {
+    RelayOptions o = options(id);
+    o.backoff_base = 10ms;
+    o.backoff_max = 50ms;
+    return o;
+  }
+  // Runs `relay` until no event is left unpublished (run_until_idle alone returns while a failed
+  // event waits for its retry).
+  bool drain(Relay& relay, std::chrono::seconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      relay.run_until_idle(5s);
+      if (unpublished() == 0) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+};
+
+TEST_F(HttpRelayTest, EveryEventArrivesOnceAndInOrderPerAggregate) {
+  HttpReceiver receiver({.deduplicate = false});
+  const auto ids = enqueue(8, 25);
+  Relay relay(fast("r"), make_http_sink(to(receiver.url())));
+  ASSERT_TRUE(relay.run_until_idle(60s));
+  EXPECT_EQ(unpublished(), 0);
+  const auto counts = receiver.counts();
+  EXPECT_EQ(counts.effects, ids.size());
+  EXPECT_EQ(counts.distinct_keys, ids.size());
+  EXPECT_EQ(counts.duplicate_effects, 0U);
+  EXPECT_EQ(counts.inversions, 0U);
+}
+
+TEST_F(HttpRelayTest, ARefusedEventIsQuarantinedWithTheAnswerAndOnlyItsAggregateWaits) {
+  HttpReceiver receiver;
+  enqueue(1, 2);  // agg-0: 1, 2
+  receiver.answer_next(1, 422, R"({"error":"total must be positive"})");
+  Relay relay(fast("r"), make_http_sink(to(receiver.url())));
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  enqueue(3, 1);  // agg-0 #3, agg-1 #1, agg-2 #1
+  ASSERT_TRUE(relay.run_until_idle(30s));
+  const auto listed = list_quarantined(conn(), schema_);
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].reason, "permanent failure");
+  EXPECT_EQ(listed[0].last_error, R"(HTTP 422: {"error":"total must be positive"})");
+  EXPECT_EQ(listed[0].blocked_events, 2) << "agg-0's later events wait behind it";
+  EXPECT_EQ(receiver.counts().effects, 2U) << "agg-1 and agg-2 flowed";
+}
+
+TEST_F(HttpRelayTest, ABusyAnswerIsRetriedNoSoonerThanItsRetryAfter) {
+  HttpReceiver receiver;
+  enqueue(1, 1);
+  receiver.answer_next(1, 503, "maintenance", "2");
+  Relay relay(fast("r"), make_http_sink(to(receiver.url())));
+  ASSERT_TRUE(drain(relay, 30s));
+  const auto requests = receiver.requests();
+  ASSERT_EQ(requests.size(), 2U);
+  EXPECT_EQ(requests[0].headers.at("idempotency-key"), requests[1].headers.at("idempotency-key"));
+  EXPECT_GE(requests[1].at - requests[0].at, 1900ms)
+      << "the backoff alone (10-50 ms) would have retried at once";
+}
+
+TEST_F(HttpRelayTest, ATimedOutRequestIsSentAgainWithTheSameKeyAndTheEndpointAppliesItOnce) {
+  HttpReceiver receiver;  // deduplicating by Idempotency-Key
+  enqueue(2, 2);
+  receiver.set_delay(2500ms);
+  HttpSinkOptions options = to(receiver.url());
+  options.timeout = 1000ms;
+  options.connect_timeout = 500ms;
+  Relay relay(fast("r"), make_http_sink(options));
+  std::thread heal([&] {
+    std::this_thread::sleep_for(1500ms);
+    receiver.set_delay(0ms);
+  });
+  const bool drained = drain(relay, 60s);
+  heal.join();
+  ASSERT_TRUE(drained);
+  const auto counts = receiver.counts();
+  EXPECT_GT(counts.requests, 4U) << "the timed-out requests were sent again";
+  EXPECT_GE(counts.suppressed, 1U);
+  EXPECT_EQ(counts.effects, 4U) << "applied once per event";
+  EXPECT_EQ(counts.inversions, 0U);
+}
+
+TEST_F(HttpRelayTest, AnEndpointThatWasDownGetsEverythingOnceItIsBack) {
+  HttpReceiver receiver;
+  receiver.stop();
+  const auto ids = enqueue(3, 3);
+  Relay relay(fast("r"), make_http_sink(to(receiver.url())));
+  relay.run_until_idle(1s);
+  EXPECT_EQ(unpublished(), static_cast<long long>(ids.size()));
+  EXPECT_GT(relay.stats().failed, 0U);
+  receiver.start();
+  ASSERT_TRUE(drain(relay, 30s));
+  EXPECT_EQ(receiver.counts().effects, ids.size());
+  EXPECT_EQ(receiver.counts().inversions, 0U);
+}
+
+}  // namespace
+}  // namespace outbox::testing
