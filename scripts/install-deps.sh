@@ -22,6 +22,7 @@ packages=(
   openssl  # the TLS test makes its own CA
   kcat  # tests/cli/relay_cdc.sh reads what reached Kafka as operators do
   time  # tests/cli/relay_memory.sh (ctest -L slow) reads the relay's peak RSS from GNU time
+  nodejs  # tests/cli/http_interop.sh: webhook and CloudEvents libraries of other authors (npm)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
@@ -39,18 +40,29 @@ for package in "${packages[@]}"; do
   fi
 done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
+if [[ ${#missing[@]} -gt 0 ]]; then
+  if [[ "$(id -u)" -ne 0 ]]; then
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run as root (or with sudo):" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# npm, after nodejs: NodeSource's nodejs package carries npm and conflicts with Debian's npm
+# package, Debian's own nodejs does not carry it. So Debian's npm only when no npm came with node.
+if ! command -v npm >/dev/null 2>&1; then
+  if [[ "$(id -u)" -ne 0 ]]; then
+    echo "install-deps: npm missing (nodejs came without it); run as root (or with sudo):" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends npm" >&2
+    exit 1
+  fi
+  echo "install-deps: installing npm"
+  if [[ ${#missing[@]} -eq 0 ]]; then apt-get update; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
+elif [[ ${#missing[@]} -eq 0 ]]; then
   echo "all build dependencies present"
-  exit 0
 fi
-
-if [[ "$(id -u)" -ne 0 ]]; then
-  echo "install-deps: missing packages: ${missing[*]}" >&2
-  echo "install-deps: run as root (or with sudo):" >&2
-  echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
-  exit 1
-fi
-
-echo "install-deps: installing ${missing[*]}"
-apt-get update
-DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"

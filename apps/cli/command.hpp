@@ -87,8 +87,9 @@ inline constexpr std::pair<std::string_view, std::string_view> kCommandPrograms[
     {"migrate", kOperatorProgram}, {"enqueue", kOperatorProgram}, {"relay", kOperatorProgram},
     {"status", kOperatorProgram},  {"admin", kOperatorProgram},   {"quarantine", kOperatorProgram},
     {"replay", kOperatorProgram},  {"audit", kOperatorProgram},   {"cleanup", kOperatorProgram},
-    {"tail", kOperatorProgram},    {"cdc", kOperatorProgram},     {"demo", kDevProgram},
-    {"bench", kDevProgram},        {"postgres", kDevProgram},     {"kafka-mock", kDevProgram}};
+    {"tail", kOperatorProgram},    {"cdc", kOperatorProgram},     {"reconcile", kOperatorProgram},
+    {"demo", kDevProgram},         {"bench", kDevProgram},        {"postgres", kDevProgram},
+    {"kafka-mock", kDevProgram}};
 
 // The program that has `command`; "" for a name that is no command.
 constexpr std::string_view program_of(std::string_view command) {
@@ -110,6 +111,7 @@ void register_audit(Commands& commands);
 void register_cleanup(Commands& commands);
 void register_tail(Commands& commands);
 void register_cdc(Commands& commands);
+void register_reconcile(Commands& commands);
 // outbox-dev's (apps/outbox-dev).
 void register_kafka_mock(Commands& commands);
 void register_postgres(Commands& commands);

@@ -21,6 +21,7 @@ void register_commands(outbox::cli::Commands& commands) {
   register_cleanup(commands);
   register_tail(commands);
   register_cdc(commands);
+  register_reconcile(commands);
 }
 
 }  // namespace

@@ -27,21 +27,6 @@ struct QuarantineFlags {
   bool json = false;
 };
 
-// In the order given, each id once: `retry ID ID` is one event, not "1 of 2 released".
-std::vector<EventId> parse_ids(const std::vector<std::string>& texts) {
-  std::vector<EventId> ids;
-  for (const std::string& text : texts) {
-    const auto id = EventId::parse(text);
-    if (!id) {
-      throw InvalidArgument("\"" + outbox::printable(text) +
-                            "\" is not an event id (a UUID such as "
-                            "0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b); see `outbox quarantine list`");
-    }
-    if (std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
-  }
-  return ids;
-}
-
 int run_quarantine(const QuarantineFlags& flags) {
   const SchemaName schema(flags.schema);
   auto connection = open_cli_connection(flags.db, "outbox-quarantine");
@@ -53,7 +38,8 @@ int run_quarantine(const QuarantineFlags& flags) {
     if (!flags.json) std::cout << events.size() << " quarantined event(s)\n";
     return 0;
   }
-  const auto ids = parse_ids(flags.event_ids);
+  // In the order given, each id once: `retry ID ID` is one event, not "1 of 2 released".
+  const auto ids = parse_event_ids(flags.event_ids, "outbox quarantine list");
   const std::string actor = actor_or_user(flags.actor);
   if (flags.action == "retry") {
     std::vector<EventId> released;

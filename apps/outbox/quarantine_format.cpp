@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "outbox/error.hpp"
 #include "outbox/text.hpp"
 
 namespace outbox::cli {
@@ -29,6 +31,46 @@ std::string quarantined_text(const QuarantinedEvent& event) {
                      event.attempt_count == 1 ? "" : "s",
                      printable(to_the_second(event.quarantined_at)), event.blocked_events,
                      printable(event.last_error));
+}
+
+std::string in_doubt_text(const InDoubtEvent& in) {
+  using outbox::printable;
+  const Event& event = in.event;
+  return fmt::format(
+      "{}  {} {} #{} {}  in doubt since {}, {} attempt{}; {} blocked behind it\n"
+      "    {}\n",
+      event.event_id.to_string(), printable(event.aggregate_type), printable(event.aggregate_id),
+      event.aggregate_sequence, printable(event.event_type),
+      printable(to_the_second(in.in_doubt_at)), event.attempt_count,
+      event.attempt_count == 1 ? "" : "s", in.blocked_events, printable(in.reason));
+}
+
+std::string in_doubt_json(const InDoubtEvent& in) {
+  const Event& event = in.event;
+  const nlohmann::json object = {
+      {"event_id", event.event_id.to_string()}, {"aggregate_type", event.aggregate_type},
+      {"aggregate_id", event.aggregate_id},     {"aggregate_sequence", event.aggregate_sequence},
+      {"event_type", event.event_type},         {"attempt_count", event.attempt_count},
+      {"in_doubt_at", in.in_doubt_at},          {"reason", in.reason},
+      {"blocked_events", in.blocked_events}};
+  return object.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+std::vector<EventId> parse_event_ids(const std::vector<std::string>& texts,
+                                     const std::string& list_command) {
+  std::vector<EventId> ids;
+  for (const std::string& text : texts) {
+    const auto id = EventId::parse(text);
+    if (!id) {
+      throw InvalidArgument("\"" + outbox::printable(text) +
+                            "\" is not an event id (a UUID such as "
+                            "0190f5c2-7d3e-7a41-9c7e-2b1d4e5f6a7b); see `" +
+                            list_command + "`");
+    }
+    if (std::find(ids.begin(), ids.end(), *id) == ids.end()) ids.push_back(*id);
+  }
+  return ids;
 }
 
 std::string quarantined_json(const QuarantinedEvent& event) {

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -14,11 +15,13 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
+#include "http_flags.hpp"
 #include "observe_flags.hpp"
 #include "outbox/byte_size.hpp"
 #include "outbox/discard_sink.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
+#include "outbox/http_sink.hpp"
 #include "outbox/kafka_sink.hpp"
 #include "outbox/log.hpp"
 #include "outbox/observe.hpp"
@@ -34,6 +37,7 @@ struct RelayFlags {
   std::string db;
   std::string schema = kRelayDefaults.schema.name();
   KafkaFlags kafka;
+  HttpFlags http;
   std::string topic_template = KafkaSinkOptions{}.topic_template;
   std::string relay_id;
   std::size_t batch_size = kRelayDefaults.batch_size;
@@ -222,18 +226,37 @@ void run_reporting(const RelayFlags& flags, const Relays& relays, RelayControl& 
   if (first_error) std::rethrow_exception(first_error);
 }
 
-int run_relay(const RelayFlags& flags) {
-  const bool discard = flags.sink == "discard";
-  if (!discard && flags.sink != "kafka") {
-    throw ConfigError("relay: --sink must be kafka or discard, not \"" + flags.sink + "\"");
+// What makes each relay's sink, every option checked before any relay starts.
+std::function<std::unique_ptr<Sink>()> sink_factory(const RelayFlags& flags,
+                                                    const RelayOptions& relay) {
+  if (flags.sink != "http" && any_http_flag(flags.http)) {
+    throw ConfigError("relay: the --http-* flags are for --sink http");
   }
-  if (!discard && flags.kafka.brokers.empty()) {
+  if (flags.sink == "discard") return [] { return make_discard_sink(); };
+  if (flags.sink == "http") {
+    const HttpSinkOptions http = http_sink_options(flags.http, relay.lease);
+    if (http.on_unknown == HttpOnUnknown::reconcile && flags.table_less) {
+      throw ConfigError(
+          "relay: --http-on-unknown reconcile parks an event in doubt in its row, and a "
+          "table-less event has none: run the table-less relay with --http-on-unknown retry");
+    }
+    make_http_sink(http);  // refuses a bad option now, not in a relay's thread
+    return [http] { return make_http_sink(http); };
+  }
+  if (flags.sink != "kafka") {
+    throw ConfigError("relay: --sink must be kafka, http or discard, not \"" + flags.sink + "\"");
+  }
+  if (flags.kafka.brokers.empty()) {
     throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
   }
+  const KafkaSinkOptions kafka = sink_options(flags, relay.lease);
+  return [kafka] { return make_kafka_sink(kafka); };
+}
+
+int run_relay(const RelayFlags& flags) {
   const auto every = stats_interval(flags);
   const std::vector<RelayOptions> options = relays_to_run(flags);
-  const KafkaSinkOptions sink = sink_options(flags, options.front().lease);
-  auto make_sink = [&] { return discard ? make_discard_sink() : make_kafka_sink(sink); };
+  const auto make_sink = sink_factory(flags, options.front());
 
   RelayControl control;
   const SignalWatch watch = on_termination_signal([&] {
@@ -306,14 +329,16 @@ void register_relay(Commands& commands) {
       "relay", "publish committed events to Kafka (polling or change data capture)", run_relay);
   Commands::add_database_options(relay, flags->db, flags->schema);
   Commands::add_kafka_options(relay, flags->kafka);
+  add_http_options(relay, flags->http);
   relay->add_option("--topic-template", flags->topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
   relay->add_option("--relay-id", flags->relay_id, "name in claimed_by (default host-pid-rand)");
   add_relay_tuning(relay, *flags);
   relay
       ->add_option("--sink", flags->sink,
-                   "kafka, or discard: acknowledge every event at once without sending it "
-                   "(measures the database side alone; nothing reaches a broker)")
+                   "kafka; http (one request per event to --http-url); or discard: acknowledge "
+                   "every event at once without sending it (measures the database side alone; "
+                   "nothing reaches a broker)")
       ->capture_default_str();
   relay
       ->add_option("--source", flags->source,

@@ -43,8 +43,8 @@ std::string age_text(double seconds) {
 
 void print_text(const OutboxStatus& s) {
   std::cout << "pending " << s.pending << " (in flight " << s.in_flight << ", retrying "
-            << s.retrying << "), quarantined " << s.quarantined << ", published " << s.published
-            << ", skipped " << s.skipped << ", oldest pending "
+            << s.retrying << "), quarantined " << s.quarantined << ", in doubt " << s.in_doubt
+            << ", published " << s.published << ", skipped " << s.skipped << ", oldest pending "
             << age_text(s.oldest_pending_seconds) << "\n";
   for (const SlotStatus& slot : s.slots) {
     std::cout << "slot " << outbox::printable(slot.name) << ": "
@@ -127,6 +127,7 @@ nlohmann::json to_json(const OutboxStatus& s) {
           {"in_flight", s.in_flight},
           {"retrying", s.retrying},
           {"quarantined", s.quarantined},
+          {"in_doubt", s.in_doubt},
           {"published", s.published},
           {"skipped", s.skipped},
           {"oldest_pending_seconds", s.oldest_pending_seconds},

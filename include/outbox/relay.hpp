@@ -128,6 +128,9 @@ inline constexpr std::string_view kRelayApplicationName = "outbox-relay";
     "Marks refused because the row no longer carried this relay's claim.")                         \
   X(quarantined, counter, always, "", "quarantined {}",                                            \
     "Events set aside: permanent failure or attempt limit reached.")                               \
+  X(in_doubt, counter, when_set, "outbox_relay_events_in_doubt_total", "{} in doubt",              \
+    "Events sent with no answer to a destination that cannot recognise a repeat (HTTP sink, "      \
+    "--http-on-unknown reconcile): parked for `outbox reconcile`, never sent again by a relay.")   \
   X(in_flight, gauge, always, "outbox_relay_in_flight_events", "in flight {}",                     \
     "Events sent and not yet reported by the broker.")                                             \
   X(in_flight_bytes, gauge, always, "outbox_relay_in_flight_bytes", "{} bytes in flight",          \

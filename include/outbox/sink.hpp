@@ -18,6 +18,10 @@ enum class DeliveryOutcome {
   retryable_failure,  // refused for now (broker down, timeout, throttled): try again later
   permanent_failure,  // will never succeed as it stands (too large, unknown topic, not authorised)
   unknown,            // may or may not have been persisted: treated as not published, sent again
+  // May or may not have happened, at a destination that cannot recognise a repeat: never sent
+  // again by itself. The event waits in doubt (in_doubt_at), its aggregate behind it, until
+  // `outbox reconcile` settles it. Only the HTTP sink with HttpOnUnknown::reconcile reports it.
+  in_doubt,
 };
 
 [[nodiscard]] const char* to_string(DeliveryOutcome outcome) noexcept;
@@ -53,6 +57,13 @@ class Sink {
 
   // Sends not yet reported.
   [[nodiscard]] virtual std::size_t in_flight() const = 0;
+
+  // True when the destination cannot recognise a repeat (the HTTP sink with
+  // HttpOnUnknown::reconcile): an event another relay session may already have sent (it claimed
+  // it and ended, or its lease ran out, with no outcome written) is then not sent again but
+  // parked in doubt, and the relay refuses the change-data-capture source (a streamed event has
+  // no claim to tell that from).
+  [[nodiscard]] virtual bool repeats_are_duplicates() const { return false; }
 
   // A short description for logs, e.g. "kafka(127.0.0.1:39093)".
   [[nodiscard]] virtual std::string describe() const = 0;

@@ -62,7 +62,10 @@ struct OutboxStatus {
   std::int64_t in_flight = 0;    // of those: under a relay's lease
   std::int64_t retrying = 0;     // of those: tried before
   std::int64_t quarantined = 0;  // waiting for an operator (not in pending)
-  std::int64_t published = 0;    // still in the table (cleanup deletes them after the retention)
+  // Sent with no answer to a destination that cannot recognise a repeat: waiting for `outbox
+  // reconcile` (not in pending, not quarantined).
+  std::int64_t in_doubt = 0;
+  std::int64_t published = 0;  // still in the table (cleanup deletes them after the retention)
   std::int64_t skipped = 0;
   // How long the oldest aggregate head that should be going (due, or tried before; not
   // quarantined) has waited, a delayed event counting from its time; 0 when none.

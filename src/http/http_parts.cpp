@@ -59,6 +59,60 @@ bool is_plain_header_value(std::string_view value) {
                      [](unsigned char c) { return c == '\t' || (c >= 0x20 && c <= 0x7e); });
 }
 
+// The length of the well-formed UTF-8 sequence at `pos` (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), 0 when the byte there starts none.
+std::size_t utf8_length(std::string_view text, std::size_t pos) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[pos + i]); };
+  const unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    if (lead == 0xE0) low = 0xA0;
+    if (lead == 0xED) high = 0x9F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    if (lead == 0xF0) low = 0x90;
+    if (lead == 0xF4) high = 0x8F;
+  } else {
+    return 0;
+  }
+  if (pos + length > text.size() || byte(1) < low || byte(1) > high) return 0;
+  for (std::size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xBF) return 0;
+  }
+  return length;
+}
+
+// The first bytes of an answer's body as one line of well-formed UTF-8, fit for a row's
+// last_error (PostgreSQL refuses text that is not UTF-8, and NUL): C0 controls and DEL as spaces,
+// a byte that starts no UTF-8 sequence as '?'. Escaped again wherever it is printed.
+std::string one_line(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  std::size_t pos = 0;
+  while (pos < text.size() && pos < max_bytes) {
+    const std::size_t length = utf8_length(text, pos);
+    if (length == 0) {
+      out.push_back('?');
+      ++pos;
+    } else if (length == 1) {
+      const auto c = static_cast<unsigned char>(text[pos]);
+      out.push_back(c < 0x20 || c == 0x7f ? ' ' : static_cast<char>(c));
+      ++pos;
+    } else if (pos + length > max_bytes) {
+      break;
+    } else {
+      out.append(text.substr(pos, length));
+      pos += length;
+    }
+  }
+  if (pos < text.size()) out += "...";
+  return out;
+}
+
 }  // namespace
 
 std::string percent_encode(std::string_view text) {
@@ -286,11 +340,11 @@ std::optional<std::string> refuse_extra_header(std::string_view name, std::strin
   return std::nullopt;
 }
 
-DeliveryReport classify(const Response& response, std::chrono::milliseconds max_retry_after) {
+DeliveryReport classify(const Response& response, bool reconcile,
+                        std::chrono::milliseconds max_retry_after) {
   DeliveryReport report;
   const auto body = [&] {
-    return response.body.empty() ? std::string()
-                                 : ": " + printable(response.body, kReasonBodyBytes);
+    return response.body.empty() ? std::string() : ": " + one_line(response.body, kReasonBodyBytes);
   };
   if (response.status > 0) {
     const long status = response.status;
@@ -300,12 +354,15 @@ DeliveryReport classify(const Response& response, std::chrono::milliseconds max_
       report.outcome = DeliveryOutcome::permanent_failure;
       report.error = fmt::format(
           "HTTP {} redirect{} not followed: point the URL template at the final address", status,
-          response.location.empty() ? "" : " to " + printable(response.location, 300));
+          response.location.empty() ? "" : " to " + one_line(response.location, 300));
     } else if (status == 408 || status == 425 || status == 429 || status >= 500) {
       report.outcome = DeliveryOutcome::retryable_failure;
       report.error = fmt::format("HTTP {}{}", status, body());
-      const auto asked =
-          std::chrono::seconds(std::max<std::int64_t>(0, response.retry_after_seconds));
+      // Clamped in seconds first: a hostile "Retry-After: 9999999999999999" must not overflow.
+      const std::int64_t cap_seconds =
+          std::chrono::duration_cast<std::chrono::seconds>(max_retry_after).count() + 1;
+      const std::chrono::seconds asked(
+          std::clamp<std::int64_t>(response.retry_after_seconds, 0, cap_seconds));
       report.retry_after = std::min<std::chrono::milliseconds>(asked, max_retry_after);
     } else if (status >= 400) {
       report.outcome = DeliveryOutcome::permanent_failure;
@@ -318,10 +375,10 @@ DeliveryReport classify(const Response& response, std::chrono::milliseconds max_
   }
   if (!response.request_written) {
     report.outcome = DeliveryOutcome::retryable_failure;
-    report.error = "not sent: " + printable(response.curl_error, 300);
+    report.error = "not sent: " + one_line(response.curl_error, 300);
   } else {
-    report.outcome = DeliveryOutcome::unknown;
-    report.error = "no status after the request was sent: " + printable(response.curl_error, 300);
+    report.outcome = reconcile ? DeliveryOutcome::in_doubt : DeliveryOutcome::unknown;
+    report.error = "no status after the request was sent: " + one_line(response.curl_error, 300);
   }
   return report;
 }

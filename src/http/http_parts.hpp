@@ -73,7 +73,9 @@ struct Response {
   std::string body;                      // the first bytes of the body
 };
 
-// What a finished transfer means (the table in outbox/http_sink.hpp).
-DeliveryReport classify(const Response& response, std::chrono::milliseconds max_retry_after);
+// What a finished transfer means (the table in outbox/http_sink.hpp). `reconcile`: an unknown
+// outcome is in_doubt instead of unknown.
+DeliveryReport classify(const Response& response, bool reconcile,
+                        std::chrono::milliseconds max_retry_after);
 
 }  // namespace outbox::http

@@ -21,22 +21,23 @@ namespace outbox {
 namespace {
 
 // The HTTP sink's own statistics (outbox/stats.hpp; Sink::stats()).
-#define OUTBOX_HTTP_SINK_STATS(X)                                                               \
-  X(http_requests, counter, never, "outbox_relay_http_requests_total", "{} HTTP request(s)",    \
-    "HTTP requests finished (any outcome).")                                                    \
-  X(http_refused, counter, when_set, "outbox_relay_http_refused_total",                         \
-    "{} refused by the endpoint (4xx, 3xx)",                                                    \
-    "Responses that refuse the event for good (3xx, 4xx other than 408, 425, 429): each "       \
-    "quarantines its event.")                                                                   \
-  X(http_retry_later, counter, when_set, "outbox_relay_http_retry_later_total",                 \
-    "{} told to retry (408/425/429/5xx)",                                                       \
-    "Responses that ask for a retry (408, 425, 429, 5xx), Retry-After honoured.")               \
-  X(http_not_sent, counter, when_set, "outbox_relay_http_not_sent_total",                       \
-    "{} not sent (no connection)",                                                              \
-    "Requests that never left: no connection, refused, TLS failed. Retried; nothing happened.") \
-  X(http_unknown_outcomes, counter, when_set, "outbox_relay_http_unknown_outcomes_total",       \
-    "{} without an answer after sending",                                                       \
-    "Requests written with no status back (timeout, reset, closed): retried with the same key.")
+#define OUTBOX_HTTP_SINK_STATS(X)                                                                \
+  X(http_requests, counter, never, "outbox_relay_http_requests_total", "{} HTTP request(s)",     \
+    "HTTP requests finished (any outcome).")                                                     \
+  X(http_refused, counter, when_set, "outbox_relay_http_refused_total",                          \
+    "{} refused by the endpoint (4xx, 3xx)",                                                     \
+    "Responses that refuse the event for good (3xx, 4xx other than 408, 425, 429): each "        \
+    "quarantines its event.")                                                                    \
+  X(http_retry_later, counter, when_set, "outbox_relay_http_retry_later_total",                  \
+    "{} told to retry (408/425/429/5xx)",                                                        \
+    "Responses that ask for a retry (408, 425, 429, 5xx), Retry-After honoured.")                \
+  X(http_not_sent, counter, when_set, "outbox_relay_http_not_sent_total",                        \
+    "{} not sent (no connection)",                                                               \
+    "Requests that never left: no connection, refused, TLS failed. Retried; nothing happened.")  \
+  X(http_unknown_outcomes, counter, when_set, "outbox_relay_http_unknown_outcomes_total",        \
+    "{} without an answer after sending",                                                        \
+    "Requests written with no status back (timeout, reset, closed): retried with the same key, " \
+    "or parked in doubt with --http-on-unknown reconcile.")
 
 // libcurl's global state, set up once per process before any handle (curl_global_init is not
 // thread safe before 7.84, so it runs under the static's guard).
@@ -174,6 +175,10 @@ class HttpSink final : public Sink {
 
   [[nodiscard]] std::string describe() const override { return "http(" + url_.origin() + ")"; }
 
+  [[nodiscard]] bool repeats_are_duplicates() const override {
+    return options_.on_unknown == HttpOnUnknown::reconcile;
+  }
+
   [[nodiscard]] std::vector<StatSample> stats() const override {
     return OUTBOX_STAT_SAMPLES(OUTBOX_HTTP_SINK_STATS, counters_, detail::kRelaxed);
   }
@@ -221,6 +226,12 @@ class HttpSink final : public Sink {
     curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 2L);
     if (!options_.ca_file.empty()) curl_easy_setopt(easy, CURLOPT_CAINFO, options_.ca_file.c_str());
+    if (options_.on_unknown == HttpOnUnknown::reconcile) {
+      // curl sends a request again by itself when a reused connection turns out closed: for an
+      // endpoint that cannot recognise a repeat, every request has a connection of its own.
+      curl_easy_setopt(easy, CURLOPT_FORBID_REUSE, 1L);
+      curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
+    }
     // "" turns proxies off, the environment's (http_proxy, ...) included.
     if (!options_.proxy_from_environment) curl_easy_setopt(easy, CURLOPT_PROXY, "");
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, &keep_response);
@@ -285,7 +296,8 @@ class HttpSink final : public Sink {
     curl_easy_getinfo(t.easy, CURLINFO_REDIRECT_URL, &location);
     if (location != nullptr) response.location = location;
     response.body = std::move(t.response);
-    DeliveryReport report = http::classify(response, options_.max_retry_after);
+    DeliveryReport report = http::classify(
+        response, options_.on_unknown == HttpOnUnknown::reconcile, options_.max_retry_after);
     report.ticket = t.ticket;
     count(report, status);
     return report;
@@ -304,6 +316,7 @@ class HttpSink final : public Sink {
         add(status > 0 ? counters_.http_retry_later : counters_.http_not_sent);
         break;
       case DeliveryOutcome::unknown:
+      case DeliveryOutcome::in_doubt:
         add(counters_.http_unknown_outcomes);
         break;
     }

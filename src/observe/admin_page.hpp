@@ -36,13 +36,16 @@ button{margin-right:.3em} .muted{color:#777}
 <h2>Last hour (kept by the server)</h2>
 <canvas id="published" width="720" height="110" aria-label="events published per second"></canvas>
 <canvas id="pending" width="720" height="110" aria-label="pending events"></canvas>
-<table id="backlog"><thead><tr><th>aggregate type</th><th>pending</th><th>oldest pending age (s)</th><th>quarantined</th></tr></thead><tbody></tbody></table>
+<table id="backlog"><thead><tr><th>aggregate type</th><th>pending</th><th>oldest pending age (s)</th><th>quarantined</th><th>in doubt</th></tr></thead><tbody></tbody></table>
 <h2>Relays and consumers</h2>
 <table id="parts"><thead><tr><th>part</th><th>state</th><th>detail</th></tr></thead><tbody></tbody></table>
 <h2>Replication slots</h2>
 <table id="slots"><thead><tr><th>slot</th><th>state</th><th>WAL held (MiB)</th><th></th></tr></thead><tbody></tbody></table>
 <h2>Quarantine</h2>
 <table id="quarantine"><thead><tr><th>event</th><th>aggregate</th><th>#</th><th>type</th><th>reason / last error</th><th>blocked</th><th></th></tr></thead><tbody></tbody></table>
+<h2>In doubt</h2>
+<p class="muted">Sent with no answer to a destination that cannot recognise a repeat: never sent again by itself. Settle with <code>outbox reconcile check --status-url ...</code> or <code>outbox reconcile published|retry|skip ID --reason ...</code>.</p>
+<table id="in_doubt"><thead><tr><th>event</th><th>aggregate</th><th>#</th><th>type</th><th>since</th><th>what the sink saw</th><th>blocked</th></tr></thead><tbody></tbody></table>
 <h2>Slowest aggregates</h2>
 <table id="slowest"><thead><tr><th>aggregate</th><th>pending</th><th>head waiting (s)</th></tr></thead><tbody></tbody></table>
 <script>
@@ -152,6 +155,7 @@ async function refresh() {
   const pending = o.backlog.reduce((a, b) => a + b.pending, 0);
   const age = o.backlog.reduce((a, b) => Math.max(a, b.oldest_pending_age), 0);
   const quarantined = o.backlog.reduce((a, b) => a + b.quarantined, 0);
+  const inDoubt = o.backlog.reduce((a, b) => a + (b.in_doubt || 0), 0);
   const verdict = document.getElementById("verdict");
   verdict.className = o.verdict.state;
   verdict.textContent = o.verdict.state + ": " + printable(o.verdict.reason);
@@ -159,12 +163,12 @@ async function refresh() {
   actionsEnabled = o.actions_enabled;
   document.getElementById("summary").textContent =
       "schema " + printable(o.schema) + ": " + pending + " pending, oldest " + age.toFixed(1) + " s, " +
-      quarantined + " quarantined" + (o.backlog_ok ? "" : " (backlog query failing)") +
+      quarantined + " quarantined, " + inDoubt + " in doubt" + (o.backlog_ok ? "" : " (backlog query failing)") +
       (actionsEnabled ? "" : "; read-only: retry and skip need a token (start the listener with " +
        "--admin-token-file), or use `outbox quarantine`");
   fill("backlog", o.backlog, (tr, b) => { cell(tr, b.aggregate_type);
     cell(tr, b.pending, "num"); cell(tr, b.oldest_pending_age.toFixed(1), "num");
-    cell(tr, b.quarantined, "num"); });
+    cell(tr, b.quarantined, "num"); cell(tr, b.in_doubt || 0, "num"); });
   fill("parts", o.parts, (tr, p) => { cell(tr, p.part);
     cell(tr, p.state, p.state === "running" || p.state === "working" || p.state === "waiting for work" ? "ok" : "bad");
     cell(tr, p.detail || ""); });
@@ -189,6 +193,11 @@ async function refresh() {
       if (!actionsEnabled) b.title = "needs a token: start the listener with --admin-token-file";
     }
     actions.append(r, s); });
+  fill("in_doubt", o.in_doubt || [], (tr, d) => {
+    tr.dataset.eventId = d.event_id;
+    cell(tr, d.event_id); cell(tr, d.aggregate_type + " " + d.aggregate_id);
+    cell(tr, d.aggregate_sequence, "num"); cell(tr, d.event_type); cell(tr, d.in_doubt_at);
+    cell(tr, d.reason); cell(tr, d.blocked_events, "num"); });
   fill("slowest", o.slowest, (tr, a) => { cell(tr, a.aggregate_type + " " + a.aggregate_id);
     cell(tr, a.pending, "num"); cell(tr, a.waiting_age.toFixed(1), "num"); });
   draw();

@@ -31,11 +31,12 @@ std::vector<BacklogRow> share_other_types(std::vector<BacklogRow>& by_type) {
     }
     if (other == kMaxBacklogTypes) {
       other = rows.size();
-      rows.push_back({kOtherAggregateTypes, 0, 0, 0});
+      rows.push_back({kOtherAggregateTypes, 0, 0, 0, 0});
     }
     BacklogRow& shared = rows[other];
     shared.pending += row.pending;
     shared.quarantined += row.quarantined;
+    shared.in_doubt += row.in_doubt;
     shared.oldest_pending_age = std::max(shared.oldest_pending_age, row.oldest_pending_age);
   }
   return rows;
@@ -261,7 +262,8 @@ BacklogMonitor::Backlog BacklogMonitor::query_backlog(std::chrono::steady_clock:
     } else {
       by_type.push_back({std::string(result.text(i, 1)), std::stod(std::string(result.text(i, 3))),
                          std::stod(std::string(result.text(i, 4))),
-                         std::stod(std::string(result.text(i, 5)))});
+                         std::stod(std::string(result.text(i, 5))),
+                         std::stod(std::string(result.text(i, 6)))});
     }
   }
   // Most pending first (the first kMaxBacklogTypes keep their own label), then by name.

@@ -163,6 +163,10 @@ void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {
           row.oldest_pending_age, labels);
     gauge(out, "outbox_quarantined_events", "Events waiting for an operator.", row.quarantined,
           labels);
+    gauge(out, "outbox_in_doubt_events",
+          "Events sent with no answer to a destination that cannot recognise a repeat, waiting "
+          "for `outbox reconcile`.",
+          row.in_doubt, labels);
   }
 }
 

@@ -22,12 +22,14 @@ struct BacklogRow {
   double pending = 0;             // pending, not quarantined
   double oldest_pending_age = 0;  // seconds; of the due (or retried) ones; 0 when none
   double quarantined = 0;
+  double in_doubt = 0;  // waiting for `outbox reconcile`
 };
 
 // Every aggregate type together: what the headline, the history and `outbox status` show.
 struct BacklogTotals {
   double pending = 0;
   double quarantined = 0;
+  double in_doubt = 0;
   double oldest_pending_age = 0;  // the largest
 };
 inline BacklogTotals backlog_totals(const std::vector<BacklogRow>& rows) {
@@ -35,6 +37,7 @@ inline BacklogTotals backlog_totals(const std::vector<BacklogRow>& rows) {
   for (const BacklogRow& row : rows) {
     totals.pending += row.pending;
     totals.quarantined += row.quarantined;
+    totals.in_doubt += row.in_doubt;
     totals.oldest_pending_age = std::max(totals.oldest_pending_age, row.oldest_pending_age);
   }
   return totals;

@@ -23,6 +23,7 @@
 #include "outbox/error.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/quarantine.hpp"
+#include "outbox/reconcile.hpp"
 #include "outbox/status.hpp"
 #include "pg/connection.hpp"
 
@@ -341,6 +342,7 @@ class ObserveServer::Impl {
     }
     out["parts"] = std::move(parts);
     out["quarantine"] = observe::quarantine_json(list_quarantined(conn, options_.schema, 100));
+    out["in_doubt"] = observe::in_doubt_json(list_in_doubt(conn, options_.schema, 100));
     return out;
   }
 

@@ -14,7 +14,8 @@ nlohmann::json backlog_json(const std::vector<BacklogRow>& rows) {
     backlog.push_back({{"aggregate_type", row.aggregate_type},
                        {"pending", row.pending},
                        {"oldest_pending_age", row.oldest_pending_age},
-                       {"quarantined", row.quarantined}});
+                       {"quarantined", row.quarantined},
+                       {"in_doubt", row.in_doubt}});
   }
   return backlog;
 }
@@ -33,6 +34,21 @@ nlohmann::json quarantine_json(const std::vector<QuarantinedEvent>& events) {
                           {"blocked_events", q.blocked_events}});
   }
   return quarantine;
+}
+
+nlohmann::json in_doubt_json(const std::vector<InDoubtEvent>& events) {
+  nlohmann::json in_doubt = nlohmann::json::array();
+  for (const InDoubtEvent& d : events) {
+    in_doubt.push_back({{"event_id", d.event.event_id.to_string()},
+                        {"aggregate_type", d.event.aggregate_type},
+                        {"aggregate_id", d.event.aggregate_id},
+                        {"aggregate_sequence", d.event.aggregate_sequence},
+                        {"event_type", d.event.event_type},
+                        {"reason", d.reason},
+                        {"in_doubt_at", d.in_doubt_at},
+                        {"blocked_events", d.blocked_events}});
+  }
+  return in_doubt;
 }
 
 nlohmann::json slowest_json(const std::vector<SlowAggregate>& slowest) {
@@ -86,6 +102,7 @@ nlohmann::json verdict_json(const BacklogReading& reading,
   const BacklogTotals totals = backlog_totals(reading.rows);
   in.pending = totals.pending;
   in.quarantined = totals.quarantined;
+  in.in_doubt = totals.in_doubt;
   in.oldest_age = totals.oldest_pending_age;
   in.sessions = reading.sessions;
   in.unwell = reading.unwell;

@@ -9,11 +9,13 @@
 #include "observe/history.hpp"
 #include "observe/metric_families.hpp"
 #include "outbox/quarantine.hpp"
+#include "outbox/reconcile.hpp"
 
 namespace outbox::observe {
 
 nlohmann::json backlog_json(const std::vector<BacklogRow>& rows);
 nlohmann::json quarantine_json(const std::vector<QuarantinedEvent>& events);
+nlohmann::json in_doubt_json(const std::vector<InDoubtEvent>& events);
 nlohmann::json slowest_json(const std::vector<SlowAggregate>& slowest);
 nlohmann::json slots_json(const std::vector<SlotRow>& slots);
 // Column by column: t (unix seconds), pending, quarantined, oldest_age, published_per_second

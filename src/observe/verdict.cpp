@@ -49,6 +49,7 @@ Verdict judge(const VerdictInput& in) {
   }
   for (const std::string& part : in.unwell) reasons.push_back(part);
   if (in.quarantined > 0) reasons.push_back(events(in.quarantined) + " quarantined");
+  if (in.in_doubt > 0) reasons.push_back(events(in.in_doubt) + " in doubt (outbox reconcile)");
   if (in.oldest_age > kLateSeconds && stalled.empty()) {
     reasons.push_back("the oldest pending event has waited " + age_text(in.oldest_age));
   }

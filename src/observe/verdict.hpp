@@ -7,7 +7,8 @@
 //             running; or nothing published for a minute while the oldest pending event waited
 //             longer than a minute.
 //   degraded  they go, but something needs a person: a silent relay session, a relay or consumer
-//             that reports a broker or database problem, quarantined events, the oldest pending
+//             that reports a broker or database problem, quarantined events or events in doubt
+//             (waiting for `outbox reconcile`), the oldest pending
 //             event older than a minute, a replication slot no relay streams, no relay at all.
 //   healthy   none of those.
 //   starting  no backlog run has ended yet: nothing is known.
@@ -27,6 +28,7 @@ struct VerdictInput {
   std::string backlog_error;
   double pending = 0;
   double quarantined = 0;
+  double in_doubt = 0;
   double oldest_age = 0;
   RelaySessionCounts sessions;
   // What reports a problem of its own, each "relay r-1: broker_unavailable" or the like.

@@ -11,7 +11,8 @@
 namespace outbox::detail {
 
 // Columns: kind ('type' or 'slow'), aggregate_type, aggregate_id ('slow' only), pending,
-// age in seconds, quarantined ('type' only). See backlog_sql.cpp for what each counts.
+// age in seconds, quarantined and in doubt ('type' only). See backlog_sql.cpp for what each
+// counts.
 std::string backlog_sql(const SchemaName& schema);
 
 }  // namespace outbox::detail

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ops/audit_text.hpp"
+#include "ops/not_in_state.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
@@ -99,6 +100,13 @@ RETURNING event_id)SQL",
 
 std::vector<std::string> not_quarantined(PGconn* conn, const SchemaName& schema,
                                          std::span<const EventId> event_ids) {
+  return detail::not_in_state(conn, schema, event_ids, "quarantined_at",
+                              "pending, not quarantined");
+}
+
+std::vector<std::string> detail::not_in_state(PGconn* conn, const SchemaName& schema,
+                                              std::span<const EventId> event_ids,
+                                              const char* state_column, const char* pending) {
   const std::string ids = pg::uuid_array(event_ids);
   const auto result = pg::exec(conn,
                                fmt::format(R"SQL(SELECT id, why FROM (
@@ -110,14 +118,15 @@ SELECT w.n, w.id::text AS id,
             WHEN e.skipped_at IS NOT NULL
               THEN 'skipped at ' || to_char(e.skipped_at AT TIME ZONE 'UTC',
                                             'YYYY-MM-DD HH24:MI:SS"Z"')
-            WHEN e.quarantined_at IS NULL THEN 'pending, not quarantined'
+            WHEN e.{state} IS NULL THEN $2
        END AS why
 FROM unnest($1::uuid[]) WITH ORDINALITY AS w(id, n)
 LEFT JOIN {events} e ON e.event_id = w.id) AS named
 WHERE why IS NOT NULL
 ORDER BY n)SQL",
-                                           fmt::arg("events", schema.table("outbox_events"))),
-                               {ids.c_str()});
+                                           fmt::arg("events", schema.table("outbox_events")),
+                                           fmt::arg("state", state_column)),
+                               {ids.c_str(), pending});
   std::vector<std::string> lines;
   for (int row = 0; row < result.rows(); ++row) {
     lines.push_back(fmt::format("{}: {}", result.text(row, 0), result.text(row, 1)));

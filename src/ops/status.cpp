@@ -94,12 +94,13 @@ void read_counts(PGconn* conn, const SchemaName& schema, OutboxStatus& status) {
     status.oldest_pending_seconds =
         std::max(status.oldest_pending_seconds, std::stod(std::string(backlog.text(row, 4))));
     status.quarantined += backlog.int64(row, 5);
+    status.in_doubt += backlog.int64(row, 6);
   }
   const auto counts =
       pg::exec(conn, fmt::format(R"SQL(
 SELECT count(*) FILTER (WHERE claim_until > now() AND quarantined_at IS NULL
                           AND published_at IS NULL AND skipped_at IS NULL),
-       count(*) FILTER (WHERE attempt_count > 0 AND quarantined_at IS NULL
+       count(*) FILTER (WHERE attempt_count > 0 AND quarantined_at IS NULL AND in_doubt_at IS NULL
                           AND published_at IS NULL AND skipped_at IS NULL),
        count(*) FILTER (WHERE published_at IS NOT NULL),
        count(*) FILTER (WHERE skipped_at IS NOT NULL)

@@ -29,6 +29,9 @@ struct SourcedEvent {
   Event event;
   std::string token;
   Origin origin = Origin::claimed;
+  // Claimed from a session that ended or whose lease ran out while it held the event, with no
+  // outcome written: that session may have sent it.
+  bool taken_over = false;
 };
 
 struct Fetched {

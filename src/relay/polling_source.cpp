@@ -25,10 +25,10 @@ std::string_view utf8_prefix(std::string_view text, std::size_t limit) {
 
 // Refuses a schema without migration 17 (9: the relays' session locks; 10: the table-less slots a
 // relay looks up; 12: the session's backend; 14: where a table-less slot's proof begins; 15: the
-// slot a session streams, in its row; 17: what the session published) with what to do, instead
-// of a missing column or table later.
+// slot a session streams, in its row; 17: what the session published; 18: events in doubt) with
+// what to do, instead of a missing column or table later.
 void check_schema(PGconn* conn, const SchemaName& schema) {
-  constexpr int kNeeded = 17;
+  constexpr int kNeeded = 18;
   std::int64_t version = 0;
   try {
     version = pg::exec(conn, relay_sql::schema_version(schema)).int64(0, 0);
@@ -97,7 +97,10 @@ Fetched PollingSource::fetch(std::size_t limit, std::uint64_t byte_room, bool ho
                                               static_cast<std::size_t>(rows.visited) < limit);
   cursor_type_ = fetched.reached_end ? std::string() : std::move(rows.last_type);
   cursor_id_ = fetched.reached_end ? std::string() : std::move(rows.last_id);
-  for (Event& event : rows.events) fetched.events.push_back({std::move(event), token});
+  for (std::size_t i = 0; i < rows.events.size(); ++i) {
+    fetched.events.push_back(
+        {std::move(rows.events[i]), token, Origin::claimed, rows.taken_over_each[i]});
+  }
   RelayCounters::add(counters_.claimed, fetched.events.size());
   RelayCounters::add(counters_.leases_taken_over, rows.taken_over);
   if (!fetched.events.empty()) {
@@ -188,7 +191,10 @@ std::vector<SourcedEvent> PollingSource::write_published(std::vector<Outcome>& p
         relay_sql::MarkRows rows = relay_sql::read_mark_published(result);
         marked += rows.marked.size();
         RelayCounters::add(counters_.leases_taken_over, rows.taken_over);
-        for (Event& event : rows.successors) successors.push_back({std::move(event), token});
+        for (std::size_t i = 0; i < rows.successors.size(); ++i) {
+          successors.push_back(
+              {std::move(rows.successors[i]), token, Origin::claimed, rows.taken_over_each[i]});
+        }
         return std::move(rows.marked);
       },
       unwritten, TypedCounts::published);
@@ -203,33 +209,50 @@ std::vector<SourcedEvent> PollingSource::write_published(std::vector<Outcome>& p
 
 void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outcome>* unwritten) {
   if (failed.empty()) return;
-  std::vector<std::string> quarantined;
+  std::vector<std::string> quarantined, in_doubt;
   complete(
       mark_failed_sql_, failed,
       [&](const std::vector<const Outcome*>& of) {
-        pg::ArrayLiteral errors, permanent, retry_after;
+        pg::ArrayLiteral errors, permanent, retry_after, doubt;
         for (const Outcome* outcome : of) {
           errors.add(utf8_prefix(outcome->error, 2000));
           permanent.add_plain(outcome->permanent ? "t" : "f");
           retry_after.add_plain(std::to_string(outcome->retry_after.count()));
+          doubt.add_plain(outcome->in_doubt ? "t" : "f");
         }
         return std::vector<std::string>{errors.text(),
                                         std::to_string(options_.backoff_base.count()),
                                         std::to_string(options_.backoff_max.count()),
                                         std::to_string(options_.max_attempts),
                                         permanent.text(),
-                                        retry_after.text()};
+                                        retry_after.text(),
+                                        doubt.text()};
       },
       [&](const pg::Result& result) {
         std::vector<std::string> ids;
         for (relay_sql::FailedRow& row : relay_sql::read_mark_failed(result)) {
           if (row.quarantined) quarantined.push_back(row.event_id);
+          if (row.in_doubt) in_doubt.push_back(row.event_id);
           ids.push_back(std::move(row.event_id));
         }
         return ids;
       },
       unwritten, std::nullopt);
   RelayCounters::add(counters_.failed, failed.size());
+  note_set_aside(failed, quarantined, in_doubt);
+  failed.clear();
+}
+
+void PollingSource::note_set_aside(const std::vector<Outcome>& failed,
+                                   const std::vector<std::string>& quarantined,
+                                   const std::vector<std::string>& in_doubt) {
+  RelayCounters::add(counters_.in_doubt, in_doubt.size());
+  for (const std::string& event_id : in_doubt) {
+    log().error(
+        "relay {}: event {} is in doubt (no answer after it was sent, to a destination that "
+        "cannot recognise a repeat); its aggregate waits for `outbox reconcile`",
+        relay_id(), event_id);
+  }
   if (!quarantined.empty()) {
     std::unordered_map<std::string, std::uint32_t> types;
     for (const Outcome& outcome : failed) types.emplace(outcome.event_id.to_string(), outcome.type);
@@ -239,7 +262,6 @@ void PollingSource::write_failed(std::vector<Outcome>& failed, std::vector<Outco
       }
     }
   }
-  failed.clear();
   RelayCounters::add(counters_.quarantined, quarantined.size());
   for (const std::string& event_id : quarantined) {
     log().error(

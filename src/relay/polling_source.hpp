@@ -53,6 +53,10 @@ class PollingSource final : public RelaySourceBase {
   // outcome whose row was not there to write is handed back in `unwritten` instead of being
   // counted as fenced (the source may have read the event before other sessions see its row).
   void record_unclaimed_published(std::vector<Outcome>& published, std::vector<Outcome>& unwritten);
+  // Counts and logs the rows a mark_failed quarantined or parked in doubt.
+  void note_set_aside(const std::vector<Outcome>& failed,
+                      const std::vector<std::string>& quarantined,
+                      const std::vector<std::string>& in_doubt);
   void record_unclaimed_failed(std::vector<Outcome>& failed, std::vector<Outcome>& unwritten);
 
   // Extends the leases of everything in flight.

@@ -38,7 +38,7 @@ enum CursorColumn : int { kLastType = 1, kLastId = 2, kVisited = 3, kStoppedForB
 constexpr int kMarkKind = kClaimedColumns;
 
 // mark_failed: event_id, quarantined.
-enum FailedColumn : int { kFailedEventId = 0, kQuarantined = 1 };
+enum FailedColumn : int { kFailedEventId = 0, kQuarantined = 1, kInDoubt = 2 };
 
 Event read_event(const pg::Result& result, int row) {
   Event e;
@@ -349,6 +349,8 @@ FROM claimed)SQL",
 
 std::string mark_failed(const SchemaName& schema) {
   // Exponential backoff with "equal jitter": a delay drawn from [d/2, d], d = min(cap, base*2^n).
+  // An unknown outcome at a destination that cannot recognise a repeat ($9) parks the row in
+  // doubt: never due again until `outbox reconcile` settles it, its aggregate behind it.
   // No sooner than the destination asked (retry_after_ms, HTTP's Retry-After; 0: not asked).
   // A permanent failure, or the attempt that reaches the limit ($6 > 0), quarantines the row
   // instead: it keeps blocking its own aggregate and waits for an operator.
@@ -359,22 +361,27 @@ SET claimed_by = NULL, claim_until = NULL, attempt_count = e.attempt_count + 1,
     last_error = f.error,
     quarantined_at = CASE WHEN f.quarantine THEN now() END,
     quarantine_reason = CASE WHEN f.quarantine THEN f.reason END,
-    available_at = CASE WHEN f.quarantine THEN 'infinity'::timestamptz
+    in_doubt_at = CASE WHEN f.in_doubt THEN now() END,
+    in_doubt_reason = CASE WHEN f.in_doubt THEN f.error END,
+    available_at = CASE WHEN f.quarantine OR f.in_doubt THEN 'infinity'::timestamptz
                    ELSE now() + greatest(
                      least($5::float8, $4::float8 * power(2, least(e.attempt_count, 40)))
                        * (0.5 + random() * 0.5),
                      f.retry_after_ms) * interval '1 millisecond' END
 FROM (SELECT d.*,
-             d.permanent OR ($6::int > 0 AND d.attempt_count + 1 >= $6::int) AS quarantine,
+             NOT d.in_doubt AND (d.permanent OR ($6::int > 0 AND d.attempt_count + 1 >= $6::int))
+               AS quarantine,
              CASE WHEN d.permanent THEN 'permanent failure'
                   ELSE 'gave up after ' || (d.attempt_count + 1) || ' attempts' END AS reason
       FROM sent d) f
 WHERE e.ctid = f.row_ctid AND e.event_id = f.event_id
   AND e.claimed_by IS NOT DISTINCT FROM f.token AND e.published_at IS NULL AND e.skipped_at IS NULL
-RETURNING e.event_id, e.quarantined_at IS NOT NULL)SQL",
+RETURNING e.event_id, e.quarantined_at IS NOT NULL, e.in_doubt_at IS NOT NULL)SQL",
       fmt::arg("events", schema.table("outbox_events")),
-      fmt::arg("sent", sent(schema, "$1::uuid[], $2::text[], $3::text[], $7::bool[], $8::float8[]",
-                            "token, error, permanent, retry_after_ms")));
+      fmt::arg(
+          "sent",
+          sent(schema, "$1::uuid[], $2::text[], $3::text[], $7::bool[], $8::float8[], $9::bool[]",
+               "token, error, permanent, retry_after_ms, in_doubt")));
 }
 
 std::string renew(const SchemaName& schema) {
@@ -406,7 +413,8 @@ ClaimRows read_claim(const pg::Result& result) {
   for (int row = 0; row < result.rows(); ++row) {
     if (!result.is_null(row, kEventId)) {
       rows.events.push_back(read_event(result, row));
-      if (result.text(row, kTakenOver) == "true") ++rows.taken_over;
+      rows.taken_over_each.push_back(result.text(row, kTakenOver) == "true");
+      if (rows.taken_over_each.back()) ++rows.taken_over;
       continue;
     }
     rows.visited_any = true;
@@ -427,7 +435,8 @@ MarkRows read_mark_published(const pg::Result& result) {
       rows.marked.emplace_back(result.text(row, kEventId));
     } else {
       rows.successors.push_back(read_event(result, row));
-      if (result.text(row, kTakenOver) == "true") ++rows.taken_over;
+      rows.taken_over_each.push_back(result.text(row, kTakenOver) == "true");
+      if (rows.taken_over_each.back()) ++rows.taken_over;
     }
   }
   return rows;
@@ -436,8 +445,8 @@ MarkRows read_mark_published(const pg::Result& result) {
 std::vector<FailedRow> read_mark_failed(const pg::Result& result) {
   std::vector<FailedRow> rows;
   for (int row = 0; row < result.rows(); ++row) {
-    rows.push_back(
-        {std::string(result.text(row, kFailedEventId)), result.text(row, kQuarantined) == "t"});
+    rows.push_back({std::string(result.text(row, kFailedEventId)),
+                    result.text(row, kQuarantined) == "t", result.text(row, kInDoubt) == "t"});
   }
   return rows;
 }

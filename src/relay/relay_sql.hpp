@@ -45,8 +45,9 @@ std::string shard_condition(const std::string& prefix, unsigned shards, unsigned
 std::string mark_published(const SchemaName& schema);
 // $1 uuid[], $2 token[] (NULL: unclaimed, as for mark_published), $3 error[], $4 backoff base
 // ms, $5 backoff cap ms, $6 attempt limit (0: none), $7 permanent bool[], $8 float8[]: the least
-// delay in ms the destination asked for (Retry-After; 0: none). Returns (event_id,
-// quarantined) of the rows it changed.
+// delay in ms the destination asked for (Retry-After; 0: none), $9 in_doubt bool[] (parks the
+// row for `outbox reconcile`: no quarantine, no retry). Returns (event_id, quarantined, in_doubt)
+// of the rows it changed.
 std::string mark_failed(const SchemaName& schema);
 // $1 uuid[], $2 token[], $3 lease ms: extends leases of rows still in flight.
 std::string renew(const SchemaName& schema);
@@ -89,6 +90,7 @@ struct ClaimRows {
   // Set when the visit stopped at a claimable head the byte room could not hold: what it needs.
   std::optional<std::uint64_t> stopped_for_bytes;
   std::size_t taken_over = 0;  // of the events: claimed from an expired or dead session's lease
+  std::vector<bool> taken_over_each;  // per event, in the order of `events`
 };
 ClaimRows read_claim(const pg::Result& result);
 
@@ -96,7 +98,8 @@ ClaimRows read_claim(const pg::Result& result);
 struct MarkRows {
   std::vector<std::string> marked;
   std::vector<Event> successors;
-  std::size_t taken_over = 0;  // of the successors: as ClaimRows::taken_over
+  std::size_t taken_over = 0;         // of the successors: as ClaimRows::taken_over
+  std::vector<bool> taken_over_each;  // per successor
 };
 MarkRows read_mark_published(const pg::Result& result);
 
@@ -104,6 +107,7 @@ MarkRows read_mark_published(const pg::Result& result);
 struct FailedRow {
   std::string event_id;
   bool quarantined = false;
+  bool in_doubt = false;
 };
 std::vector<FailedRow> read_mark_failed(const pg::Result& result);
 

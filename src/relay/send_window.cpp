@@ -29,22 +29,30 @@ SendWindow::ReportSummary SendWindow::take(const std::vector<DeliveryReport>& re
       continue;
     }
     if (observe) observe(it->second, report);
-    Outcome outcome{
-        it->second.event.event_id, std::move(it->second.token), {}, false, {}, it->second.type,
-        it->second.origin};
+    Outcome outcome{it->second.event.event_id,
+                    std::move(it->second.token),
+                    {},
+                    false,
+                    false,
+                    {},
+                    it->second.type,
+                    it->second.origin};
     if (report.outcome == DeliveryOutcome::published) {
       published_.push_back(std::move(outcome));
       ++summary.published;
     } else {
       // Unknown outcomes count as failures: the event is sent again with the same id.
       outcome.permanent = report.outcome == DeliveryOutcome::permanent_failure;
+      outcome.in_doubt = report.outcome == DeliveryOutcome::in_doubt;
       outcome.retry_after = report.retry_after;
       // A permanent failure's row says so in its quarantine reason ("permanent failure"): its
       // last error is the broker's words alone. Others say which kind they were.
       outcome.error = outcome.permanent
                           ? report.error
                           : fmt::format("{}: {}", to_string(report.outcome), report.error);
-      if (!outcome.permanent) broker_trouble = &report;
+      // A permanent failure is the event's fault; an event in doubt is parked and alerted on by
+      // itself (and may come from a takeover, not from the destination).
+      if (!outcome.permanent && !outcome.in_doubt) broker_trouble = &report;
       failed_.push_back(std::move(outcome));
       ++summary.failed;
     }

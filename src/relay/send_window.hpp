@@ -33,6 +33,7 @@ struct Outcome {
   std::string token;  // the completion token it was sent under
   std::string error;  // empty: published
   bool permanent = false;
+  bool in_doubt = false;  // parked for `outbox reconcile`, never sent again by the relay
   std::chrono::milliseconds retry_after{0};  // the destination's Retry-After (0: none)
   std::uint32_t type = 0;                    // its aggregate type's index in RelayCounters::by_type
   Origin origin = Origin::claimed;

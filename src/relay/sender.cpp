@@ -17,10 +17,24 @@ void Sender::send(std::vector<SourcedEvent>& events) {
     if (sourced.event.attempt_count > 0) counters_.by_type.add(type, TypedCounts::retried);
     const auto [ticket, event] =
         window_.add(std::move(sourced.event), std::move(sourced.token), type, sourced.origin);
+    if (sourced.taken_over && sink_->repeats_are_duplicates()) {
+      park_in_doubt(ticket);
+      continue;
+    }
     OUTBOX_FAULT(fault::kRelayBeforePublish);
     sink_->send(event, ticket);
   }
   count_window();
+}
+
+void Sender::park_in_doubt(std::uint64_t ticket) {
+  DeliveryReport report;
+  report.ticket = ticket;
+  report.outcome = DeliveryOutcome::in_doubt;
+  report.error =
+      "taken over from a relay session that ended, or whose lease ran out, while it held the "
+      "event: it may have sent it, and this destination cannot recognise a repeat";
+  take({report});
 }
 
 void Sender::poll(std::chrono::milliseconds wait, std::vector<DeliveryReport>& reports,

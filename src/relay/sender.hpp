@@ -41,11 +41,15 @@ class Sender {
   // Takes reports until nothing is in flight or `deadline` passed.
   void drain(std::chrono::steady_clock::time_point deadline);
 
+  [[nodiscard]] bool repeats_are_duplicates() const { return sink_->repeats_are_duplicates(); }
+
   // The sink's own statistics; any thread.
   [[nodiscard]] std::vector<StatSample> sink_stats() const { return sink_->stats(); }
 
  private:
   void take(const std::vector<DeliveryReport>& reports);
+  // Records an event another session may have sent as in doubt, without sending it.
+  void park_in_doubt(std::uint64_t ticket);
   void count_window();
 
   std::string relay_id_;

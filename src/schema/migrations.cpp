@@ -355,6 +355,23 @@ ALTER TABLE {s}.outbox_relays
   ADD COLUMN published bigint NOT NULL DEFAULT 0,
   ADD COLUMN health    text;
 )SQL"},
+    Migration{18, "events in doubt, settled by reconcile", R"SQL(
+-- An event sent with no answer to a destination that cannot recognise a repeat (the HTTP sink
+-- with --http-on-unknown reconcile) may or may not have taken effect: sending it again could do
+-- it twice. The relay parks it here instead: pending (it blocks its own aggregate), never due
+-- (available_at = 'infinity'), not quarantined (`quarantine retry` would send it again). `outbox
+-- reconcile` settles it: published, sent again, or skipped, each audited.
+ALTER TABLE {s}.outbox_events
+  ADD COLUMN in_doubt_at     timestamptz,
+  ADD COLUMN in_doubt_reason text;
+CREATE INDEX outbox_events_in_doubt_idx
+  ON {s}.outbox_events (in_doubt_at) WHERE in_doubt_at IS NOT NULL;
+ALTER TABLE {s}.outbox_operator_audit
+  DROP CONSTRAINT outbox_operator_audit_action_check,
+  ADD CONSTRAINT outbox_operator_audit_action_check
+    CHECK (action IN ('retry', 'skip', 'replay', 'reconcile_published', 'reconcile_retry',
+                      'reconcile_skip'));
+)SQL"},
 };
 
 }  // namespace

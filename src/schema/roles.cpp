@@ -40,7 +40,7 @@ GRANT EXECUTE ON FUNCTION {s}.enqueue(text, text, text, jsonb, jsonb, integer, i
 GRANT SELECT, INSERT (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
                       schema_version, payload, headers, occurred_at, available_at),
   UPDATE (claimed_by, claim_until, published_at, attempt_count, last_error, available_at,
-          quarantined_at, quarantine_reason)
+          quarantined_at, quarantine_reason, in_doubt_at, in_doubt_reason)
   ON {s}.outbox_events TO {relay};
 GRANT SELECT, INSERT, UPDATE ON {s}.outbox_table_less_slots TO {relay};
 GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.outbox_relays TO {relay};
@@ -50,7 +50,8 @@ GRANT SELECT, INSERT (consumer_name, event_id) ON {s}.processed_events TO {inbox
 GRANT SELECT ON {s}.outbox_inbox_consumers TO {inbox};
 
 GRANT SELECT, UPDATE (published_at, claimed_by, claim_until, attempt_count, last_error,
-                      available_at, quarantined_at, quarantine_reason, skipped_at), DELETE
+                      available_at, quarantined_at, quarantine_reason, skipped_at, in_doubt_at,
+                      in_doubt_reason), DELETE
   ON {s}.outbox_events TO {admin};
 GRANT SELECT, INSERT (event_id, action, actor, reason) ON {s}.outbox_operator_audit TO {admin};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {admin};

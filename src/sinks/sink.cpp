@@ -12,6 +12,8 @@ const char* to_string(DeliveryOutcome outcome) noexcept {
       return "permanent_failure";
     case DeliveryOutcome::unknown:
       return "unknown";
+    case DeliveryOutcome::in_doubt:
+      return "in_doubt";
   }
   return "?";
 }

@@ -29,6 +29,13 @@ class HttpReceiver::Impl {
     server->Post(".*", handle);
     server->Put(".*", handle);
     server->Patch(".*", handle);
+    server->Get("/status/([^/]+)",
+                [this](const httplib::Request& request, httplib::Response& response) {
+                  std::lock_guard lock(mutex_);
+                  ++counts_.status_requests;
+                  const auto it = effects_.find(request.matches[1].str());
+                  response.status = it != effects_.end() && it->second > 0 ? 200 : 404;
+                });
     if (port_ == 0) {
       const int port = server->bind_to_any_port("127.0.0.1");
       if (port <= 0) throw std::runtime_error("HttpReceiver: no free port on 127.0.0.1");

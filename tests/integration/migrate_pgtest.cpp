@@ -73,7 +73,8 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
       ADD CONSTRAINT outbox_events_aggregate_sequence_key
         UNIQUE (aggregate_type, aggregate_id, aggregate_sequence);
     ALTER TABLE migrate_upgrade.outbox_events DROP COLUMN quarantined_at,
-      DROP COLUMN quarantine_reason, DROP COLUMN skipped_at;
+      DROP COLUMN quarantine_reason, DROP COLUMN skipped_at, DROP COLUMN in_doubt_at,
+      DROP COLUMN in_doubt_reason;
     CREATE INDEX outbox_events_pending_due_idx ON migrate_upgrade.outbox_events (available_at)
       WHERE published_at IS NULL;
     CREATE INDEX outbox_events_pending_aggregate_idx ON migrate_upgrade.outbox_events
@@ -166,6 +167,8 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
     ALTER TABLE migrate_from_eleven.outbox_operator_audit DROP COLUMN db_user;
     ALTER TABLE migrate_from_eleven.outbox_relays DROP COLUMN backend_pid;
     ALTER TABLE migrate_from_eleven.outbox_table_less_slots DROP COLUMN witness_since;
+    ALTER TABLE migrate_from_eleven.outbox_events DROP COLUMN in_doubt_at,
+      DROP COLUMN in_doubt_reason;
     DROP PUBLICATION IF EXISTS migrate_from_eleven_outbox_seq;
     DELETE FROM migrate_from_eleven.outbox_schema_migrations WHERE version > 11;
     INSERT INTO migrate_from_eleven.outbox_events (event_id, aggregate_type, aggregate_id,
@@ -257,6 +260,9 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
            " ON migrate_lock.outbox_aggregate_sequences");
   pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_refuse_rewrite()");
   pg::exec(conn, "ALTER TABLE migrate_lock.outbox_operator_audit DROP COLUMN db_user");
+  pg::exec(conn,
+           "ALTER TABLE migrate_lock.outbox_events DROP COLUMN in_doubt_at,"
+           " DROP COLUMN in_doubt_reason");
   auto writer = connect();
   pg::exec(writer.get(), "BEGIN");
   pg::exec(writer.get(),

@@ -37,7 +37,7 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
       {"mark_published", relay_sql::mark_published(schema),
        ids + ", '{token}', 'token', '30000', 'true', '67108864'"},
       {"mark_failed", relay_sql::mark_failed(schema),
-       ids + ", '{token}', '{boom}', '100', '60000', '5', '{false}', '{0}'"},
+       ids + ", '{token}', '{boom}', '100', '60000', '5', '{false}', '{0}', '{false}'"},
       {"renew", relay_sql::renew(schema), ids + ", '{token}', '30000'"},
       {"set_listening", relay_sql::set_listening(schema),
        "'r:1', 'true', '1', '30000', 's', 'streaming', '4242', '17', 'running'"},

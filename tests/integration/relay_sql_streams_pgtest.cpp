@@ -74,9 +74,10 @@ TEST_F(RelaySqlStreams, AFailureWithoutATokenIsRecordedWithBackoffOrQuarantine) 
   const std::string poisoned = insert("o-2", 1);
   const std::string throttled = insert("o-3", 1);
   const std::string ids = "{" + retried + "," + poisoned + "," + throttled + "}";
-  const auto result = pg::exec(conn_.get(), relay_sql::mark_failed(schema_),
-                               {ids.c_str(), "{NULL,NULL,NULL}", "{timeout,too large,HTTP 429}",
-                                "1000", "60000", "25", "{false,true,false}", "{0,0,3600000}"});
+  const auto result =
+      pg::exec(conn_.get(), relay_sql::mark_failed(schema_),
+               {ids.c_str(), "{NULL,NULL,NULL}", "{timeout,too large,HTTP 429}", "1000", "60000",
+                "25", "{false,true,false}", "{0,0,3600000}", "{false,false,false}"});
   const std::vector<relay_sql::FailedRow> rows = relay_sql::read_mark_failed(result);
   ASSERT_EQ(rows.size(), 3U);
   EXPECT_EQ(where("event_id = '" + retried +

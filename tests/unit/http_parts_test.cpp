@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "outbox/error.hpp"
 #include "outbox/http_sink.hpp"
 
@@ -136,51 +138,60 @@ Response answered(long status, std::string body = {}) {
 
 TEST(Classify, EachResponseMeansWhatTheSinkDocuments) {
   const auto cap = std::chrono::milliseconds(60000);
-  EXPECT_EQ(classify(answered(200), cap).outcome, DeliveryOutcome::published);
-  EXPECT_EQ(classify(answered(204), cap).outcome, DeliveryOutcome::published);
+  EXPECT_EQ(classify(answered(200), false, cap).outcome, DeliveryOutcome::published);
+  EXPECT_EQ(classify(answered(204), false, cap).outcome, DeliveryOutcome::published);
   for (const long status : {408L, 425L, 429L, 500L, 502L, 503L, 504L}) {
-    EXPECT_EQ(classify(answered(status), cap).outcome, DeliveryOutcome::retryable_failure)
+    EXPECT_EQ(classify(answered(status), false, cap).outcome, DeliveryOutcome::retryable_failure)
         << status;
   }
   for (const long status : {400L, 401L, 403L, 404L, 410L, 422L}) {
-    EXPECT_EQ(classify(answered(status), cap).outcome, DeliveryOutcome::permanent_failure)
+    EXPECT_EQ(classify(answered(status), false, cap).outcome, DeliveryOutcome::permanent_failure)
         << status;
   }
   Response redirect = answered(302);
   redirect.location = "https://elsewhere/x";
-  const DeliveryReport moved = classify(redirect, cap);
+  const DeliveryReport moved = classify(redirect, false, cap);
   EXPECT_EQ(moved.outcome, DeliveryOutcome::permanent_failure);
   EXPECT_NE(moved.error.find("redirect to https://elsewhere/x not followed"), std::string::npos);
 
-  const DeliveryReport gone = classify(answered(410, "gone\x1b[2J for good"), cap);
-  EXPECT_EQ(gone.error, "HTTP 410: gone\\x1b[2J for good");
+  // One line of well-formed UTF-8 for the row: controls as spaces, a stray byte as '?', a
+  // sequence cut by the bound left out; printing escapes what is left.
+  const DeliveryReport gone =
+      classify(answered(410, "gone\x1b[2J\r\nfor \xff good \xc3\xa9\xed\xa0\x80"), false, cap);
+  EXPECT_EQ(gone.error, "HTTP 410: gone [2J  for ? good \xc3\xa9???");
+  const DeliveryReport cut =
+      classify(answered(400, std::string(199, 'x') + "\xc3\xa9"), false, cap);
+  EXPECT_EQ(cut.error, "HTTP 400: " + std::string(199, 'x') + "...");
 }
 
 TEST(Classify, RetryAfterIsHonouredUpToTheCap) {
   Response busy = answered(429);
   busy.retry_after_seconds = 30;
-  EXPECT_EQ(classify(busy, std::chrono::minutes(1)).retry_after, std::chrono::seconds(30));
+  EXPECT_EQ(classify(busy, false, std::chrono::minutes(1)).retry_after, std::chrono::seconds(30));
   busy.retry_after_seconds = 86400;
-  EXPECT_EQ(classify(busy, std::chrono::minutes(1)).retry_after, std::chrono::minutes(1));
+  EXPECT_EQ(classify(busy, false, std::chrono::minutes(1)).retry_after, std::chrono::minutes(1));
+  busy.retry_after_seconds = std::numeric_limits<std::int64_t>::max();  // found by the fuzzer
+  EXPECT_EQ(classify(busy, false, std::chrono::minutes(1)).retry_after, std::chrono::minutes(1));
   Response refused = answered(400);
   refused.retry_after_seconds = 30;
-  EXPECT_EQ(classify(refused, std::chrono::minutes(1)).retry_after.count(), 0);
+  EXPECT_EQ(classify(refused, false, std::chrono::minutes(1)).retry_after.count(), 0);
 }
 
-TEST(Classify, NoStatusIsRetriedWhenNothingLeftAndUnknownWhenItDid) {
+TEST(Classify, NoStatusIsRetriedWhenNothingLeftAndUnknownOrInDoubtWhenItDid) {
   Response refused;
   refused.curl_code = 7;
   refused.curl_error = "Failed to connect";
   refused.request_written = false;
-  EXPECT_EQ(classify(refused, {}).outcome, DeliveryOutcome::retryable_failure);
+  EXPECT_EQ(classify(refused, true, {}).outcome, DeliveryOutcome::retryable_failure);
   Response timed_out;
   timed_out.curl_code = 28;
   timed_out.curl_error = "Operation timed out";
-  EXPECT_EQ(classify(timed_out, {}).outcome, DeliveryOutcome::unknown);
+  EXPECT_EQ(classify(timed_out, false, {}).outcome, DeliveryOutcome::unknown);
+  EXPECT_EQ(classify(timed_out, true, {}).outcome, DeliveryOutcome::in_doubt);
   // A status came, then the body broke off: the status is the answer.
   Response late = answered(201);
   late.curl_code = 56;
-  EXPECT_EQ(classify(late, {}).outcome, DeliveryOutcome::published);
+  EXPECT_EQ(classify(late, true, {}).outcome, DeliveryOutcome::published);
 }
 
 }  // namespace

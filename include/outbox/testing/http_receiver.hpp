@@ -4,7 +4,9 @@
 // key) or blindly (one that does not, where a repeat is a second effect), and can be told to
 // answer a status, to be slow, and to go down and come back on the same port. It counts what a
 // delivery guarantee is judged by: effects per key, duplicate effects, order inversions per
-// aggregate (from the ce-partitionkey and ce-aggregatesequence headers).
+// aggregate (from the ce-partitionkey and ce-aggregatesequence headers). GET /status/<key>
+// answers 200 when the key was applied, 404 when not: the status URL `outbox reconcile check`
+// asks.
 
 #include <chrono>
 #include <cstdint>
@@ -37,8 +39,9 @@ class HttpReceiver {
     std::uint64_t effects = 0;            // applications, repeats included
     std::uint64_t distinct_keys = 0;      // Idempotency-Keys applied at least once
     std::uint64_t duplicate_effects = 0;  // applications of a key already applied
-    std::uint64_t suppressed = 0;  // repeats the deduplicating endpoint answered, not applied
-    std::uint64_t inversions = 0;  // an aggregate's sequence below one applied before it
+    std::uint64_t suppressed = 0;       // repeats the deduplicating endpoint answered, not applied
+    std::uint64_t inversions = 0;       // an aggregate's sequence below one applied before it
+    std::uint64_t status_requests = 0;  // GET /status/<key> asked
   };
 
   HttpReceiver();  // deduplicating, any port

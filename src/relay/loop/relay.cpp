@@ -124,6 +124,12 @@ class Relay::Impl {
 
   void connect_source() {
     std::unique_ptr<detail::RelaySourceBase> source;
+    if (options_.source == RelaySource::cdc && sender_.repeats_are_duplicates()) {
+      throw ConfigError(
+          "relay: this sink's destination cannot recognise a repeat (--http-on-unknown "
+          "reconcile), and a streamed event has no claim to tell whether a stopped relay sent "
+          "it: use --source polling with it");
+    }
     if (options_.source == RelaySource::cdc) {
       source = std::make_unique<detail::CdcSource>(options_, counters_, &health_);
     } else {
