@@ -511,12 +511,27 @@ int main(int argc, char** argv) {
                                  "the broker drops messages a lagging consumer had not applied");
   gap->add_option("--outbox", scenario.outbox_binary)->required();
   gap->add_flag("--keep", scenario.keep);
+  auto* http = app.add_subcommand(
+      "http",
+      "HTTP sink: relays killed between the 2xx and the mark, the receiver down, the receiver "
+      "slower than the timeout");
+  http->add_option("--outbox", scenario.outbox_binary)->required();
+  http->add_option("--trials-per-fault", scenario.trials_per_fault)->check(CLI::Range(1, 10000));
+  bool http_reconcile = false;
+  http->add_flag("--reconcile", http_reconcile,
+                 "a receiver without idempotency, relays in reconcile mode");
+  bool http_blind = false;
+  http->add_flag("--blind-receiver", http_blind,
+                 "retry mode against a receiver without idempotency: shows the duplicate effects "
+                 "reconcile mode prevents (fails by design)");
+  http->add_flag("--verbose", scenario.verbose);
+  http->add_flag("--keep", scenario.keep);
   CLI11_PARSE(app, argc, argv);
   try {
     outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
-    if (*stalled || *hot || *kill || *cdc || *paused || *gap) {
+    if (*stalled || *hot || *kill || *cdc || *paused || *gap || *http) {
       scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
       if (*kill) return run_relay_kill(scenario);
@@ -526,6 +541,7 @@ int main(int argc, char** argv) {
       }
       if (*cdc) return run_cdc_faults(scenario);
       if (*gap) return run_retention_gap(scenario);
+      if (*http) return run_http_faults(scenario, http_reconcile, http_blind);
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,

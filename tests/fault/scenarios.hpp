@@ -54,5 +54,12 @@ int run_cdc_faults(const ScenarioOptions& options);
 //    applied; the consumer must stop the partition, show it on /metrics and /readyz, and the
 //    audit must name the events as not applied.
 int run_retention_gap(const ScenarioOptions& options);
+//  - http (http_campaign.cpp): two relays with --sink http deliver to an in-process receiver
+//    while relays are killed between the 2xx and the mark, the receiver goes down and comes back,
+//    and it answers slower than the request timeout; `reconcile`: a receiver without
+//    idempotency, the relays in reconcile mode, `outbox reconcile check` settling what is in
+//    doubt. Lost, phantom, duplicate effects and inversions must all be 0. `blind` (retry mode
+//    only): the receiver applies blindly too, to show what reconcile mode prevents (it fails).
+int run_http_faults(const ScenarioOptions& options, bool reconcile, bool blind);
 
 }  // namespace outbox::campaign
