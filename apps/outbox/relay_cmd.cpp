@@ -39,6 +39,7 @@ struct RelayFlags {
   KafkaFlags kafka;
   HttpFlags http;
   std::string topic_template = KafkaSinkOptions{}.topic_template;
+  std::string kafka_cloudevents_source;  // empty: no ce_ headers
   std::string relay_id;
   std::size_t batch_size = kRelayDefaults.batch_size;
   std::size_t max_in_flight = kRelayDefaults.max_in_flight;
@@ -118,6 +119,7 @@ KafkaSinkOptions sink_options(const RelayFlags& flags, std::chrono::milliseconds
   KafkaSinkOptions sink;
   sink.brokers = flags.kafka.brokers;
   sink.topic_template = flags.topic_template;
+  sink.cloudevents_source = flags.kafka_cloudevents_source;
   sink.properties = flags.kafka.merged_properties();
   sink.max_message_timeout = lease;
   return sink;
@@ -332,6 +334,10 @@ void register_relay(Commands& commands) {
   add_http_options(relay, flags->http);
   relay->add_option("--topic-template", flags->topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
+  relay->add_option("--kafka-cloudevents-source", flags->kafka_cloudevents_source,
+                    "also write the CloudEvents Kafka binding's ce_ headers, with this ce_source "
+                    "(e.g. /orders): about 300 bytes a message the producer's size check does "
+                    "not count");
   relay->add_option("--relay-id", flags->relay_id, "name in claimed_by (default host-pid-rand)");
   add_relay_tuning(relay, *flags);
   relay

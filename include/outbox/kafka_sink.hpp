@@ -25,6 +25,13 @@ struct KafkaSinkOptions {
   // The relay's lease: a send must time out before it, or another relay could publish the event
   // and its successor first. 0: not checked. The default message timeout is 20 s.
   std::chrono::milliseconds max_message_timeout{0};
+  // Non-empty: every message also carries the CloudEvents 1.0 Kafka binding's binary-mode
+  // headers (ce_specversion, ce_id, ce_source = this, ce_type, ce_subject, ce_time and the
+  // extensions ce_aggregatetype, ce_aggregatesequence, ce_schemaversion; content-type
+  // application/json; the key is the partitionkey), so a CloudEvents SDK reads each message as
+  // an event. They add about 300 bytes per message that the producer's size check does not count:
+  // leave that room below message.max.bytes (ProducerOptions::max_event_bytes).
+  std::string cloudevents_source{};
 };
 
 // Throws ConfigError for an unknown or contradictory property, or an unusable topic template.

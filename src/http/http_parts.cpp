@@ -8,9 +8,9 @@
 #include <array>
 #include <nlohmann/json.hpp>
 
-#include "common/timestamp.hpp"
 #include "outbox/error.hpp"
 #include "outbox/text.hpp"
+#include "sinks/cloudevents.hpp"
 
 namespace outbox::http {
 namespace {
@@ -249,19 +249,6 @@ std::string cloudevents_header_value(std::string_view value) {
   return out;
 }
 
-std::string rfc3339(std::string_view timestamptz) {
-  const auto at = detail::parse_timestamptz(timestamptz);
-  if (!at) return std::string(timestamptz);
-  const auto micros = std::chrono::floor<std::chrono::microseconds>(*at);
-  const auto days = std::chrono::floor<std::chrono::days>(micros);
-  const std::chrono::year_month_day date{days};
-  const std::chrono::hh_mm_ss time{micros - days};
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z", static_cast<int>(date.year()),
-                     static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
-                     time.hours().count(), time.minutes().count(), time.seconds().count(),
-                     time.subseconds().count());
-}
-
 std::vector<std::pair<std::string, std::string>> event_headers(const Event& event,
                                                                const std::vector<std::string>& keys,
                                                                std::int64_t timestamp,
@@ -280,19 +267,9 @@ std::vector<std::pair<std::string, std::string>> event_headers(const Event& even
     out.emplace_back("webhook-signature", std::move(signatures));
   }
   if (!ce_source.empty()) {
-    const auto ce = [&](const char* name, std::string_view value) {
-      out.emplace_back(std::string("ce-") + name, cloudevents_header_value(value));
-    };
-    ce("specversion", "1.0");
-    ce("id", id);
-    ce("source", ce_source);
-    ce("type", event.event_type);
-    ce("subject", event.aggregate_id);
-    ce("time", rfc3339(event.occurred_at));
-    ce("partitionkey", event.aggregate_id);
-    ce("aggregatetype", event.aggregate_type);
-    ce("aggregatesequence", std::to_string(event.aggregate_sequence));
-    ce("schemaversion", std::to_string(event.schema_version));
+    for (const auto& [name, value] : detail::cloudevents_attributes(event, ce_source)) {
+      out.emplace_back("ce-" + name, cloudevents_header_value(value));
+    }
   }
   // The trace context the producer stored; any other header of the event stays home.
   const nlohmann::json headers = nlohmann::json::parse(event.headers, nullptr, false);

@@ -47,10 +47,6 @@ std::string webhook_signature(std::string_view key, std::string_view id, std::in
 // ASCII percent-encoded (UTF-8 bytes each as %XX).
 std::string cloudevents_header_value(std::string_view value);
 
-// PostgreSQL's timestamptz text as RFC 3339 in UTC ("2026-12-03T06:53:12.123456Z"); the text as
-// it is when it does not read as a timestamp.
-std::string rfc3339(std::string_view timestamptz);
-
 // The request headers outbox sets for `event` (not the caller's extra ones). `keys`: decoded
 // signing secrets; `timestamp`: the webhook-timestamp, seconds since the epoch.
 std::vector<std::pair<std::string, std::string>> event_headers(const Event& event,

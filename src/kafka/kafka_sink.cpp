@@ -11,6 +11,7 @@
 #include "common/stat_list.hpp"
 #include "kafka/kafka_common.hpp"
 #include "kafka/kafka_topic.hpp"
+#include "sinks/cloudevents.hpp"
 
 namespace outbox {
 namespace {
@@ -168,8 +169,9 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
   check_message_timeout(conf, options);
 }
 
-// The message's headers: outbox's own, then the event's string headers that are not reserved.
-kafka::HeadersHandle event_headers(const Event& event) {
+// The message's headers: outbox's own, the CloudEvents ones when asked (`ce_source` not empty),
+// then the event's string headers that are not reserved (nor CloudEvents', then).
+kafka::HeadersHandle event_headers(const Event& event, const std::string& ce_source) {
   kafka::HeadersHandle headers(rd_kafka_headers_new(8));
   const std::string id = event.event_id.to_string();
   const std::string sequence = std::to_string(event.aggregate_sequence);
@@ -183,11 +185,20 @@ kafka::HeadersHandle event_headers(const Event& event) {
                       sequence.size());
   rd_kafka_header_add(headers.get(), kafka::kHeaderSchemaVersion, -1, version.data(),
                       version.size());
+  if (!ce_source.empty()) {
+    for (const auto& [name, value] : detail::cloudevents_attributes(event, ce_source)) {
+      if (name == "partitionkey") continue;  // the message key, in the Kafka binding
+      const std::string header = "ce_" + name;
+      rd_kafka_header_add(headers.get(), header.c_str(), -1, value.data(), value.size());
+    }
+    rd_kafka_header_add(headers.get(), "content-type", -1, "application/json", 16);
+  }
   if (!event.headers.empty() && event.headers != "{}") {
     const auto extra = nlohmann::json::parse(event.headers, nullptr, false);
     if (extra.is_object()) {
       for (const auto& [key, value] : extra.items()) {
         if (!value.is_string() || detail::is_reserved_header(key)) continue;
+        if (!ce_source.empty() && (key.starts_with("ce_") || key == "content-type")) continue;
         const auto& text = value.get_ref<const std::string&>();
         rd_kafka_header_add(headers.get(), key.c_str(), -1, text.data(), text.size());
       }
@@ -214,7 +225,9 @@ kafka::HeadersHandle event_headers(const Event& event) {
 class KafkaSink final : public Sink {
  public:
   explicit KafkaSink(const KafkaSinkOptions& options)
-      : topic_template_(options.topic_template), brokers_(options.brokers) {
+      : topic_template_(options.topic_template),
+        brokers_(options.brokers),
+        cloudevents_source_(options.cloudevents_source) {
     kafka::check_topic_template(topic_template_);
     if (brokers_.empty()) throw ConfigError("Kafka sink: no brokers (--kafka-brokers host:port)");
     kafka::ConfHandle conf(rd_kafka_conf_new());
@@ -263,7 +276,7 @@ class KafkaSink final : public Sink {
       return;
     }
     if (known_topics_.insert(topic).second) prefetch_metadata(topic);
-    kafka::HeadersHandle headers = event_headers(event);
+    kafka::HeadersHandle headers = event_headers(event, cloudevents_source_);
     for (int attempt = 0;; ++attempt) {
       const rd_kafka_resp_err_t err = rd_kafka_producev(
           handle_.get(), RD_KAFKA_V_TOPIC(topic.c_str()),
@@ -382,6 +395,7 @@ class KafkaSink final : public Sink {
 
   std::string topic_template_;
   std::string brokers_;
+  std::string cloudevents_source_;  // empty: no CloudEvents headers
   kafka::KafkaHandle handle_;
   std::unordered_set<std::string> known_topics_;  // metadata asked for once
   std::vector<DeliveryReport> ready_;

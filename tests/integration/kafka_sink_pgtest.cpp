@@ -20,6 +20,7 @@
 #include "common/log.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/log.hpp"
+#include "support/kafka_reader.hpp"
 #include "support/test_env.hpp"
 
 namespace outbox::testing {
@@ -98,6 +99,67 @@ TEST(KafkaSinkPartitions, AKeyLandsWhereJavasDefaultPartitionerPutsIt) {
     ++spread[report.partition];
   }
   for (int p = 0; p < kPartitions; ++p) EXPECT_GT(spread[p], 0) << "partition " << p;
+}
+
+// With a CloudEvents source the sink writes the Kafka binding's binary-mode headers; an event's own
+// header may not stand in for one of them. Without one it writes none.
+TEST(KafkaSinkCloudEvents, TheBindingsHeadersWhenAskedAndNoneOtherwise) {
+  const std::string topic = "sink.cloudevents";
+  kafka().create_topic(topic, 1);
+  for (const std::string source : {"/orders", ""}) {
+    KafkaSinkOptions options{kafka().bootstrap_servers(), topic, {}};
+    options.cloudevents_source = source;
+    auto sink = make_kafka_sink(options);
+    Event event;
+    event.event_id = EventId::generate();
+    event.aggregate_type = "order";
+    event.aggregate_id = "o-é 1";
+    event.aggregate_sequence = 12;
+    event.event_type = "Placed";
+    event.schema_version = 3;
+    event.payload = R"({"total":1})";
+    event.headers = R"({"ce_id":"forged","tenant":"t1"})";
+    event.occurred_at = "2026-12-03 07:40:00.25+00";
+    sink->send(event, 1);
+    std::vector<DeliveryReport> reports;
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (reports.empty() && std::chrono::steady_clock::now() < deadline)
+      sink->poll(100ms, reports);
+    ASSERT_EQ(reports.size(), 1U);
+    ASSERT_EQ(reports[0].outcome, DeliveryOutcome::published) << reports[0].error;
+    const auto messages = read_topic_until(
+        kafka().bootstrap_servers(), topic,
+        [&](const std::vector<ReadMessage>& so_far) {
+          return std::any_of(so_far.begin(), so_far.end(), [&](const ReadMessage& m) {
+            return m.headers.at("event_id") == event.event_id.to_string();
+          });
+        },
+        20s);
+    const auto found = std::find_if(messages.begin(), messages.end(), [&](const ReadMessage& m) {
+      return m.headers.at("event_id") == event.event_id.to_string();
+    });
+    ASSERT_NE(found, messages.end());
+    const auto& headers = found->headers;
+    EXPECT_EQ(headers.at("tenant"), "t1");
+    if (source.empty()) {
+      EXPECT_FALSE(headers.contains("ce_specversion"));
+      EXPECT_FALSE(headers.contains("content-type"));
+      EXPECT_EQ(headers.at("ce_id"), "forged") << "without the binding, the event's own header";
+      continue;
+    }
+    EXPECT_EQ(headers.at("ce_specversion"), "1.0");
+    EXPECT_EQ(headers.at("ce_id"), event.event_id.to_string()) << "not the event's own ce_id";
+    EXPECT_EQ(headers.at("ce_source"), "/orders");
+    EXPECT_EQ(headers.at("ce_type"), "Placed");
+    EXPECT_EQ(headers.at("ce_subject"), "o-é 1");
+    EXPECT_EQ(headers.at("ce_time"), "2026-12-03T07:40:00.250000Z");
+    EXPECT_EQ(headers.at("ce_aggregatetype"), "order");
+    EXPECT_EQ(headers.at("ce_aggregatesequence"), "12");
+    EXPECT_EQ(headers.at("ce_schemaversion"), "3");
+    EXPECT_EQ(headers.at("content-type"), "application/json");
+    EXPECT_FALSE(headers.contains("ce_partitionkey")) << "the key is the partition key";
+    EXPECT_EQ(found->key, "o-é 1");
+  }
 }
 
 // The sink's own statistics (Sink::stats()): a send that finds the client's queue full waits for

@@ -6,6 +6,7 @@
 
 #include "outbox/error.hpp"
 #include "outbox/http_sink.hpp"
+#include "sinks/cloudevents.hpp"
 
 namespace outbox::http {
 namespace {
@@ -116,7 +117,7 @@ TEST(EventHeaders, CarryTheKeyTheSignatureCloudEventsAndOnlyTheTraceContext) {
 
 TEST(EventHeaders, CloudEventsValuesArePercentEncodedOutsidePrintableAscii) {
   EXPECT_EQ(cloudevents_header_value("a\"b%c d\xc3\xa9\r\n"), "a%22b%25c%20d%C3%A9%0D%0A");
-  EXPECT_EQ(rfc3339("not a time"), "not a time");
+  EXPECT_EQ(detail::rfc3339("not a time"), "not a time");
 }
 
 TEST(ExtraHeaders, RefuseWhatOutboxSetsAndWhatWouldSplitTheRequest) {
