@@ -133,7 +133,10 @@ HttpSinkOptions http_sink_options(const HttpFlags& flags, std::chrono::milliseco
     if (!pair) throw ConfigError(where + ": expected \"Name: value\"");
     options.headers.push_back(std::move(*pair));
   };
-  for (const std::string& line : flags.headers) header(line, "--http-header \"" + line + "\"");
+  // The value may be a secret: a malformed line is named by its place, never echoed.
+  for (std::size_t i = 0; i < flags.headers.size(); ++i) {
+    header(flags.headers[i], "--http-header number " + std::to_string(i + 1));
+  }
   if (!flags.headers_file.empty()) {
     for (const auto& [number, line] : content_lines(flags.headers_file, "HTTP headers")) {
       header(line, "HTTP headers file " + flags.headers_file + ", line " + std::to_string(number));
@@ -169,7 +172,11 @@ bool any_http_flag(const HttpFlags& flags) {
          !flags.signing_secret_file.empty() || !flags.ca_file.empty() ||
          flags.method != defaults.method || flags.timeout != defaults.timeout ||
          flags.connect_timeout != defaults.connect_timeout || flags.proxy_from_env ||
-         flags.on_unknown != defaults.on_unknown;
+         flags.on_unknown != defaults.on_unknown ||
+         flags.max_connections_per_host != defaults.max_connections_per_host ||
+         flags.max_response != defaults.max_response ||
+         flags.max_retry_after != defaults.max_retry_after ||
+         flags.cloudevents_source != defaults.cloudevents_source;
 }
 
 }  // namespace outbox::cli

@@ -30,8 +30,24 @@ struct ReconcileFlags {
   bool json = false;
   std::string status_url;
   HttpFlags http;  // headers, headers file, CA file, timeout, proxy for `check`
+  std::string min_age = "30s";
+  bool dry_run = false;
   std::size_t limit = 1000;
 };
+
+// Before anything is settled: the status URL must say "did not happen" (404) for an event that
+// was never sent. A wrong route answering 404 for everything would send every event again; a
+// catch-all answering 200 would mark events published that never were.
+void probe_status_url(const HttpStatusCheckOptions& options, const Event& like) {
+  Event never = like;
+  never.event_id = EventId::generate();
+  const HttpStatus probe = ask_http_status(never, options);
+  if (probe.answer != HttpStatusAnswer::did_not_happen) {
+    throw ConfigError("reconcile check: the status URL answers \"" + probe.detail +
+                      "\" for an event that was never sent (" + never.event_id.to_string() +
+                      "); it must answer 404 there, so nothing was settled. Check --status-url");
+  }
+}
 
 // `check`: asks the status URL about each event in doubt; settles those it answers for.
 int run_check(PGconn* conn, const SchemaName& schema, const ReconcileFlags& flags) {
@@ -41,21 +57,34 @@ int run_check(PGconn* conn, const SchemaName& schema, const ReconcileFlags& flag
   HttpStatusCheckOptions options{flags.status_url, parsed.headers, parsed.ca_file, parsed.timeout,
                                  parsed.proxy_from_environment};
   const std::string actor = actor_or_user(flags.actor);
+  const double min_age = std::chrono::duration<double>(parse_duration(flags.min_age)).count();
   std::size_t settled = 0, left = 0;
   const auto events = list_in_doubt(conn, schema, flags.limit);
+  if (!events.empty()) probe_status_url(options, events.front().event);
   for (const InDoubtEvent& in : events) {
-    const HttpStatus status = ask_http_status(in.event, options);
     const std::string id = in.event.event_id.to_string();
-    if (status.answer == HttpStatusAnswer::unknown) {
+    if (in.age_seconds < min_age) {
+      // Its request may still be running at the endpoint: a 404 now could precede its effect.
       ++left;
-      std::cout << id << "  still in doubt: " << status.detail << "\n";
+      std::cout << id << "  too recent (in doubt for " << fmt::format("{:.1f}", in.age_seconds)
+                << " s, --min-age " << flags.min_age << "): asked next time\n";
+      continue;
+    }
+    const HttpStatus status = ask_http_status(in.event, options);
+    if (status.answer == HttpStatusAnswer::unknown || flags.dry_run) {
+      ++left;
+      std::cout << id << "  " << (flags.dry_run ? "would settle as " : "still in doubt: ")
+                << (status.answer == HttpStatusAnswer::happened         ? "published: "
+                    : status.answer == HttpStatusAnswer::did_not_happen ? "retry: "
+                                                                        : "")
+                << status.detail << "\n";
       continue;
     }
     const Settlement settlement =
         status.answer == HttpStatusAnswer::happened ? Settlement::published : Settlement::retry;
     const std::vector<EventId> one{in.event.event_id};
     const auto done = settle_in_doubt(conn, schema, one, settlement, actor,
-                                      "status URL answered " + status.detail.substr(0, 200));
+                                      "status URL answered " + status.detail);
     settled += done.size();
     std::cout << id << "  " << (done.empty() ? "already settled" : to_string(settlement)) << ": "
               << status.detail << "\n";
@@ -124,12 +153,19 @@ void register_reconcile(Commands& commands) {
   auto* check = reconcile->add_subcommand(
       "check",
       "ask the destination: GET --status-url per event; 200 settles it as published, 404 sends "
-      "it again, anything else leaves it in doubt (exit 1)");
+      "it again, anything else leaves it in doubt (exit 1). First asks about an event never "
+      "sent, which must answer 404");
   check
       ->add_option("--status-url", flags->status_url,
                    "e.g. https://api.example.com/charges/{event_id} (placeholders as --http-url)")
       ->required();
   check->add_option("--actor", flags->actor, "recorded as who settled (default: $USER)");
+  check
+      ->add_option("--min-age", flags->min_age,
+                   "leave events in doubt for less than this (their request may still be running "
+                   "at the endpoint): more than the relays' --http-timeout")
+      ->capture_default_str();
+  check->add_flag("--dry-run", flags->dry_run, "ask and say, settle nothing");
   add_http_request_options(check, flags->http);
   check->callback([flags] { flags->action = "check"; });
   add_decision(reconcile, flags, "published", "it happened at the destination: mark published");

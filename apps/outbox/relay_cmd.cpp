@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -85,6 +86,12 @@ RelayOptions relay_options(const RelayFlags& flags) {
                            : flags.table_less        ? 0
                                                      : kRelayDefaults.cdc.wal_budget;
   options.cdc.shards = flags.shards;
+  if (flags.sink == "http" && flags.http.on_unknown == "reconcile") {
+    // A request still running when the drain ends leaves its row claimed, and the next relay
+    // parks it in doubt: the drain outlasts the longest request.
+    options.drain_timeout = std::max(options.drain_timeout,
+                                     parse_duration(flags.http.timeout) + std::chrono::seconds(5));
+  }
   return options;
 }
 

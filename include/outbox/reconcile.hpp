@@ -18,15 +18,17 @@
 namespace outbox {
 
 struct InDoubtEvent {
-  Event event;                      // as a relay would send it (payload and headers included)
+  Event event;                      // as a relay would send it (payload and headers: if asked)
   std::string in_doubt_at;          // when the relay parked it
+  double age_seconds = 0;           // how long ago that was
   std::string reason;               // what the sink saw ("no status after the request was sent")
   std::int64_t blocked_events = 0;  // later events of the same aggregate waiting behind it
 };
 
-// Oldest first, at most `limit`. Blocks for one query. Throws DatabaseError.
+// Oldest first, at most `limit`; with `with_body` the payload and headers too. Blocks for one
+// query. Throws DatabaseError.
 std::vector<InDoubtEvent> list_in_doubt(PGconn* conn, const SchemaName& schema,
-                                        std::size_t limit = 1000);
+                                        std::size_t limit = 1000, bool with_body = true);
 
 enum class Settlement {
   published,  // it happened at the destination: marked published, its aggregate moves on

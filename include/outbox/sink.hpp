@@ -61,8 +61,9 @@ class Sink {
   // True when the destination cannot recognise a repeat (the HTTP sink with
   // HttpOnUnknown::reconcile): an event another relay session may already have sent (it claimed
   // it and ended, or its lease ran out, with no outcome written) is then not sent again but
-  // parked in doubt, and the relay refuses the change-data-capture source (a streamed event has
-  // no claim to tell that from).
+  // parked in doubt; the relay commits its claims and marks synchronously (durable_marks), since
+  // a claim lost in a PostgreSQL crash would hide a send; and it refuses the change-data-capture
+  // source (a streamed event has no claim to tell that from).
   [[nodiscard]] virtual bool repeats_are_duplicates() const { return false; }
 
   // A short description for logs, e.g. "kafka(127.0.0.1:39093)".

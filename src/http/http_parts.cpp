@@ -130,8 +130,13 @@ std::string percent_encode(std::string_view text) {
 }
 
 UrlTemplate::UrlTemplate(std::string text) : text_(std::move(text)) {
+  // The query may hold a token: the message shows the template up to it.
   const auto refuse = [&](const std::string& why) {
-    throw ConfigError("HTTP URL template \"" + printable(text_, 200) + "\": " + why);
+    const std::size_t query = text_.find('?');
+    throw ConfigError(
+        "HTTP URL template \"" +
+        printable(query == std::string::npos ? text_ : text_.substr(0, query) + "?...", 200) +
+        "\": " + why);
   };
   std::size_t scheme_end = 0;
   if (text_.starts_with("https://")) {
@@ -173,6 +178,17 @@ UrlTemplate::UrlTemplate(std::string text) : text_(std::move(text)) {
   }
 }
 
+namespace {
+
+// A value that is a whole dot segment ("." or ".."), which a URL's path resolution would remove
+// along with the segment before it, goes out as %2E: an id cannot move the request to another path.
+std::string encode_value(std::string_view value) {
+  if (value == "." || value == "..") return value.size() == 1 ? "%2E" : "%2E%2E";
+  return percent_encode(value);
+}
+
+}  // namespace
+
 std::string UrlTemplate::render(const Event& event) const {
   std::string out;
   out.reserve(text_.size() + 64);
@@ -183,7 +199,7 @@ std::string UrlTemplate::render(const Event& event) const {
     if (open == std::string::npos) break;
     const std::size_t close = text_.find('}', open);
     out.append(text_, pos, open - pos);
-    out += percent_encode(
+    out += encode_value(
         placeholder_value(std::string_view(text_).substr(open + 1, close - open - 1), event, id));
     pos = close + 1;
   }
@@ -323,8 +339,13 @@ DeliveryReport classify(const Response& response, bool reconcile,
   const auto body = [&] {
     return response.body.empty() ? std::string() : ": " + one_line(response.body, kReasonBodyBytes);
   };
-  if (response.status > 0) {
+  // A 1xx is not an answer (curl reports 100, 102 or 103 when nothing final followed).
+  if (response.status >= 200) {
     const long status = response.status;
+    // Answers that say the request was not acted on. Other 5xx (500, 502, 504, ...) may come
+    // after the origin acted: retried where a repeat is harmless, in doubt where it is not.
+    const bool not_acted_on =
+        status == 408 || status == 409 || status == 425 || status == 429 || status == 503;
     if (status >= 200 && status <= 299) {
       report.outcome = DeliveryOutcome::published;
     } else if (status >= 300 && status <= 399) {
@@ -332,7 +353,10 @@ DeliveryReport classify(const Response& response, bool reconcile,
       report.error = fmt::format(
           "HTTP {} redirect{} not followed: point the URL template at the final address", status,
           response.location.empty() ? "" : " to " + one_line(response.location, 300));
-    } else if (status == 408 || status == 425 || status == 429 || status >= 500) {
+    } else if (reconcile && status >= 500 && !not_acted_on) {
+      report.outcome = DeliveryOutcome::in_doubt;
+      report.error = fmt::format("HTTP {} (the origin may have acted){}", status, body());
+    } else if (not_acted_on || status >= 500) {
       report.outcome = DeliveryOutcome::retryable_failure;
       report.error = fmt::format("HTTP {}{}", status, body());
       // Clamped in seconds first: a hostile "Retry-After: 9999999999999999" must not overflow.

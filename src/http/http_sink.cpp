@@ -219,6 +219,7 @@ class HttpSink final : public Sink {
     curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(t.body.size()));
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, t.headers);
     curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);  // no dot-segment squashing of the path
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(options_.connect_timeout.count()));
@@ -231,6 +232,8 @@ class HttpSink final : public Sink {
       // endpoint that cannot recognise a repeat, every request has a connection of its own.
       curl_easy_setopt(easy, CURLOPT_FORBID_REUSE, 1L);
       curl_easy_setopt(easy, CURLOPT_FRESH_CONNECT, 1L);
+      // HTTP/2 lets curl send a refused stream again by itself, too.
+      curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
     }
     // "" turns proxies off, the environment's (http_proxy, ...) included.
     if (!options_.proxy_from_environment) curl_easy_setopt(easy, CURLOPT_PROXY, "");
@@ -240,24 +243,62 @@ class HttpSink final : public Sink {
     curl_easy_setopt(easy, CURLOPT_PRIVATE, &t);
   }
 
-  // The worker: adds queued transfers, drives curl, turns finished ones into reports.
+  // The worker: adds queued transfers, drives curl, turns finished ones into reports. Whatever
+  // goes wrong, every send still gets its one report: a transfer curl would not take is reported
+  // not sent (nothing left), and an exception here reports every transfer it holds as an unknown
+  // outcome rather than ending the process.
   void run() {
     for (;;) {
-      {
-        std::lock_guard lock(mutex_);
-        if (stopping_) break;
-        for (auto& transfer : queued_) {
-          CURL* easy = transfer->easy;
-          curl_multi_add_handle(multi_, easy);
-          running_.emplace(easy, std::move(transfer));
+      try {
+        if (!step()) return;
+      } catch (const std::exception& e) {
+        detail::log().error("http sink: {}; reporting what is in flight as unknown", e.what());
+        for (auto& [easy, transfer] : running_) {
+          curl_multi_remove_handle(multi_, easy);
+          report_now(transfer->ticket, DeliveryOutcome::unknown,
+                     std::string("sink failed: ") + e.what());
         }
-        queued_.clear();
+        running_.clear();
       }
-      int still_running = 0;
-      curl_multi_perform(multi_, &still_running);
-      collect();
-      curl_multi_poll(multi_, nullptr, 0, 1000, nullptr);
     }
+  }
+
+  bool step() {
+    std::vector<std::uint64_t> refused;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return false;
+      for (auto& transfer : queued_) {
+        CURL* easy = transfer->easy;
+        if (curl_multi_add_handle(multi_, easy) != CURLM_OK) {
+          refused.push_back(transfer->ticket);
+          continue;
+        }
+        running_.emplace(easy, std::move(transfer));
+      }
+      queued_.clear();
+    }
+    for (const std::uint64_t ticket : refused) {
+      report_now(ticket, DeliveryOutcome::retryable_failure,
+                 "not sent: libcurl refused the transfer");
+    }
+    int still_running = 0;
+    curl_multi_perform(multi_, &still_running);
+    collect();
+    curl_multi_poll(multi_, nullptr, 0, 1000, nullptr);
+    return true;
+  }
+
+  void report_now(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
+    DeliveryReport report;
+    report.ticket = ticket;
+    report.outcome = outcome;
+    report.error = std::move(error);
+    {
+      std::lock_guard lock(mutex_);
+      ready_.push_back(std::move(report));
+    }
+    done_.notify_one();
   }
 
   void collect() {

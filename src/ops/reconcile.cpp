@@ -21,13 +21,17 @@ const char* to_string(Settlement settlement) noexcept {
   return "?";
 }
 
-std::vector<InDoubtEvent> list_in_doubt(PGconn* conn, const SchemaName& schema, std::size_t limit) {
+std::vector<InDoubtEvent> list_in_doubt(PGconn* conn, const SchemaName& schema, std::size_t limit,
+                                        bool with_body) {
   const std::string limit_text = std::to_string(limit);
+  const char* body = with_body ? "true" : "false";
   const auto result = pg::exec(
       conn,
       fmt::format(R"SQL(SELECT q.event_id, q.aggregate_type, q.aggregate_id, q.aggregate_sequence,
-       q.event_type, q.schema_version, q.payload::text, q.headers::text, q.occurred_at,
+       q.event_type, q.schema_version, CASE WHEN $2::bool THEN q.payload::text ELSE '' END,
+       CASE WHEN $2::bool THEN q.headers::text ELSE '{{}}' END, q.occurred_at,
        q.attempt_count, q.in_doubt_at, coalesce(q.in_doubt_reason, ''),
+       extract(epoch FROM now() - q.in_doubt_at),
        (SELECT count(*) FROM {events} b
         WHERE b.published_at IS NULL AND b.skipped_at IS NULL
           AND b.aggregate_type = q.aggregate_type AND b.aggregate_id = q.aggregate_id
@@ -37,7 +41,7 @@ WHERE q.in_doubt_at IS NOT NULL AND q.published_at IS NULL AND q.skipped_at IS N
 ORDER BY q.in_doubt_at
 LIMIT $1::bigint)SQL",
                   fmt::arg("events", schema.table("outbox_events"))),
-      {limit_text.c_str()});
+      {limit_text.c_str(), body});
   std::vector<InDoubtEvent> events;
   for (int row = 0; row < result.rows(); ++row) {
     InDoubtEvent e;
@@ -53,7 +57,8 @@ LIMIT $1::bigint)SQL",
     e.event.attempt_count = static_cast<std::int32_t>(result.int64(row, 9));
     e.in_doubt_at = result.text(row, 10);
     e.reason = result.text(row, 11);
-    e.blocked_events = result.int64(row, 12);
+    e.age_seconds = std::stod(std::string(result.text(row, 12)));
+    e.blocked_events = result.int64(row, 13);
     events.push_back(std::move(e));
   }
   return events;

@@ -364,8 +364,9 @@ ALTER TABLE {s}.outbox_relays
 ALTER TABLE {s}.outbox_events
   ADD COLUMN in_doubt_at     timestamptz,
   ADD COLUMN in_doubt_reason text;
-CREATE INDEX outbox_events_in_doubt_idx
-  ON {s}.outbox_events (in_doubt_at) WHERE in_doubt_at IS NOT NULL;
+-- Columns only (no default, no index): the ALTER changes the catalog, not the rows, so it holds
+-- the table's lock for moments. Events in doubt are pending, and listing them walks the pending
+-- rows, never the history.
 ALTER TABLE {s}.outbox_operator_audit
   DROP CONSTRAINT outbox_operator_audit_action_check,
   ADD CONSTRAINT outbox_operator_audit_action_check

@@ -191,6 +191,10 @@ TEST(HttpSink, NoListenerIsNotSentAndABrokenOrSilentConnectionIsAnUnknownOutcome
   auto sink = make_http_sink(impatient);
   report = deliver(*sink, one_event("a", 1));
   EXPECT_EQ(report.outcome, DeliveryOutcome::unknown) << report.error;
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (slow.counts().effects == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
   EXPECT_EQ(slow.counts().effects, 1U) << "the endpoint acted; the relay cannot know";
 }
 
@@ -322,11 +326,13 @@ TEST_F(HttpRelayTest, AnEndpointThatWasDownGetsEverythingOnceItIsBack) {
 // got no answer to is never sent again by it. The status URL settles it either way.
 class HttpReconcileTest : public HttpRelayTest {
  protected:
-  HttpSinkOptions reconciling(const std::string& base) {
+  // A short timeout to make events go in doubt; the drains after settling take a long one, so a
+  // slow request on a loaded machine does not put another event in doubt.
+  HttpSinkOptions reconciling(const std::string& base, std::chrono::milliseconds timeout = 1000ms) {
     HttpSinkOptions options = to(base);
     options.on_unknown = HttpOnUnknown::reconcile;
-    options.timeout = 1000ms;
-    options.connect_timeout = 1000ms;
+    options.timeout = timeout;
+    options.connect_timeout = std::min<std::chrono::milliseconds>(timeout, 3000ms);
     return options;
   }
   long long where(const std::string& condition) {
@@ -376,7 +382,8 @@ TEST_F(HttpReconcileTest, ATimeoutAfterTheEffectIsParkedNotRepeatedAndSettledAsP
   EXPECT_EQ(retry_quarantined(conn(), schema_, id, "test"), 0U);
 
   reconcile_by_status(receiver);
-  ASSERT_TRUE(drain(relay, 30s));
+  Relay patient(fast("r2"), make_http_sink(reconciling(receiver.url(), 10000ms)));
+  ASSERT_TRUE(drain(patient, 30s));
   const auto counts = receiver.counts();
   EXPECT_EQ(counts.effects, 3U);
   EXPECT_EQ(counts.duplicate_effects, 0U) << "the mode exists to prevent these";
@@ -399,7 +406,7 @@ TEST_F(HttpReconcileTest, AConnectionBrokenBeforeTheEffectIsSettledBySendingAgai
   EXPECT_EQ(where("in_doubt_at IS NOT NULL"), 2);
   reconcile_by_status(receiver);  // 404: never applied there
   EXPECT_EQ(where("in_doubt_at IS NULL AND available_at <= now() AND attempt_count = 0"), 2);
-  Relay relay(fast("r2"), make_http_sink(reconciling(receiver.url())));
+  Relay relay(fast("r2"), make_http_sink(reconciling(receiver.url(), 10000ms)));
   ASSERT_TRUE(drain(relay, 30s));
   EXPECT_EQ(receiver.counts().effects, 2U);
   EXPECT_EQ(receiver.counts().duplicate_effects, 0U);

@@ -64,6 +64,14 @@ TEST(UrlTemplate, PercentEncodesEachPlaceholderInsideItsSegment) {
             "?e=0190a6d2-8f00-7c3e-9f6e-5b8f1d2a3c4e");
   EXPECT_EQ(url.origin(), "https://api.example.com");
   EXPECT_EQ(render_url("http://h:8080/{event_type}", sample_event()), "http://h:8080/OrderPlaced");
+  // A whole dot segment would take the request to another path: sent encoded.
+  Event dots = sample_event();
+  dots.aggregate_type = "..";
+  dots.aggregate_id = ".";
+  EXPECT_EQ(render_url("https://h/a/{aggregate_type}/{aggregate_id}/x", dots),
+            "https://h/a/%2E%2E/%2E/x");
+  dots.aggregate_id = "v1.2..";
+  EXPECT_EQ(render_url("https://h/{aggregate_id}", dots), "https://h/v1.2..");
 }
 
 TEST(UrlTemplate, RefusesWhatWouldMoveTheHostOrNeverBeSent) {
@@ -84,6 +92,13 @@ TEST(UrlTemplate, RefusesWhatWouldMoveTheHostOrNeverBeSent) {
   refused("https://h/{aggregate_id", "unknown placeholder");
   refused("https://h/x}", "without its");
   refused("https://h/a b", "space");
+  try {
+    (void)UrlTemplate("https://h/x?token=s3cret&a=b c");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).find("s3cret"), std::string::npos)
+        << "the query may be a secret";
+  }
 }
 
 TEST(EventHeaders, CarryTheKeyTheSignatureCloudEventsAndOnlyTheTraceContext) {
@@ -141,10 +156,24 @@ TEST(Classify, EachResponseMeansWhatTheSinkDocuments) {
   const auto cap = std::chrono::milliseconds(60000);
   EXPECT_EQ(classify(answered(200), false, cap).outcome, DeliveryOutcome::published);
   EXPECT_EQ(classify(answered(204), false, cap).outcome, DeliveryOutcome::published);
-  for (const long status : {408L, 425L, 429L, 500L, 502L, 503L, 504L}) {
+  for (const long status : {408L, 409L, 425L, 429L, 500L, 502L, 503L, 504L}) {
     EXPECT_EQ(classify(answered(status), false, cap).outcome, DeliveryOutcome::retryable_failure)
         << status;
   }
+  // Where a repeat is not harmless, only the answers that say nothing was done are retried; a
+  // 500, 502 or 504 may come after the origin acted.
+  for (const long status : {408L, 409L, 425L, 429L, 503L}) {
+    EXPECT_EQ(classify(answered(status), true, cap).outcome, DeliveryOutcome::retryable_failure)
+        << status;
+  }
+  for (const long status : {500L, 502L, 504L, 599L}) {
+    EXPECT_EQ(classify(answered(status), true, cap).outcome, DeliveryOutcome::in_doubt) << status;
+  }
+  // A 1xx and then nothing: no answer (curl reports the interim status).
+  Response interim = answered(103);
+  interim.curl_code = 52;
+  EXPECT_EQ(classify(interim, false, cap).outcome, DeliveryOutcome::unknown);
+  EXPECT_EQ(classify(interim, true, cap).outcome, DeliveryOutcome::in_doubt);
   for (const long status : {400L, 401L, 403L, 404L, 410L, 422L}) {
     EXPECT_EQ(classify(answered(status), false, cap).outcome, DeliveryOutcome::permanent_failure)
         << status;

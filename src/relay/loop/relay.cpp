@@ -35,10 +35,19 @@ using detail::kStayAwake;
 //   listening      idle: producers notify it; sleeps until a NOTIFY, a duty or its idle timer;
 //   reconnecting   PostgreSQL is gone: keeps taking reports, reconnects with backoff;
 //   draining       stopping: takes reports until drain_timeout, records them, fetches nothing.
+// For a destination that cannot recognise a repeat, a claim is the only proof that an event may
+// have been sent: it must survive a PostgreSQL crash or a failover, so claims and marks commit
+// synchronously (as with durable_marks), whatever the options say.
+RelayOptions durable_if_repeats_are_duplicates(RelayOptions options, const Sink* sink) {
+  if (sink != nullptr && sink->repeats_are_duplicates()) options.durable_marks = true;
+  return options;
+}
+
 class Relay::Impl {
  public:
   Impl(RelayOptions options, std::unique_ptr<Sink> sink)
-      : options_(detail::checked(std::move(options), kFirstIdleWait)),
+      : options_(detail::checked(durable_if_repeats_are_duplicates(std::move(options), sink.get()),
+                                 kFirstIdleWait)),
         window_(options_.max_in_flight, options_.max_in_flight_bytes),
         health_("relay " + options_.relay_id),
         sender_(options_.relay_id, std::move(sink), window_, counters_, health_) {
