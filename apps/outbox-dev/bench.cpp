@@ -20,6 +20,7 @@
 #include "bench_scenarios.hpp"
 #include "cli/command.hpp"
 #include "outbox/error.hpp"
+#include "outbox/testing/http_receiver.hpp"
 #include "servers.hpp"
 #include "svg_plot.hpp"
 
@@ -125,8 +126,17 @@ int run_bench(const BenchOptions& options) {
   pg_options.shared_buffers = options.shared_buffers;
   Servers servers(options.database_url, options.kafka_brokers, pg_options, 1,
                   [](const std::string& text) { progress(text); });
-  const Setup setup{options,      servers.database_url(), servers.brokers(),
-                    relay_binary, options.out_dir,        servers.kafka()};
+  // With --sink http the relays deliver to a receiver in this process, deduplicating by
+  // Idempotency-Key and keeping counts only.
+  std::optional<HttpReceiver> receiver;
+  if (options.sink == "http") receiver.emplace(HttpReceiver::Options{.keep_requests = false});
+  const Setup setup{options,
+                    servers.database_url(),
+                    servers.brokers(),
+                    relay_binary,
+                    options.out_dir,
+                    servers.kafka(),
+                    receiver ? receiver->url() : ""};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;
@@ -220,6 +230,12 @@ void register_bench(Commands& commands) {
       ->check(CLI::Range(1, 1000000));
   bench->add_flag("--durable-marks", options->durable_marks,
                   "relays commit marks synchronously (relay --durable-marks)");
+  bench
+      ->add_option("--sink", options->sink,
+                   "the relays' destination: kafka, or http (a webhook receiver in this process "
+                   "that deduplicates by Idempotency-Key; ceiling and drain, live)")
+      ->check(CLI::IsMember({"kafka", "http"}))
+      ->capture_default_str();
   bench->add_option("--only", options->only, "producer, ceiling, drain, live (comma list)")
       ->delimiter(',');
   bench

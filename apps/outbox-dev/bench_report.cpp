@@ -179,8 +179,11 @@ json machine(const Setup& setup) {
           {"synchronous_commit", std::string(settings.text(0, 2))},
           {"shared_buffers", std::string(settings.text(0, 3))},
           {"librdkafka", rd_kafka_version_str()},
-          {"kafka", setup.kafka ? "librdkafka mock cluster, 1 broker, in the bench process"
-                                : setup.brokers}};
+          {"sink", setup.http_url.empty() ? "kafka" : "http"},
+          {"kafka", !setup.http_url.empty()
+                        ? "not used: --sink http, to a receiver in the bench process (cpp-httplib)"
+                    : setup.kafka ? "librdkafka mock cluster, 1 broker, in the bench process"
+                                  : setup.brokers}};
 }
 
 void finish_report(const BenchOptions& options, const std::vector<json>& results,

@@ -139,6 +139,10 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
   }
   if (discard) {
     args.insert(args.end(), {"--sink", "discard"});
+  } else if (!http_url.empty()) {
+    args.insert(args.end(), {"--sink", "http", "--http-url",
+                             http_url + "/hooks/{aggregate_type}/{aggregate_id}",
+                             "--http-max-connections-per-host", "64"});
   } else {
     args.insert(args.end(), {"--kafka-brokers", brokers, "--topic-template",
                              schema.name() + ".{aggregate_type}"});

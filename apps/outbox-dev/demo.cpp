@@ -4,21 +4,26 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <unordered_set>
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
+#include "outbox/http_sink.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
+#include "outbox/testing/http_receiver.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "servers.hpp"
@@ -41,6 +46,7 @@ struct DemoOptions {
   bool json = false;
   bool quiet = false;
   std::string source = "both";  // polling, cdc, or both (one after the other)
+  std::string sink = "kafka";   // kafka, or http (an embedded webhook receiver)
 };
 
 const SchemaName kSchema("outbox_demo");
@@ -275,7 +281,13 @@ constexpr const char* kSlot = "outbox_demo";
 // streams and the others wait for the slot as standbys.
 class DemoRelays {
  public:
-  DemoRelays(int count, const std::string& url, const std::string& brokers, RelaySource source) {
+  DemoRelays(int count, const std::string& url, const std::string& brokers, RelaySource source)
+      : DemoRelays(count, url, source, [&] {
+          return make_kafka_sink(
+              KafkaSinkOptions{brokers, topic_prefix(source) + ".{aggregate_type}", {}});
+        }) {}
+  DemoRelays(int count, const std::string& url, RelaySource source,
+             const std::function<std::unique_ptr<Sink>()>& make_sink) {
     for (int i = 0; i < count; ++i) {
       RelayOptions relay_options;
       relay_options.database_url = url;
@@ -284,8 +296,7 @@ class DemoRelays {
       relay_options.idle_poll_max = 200ms;
       relay_options.source = source;
       relay_options.cdc.slot = kSlot;
-      KafkaSinkOptions sink{brokers, topic_prefix(source) + ".{aggregate_type}", {}};
-      relays_.push_back(std::make_unique<Relay>(relay_options, make_kafka_sink(sink)));
+      relays_.push_back(std::make_unique<Relay>(relay_options, make_sink()));
     }
     for (auto& relay : relays_) threads_.emplace_back([&relay] { relay->run(); });
   }
@@ -460,6 +471,64 @@ bool run_once(const DemoOptions& options, Servers& servers, RelaySource source,
   return report.ok() && !writers.failed && !consumer_failed;
 }
 
+// The HTTP variant: the relays deliver to a webhook receiver in this process that deduplicates by
+// Idempotency-Key, as an endpoint that honours it; its effects are what the report checks.
+bool run_once_http(const DemoOptions& options, Servers& servers, RelaySource source,
+                   const std::function<void(const std::string&)>& say) {
+  const auto started = Clock::now();
+  const std::string& url = servers.database_url();
+  auto admin = pg::Connection::open(url, "outbox-demo");
+  reset(admin.get());
+  HttpReceiver receiver;
+  say("sink: HTTP, to a webhook receiver at " + receiver.url() +
+      " (deduplicates by Idempotency-Key)");
+  HttpSinkOptions http;
+  http.url_template = receiver.url() + "/hooks/{aggregate_type}/{aggregate_id}";
+  DemoRelays relays(options.relays, url, source, [&] { return make_http_sink(http); });
+  DemoWriters writers;
+  say(fmt::format("writing {} orders with {} writers, {} relays ...", options.orders,
+                  options.writers, options.relays));
+  writers.start(options, url);
+  auto last_commit = Clock::now();
+  auto last_progress = Clock::now();
+  std::uint64_t last_applied = 0;
+  for (;;) {
+    std::this_thread::sleep_for(250ms);
+    const auto applied = receiver.counts().distinct_keys;
+    if (writers.left > 0) last_commit = Clock::now();
+    if (applied != last_applied) last_progress = Clock::now();
+    last_applied = applied;
+    say(fmt::format("  committed {:>7} events | published {:>7} | applied {:>7}",
+                    writers.committed_events(), relays.published(), applied));
+    if (writers.failed || (writers.left == 0 && applied >= writers.committed_events())) break;
+    if (writers.left == 0 && Clock::now() - last_progress > 30s) break;
+  }
+  writers.join();
+  Report report;
+  report.source = std::string(source == RelaySource::cdc ? "cdc" : "polling") + ", http";
+  report.drain_seconds = std::chrono::duration<double>(Clock::now() - last_commit).count();
+  report.fenced = relays.stop();
+  report.committed = writers.log.committed_transactions;
+  report.rolled_back = writers.log.rolled_back_transactions;
+  report.unknown = writers.log.unknown_transactions;
+  check(admin.get(), writers.log, report);  // the table's side; the effects are the receiver's
+  const auto effects = receiver.effects_by_key();
+  const auto counts = receiver.counts();
+  std::set<std::string> committed;
+  for (const EventId& id : writers.log.committed) committed.insert(id.to_string());
+  report.lost = static_cast<std::uint64_t>(std::count_if(
+      committed.begin(), committed.end(), [&](const auto& id) { return !effects.contains(id); }));
+  report.phantom = static_cast<std::uint64_t>(std::count_if(
+      effects.begin(), effects.end(), [&](const auto& e) { return !committed.contains(e.first); }));
+  report.effects_applied = counts.effects;
+  report.duplicates_suppressed = counts.suppressed;
+  report.duplicate_effects = counts.duplicate_effects;
+  report.inversions = counts.inversions;
+  report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  print(report, options.json);
+  return report.ok() && !writers.failed;
+}
+
 int run_demo(const DemoOptions& options) {
   if (options.json || options.quiet) spdlog::set_level(spdlog::level::warn);
   auto say = [&](const std::string& text) {
@@ -471,7 +540,11 @@ int run_demo(const DemoOptions& options) {
   if (options.source != "cdc") sources.push_back(RelaySource::polling);
   if (options.source != "polling") sources.push_back(RelaySource::cdc);
   bool ok = true;
-  for (const RelaySource source : sources) ok = run_once(options, servers, source, say) && ok;
+  for (const RelaySource source : sources) {
+    ok = (options.sink == "http" ? run_once_http(options, servers, source, say)
+                                 : run_once(options, servers, source, say)) &&
+         ok;
+  }
   return ok ? 0 : 1;
 }
 
@@ -495,6 +568,12 @@ void register_demo(Commands& commands) {
                    "the relays' source: polling, cdc (change data capture), or both, one run "
                    "after the other")
       ->check(CLI::IsMember({"polling", "cdc", "both"}))
+      ->capture_default_str();
+  demo->add_option("--sink", options->sink,
+                   "kafka, or http: the relays deliver to a webhook receiver in this process "
+                   "(Idempotency-Key, signatures' headers, CloudEvents), whose effects the report "
+                   "checks")
+      ->check(CLI::IsMember({"kafka", "http"}))
       ->capture_default_str();
   demo->add_flag("--json", options->json, "print the report as one JSON object");
   demo->add_flag("--quiet", options->quiet, "no progress lines");

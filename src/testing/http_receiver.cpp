@@ -95,7 +95,7 @@ class HttpReceiver::Impl {
       response.set_content(answer.body, "text/plain");
       if (answer.status >= 200 && answer.status <= 299) apply(seen);
       delay = delay_;
-      requests_.push_back(seen);
+      if (options_.keep_requests) requests_.push_back(seen);
     }
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
   }

@@ -78,21 +78,15 @@ function javaPartition(topic, key) {
 }
 
 // Every check on one message; fills `record`, throws with the reason on a failure.
-function check(topic, partition, message, record) {
-  const headers = stringHeaders(message.headers, record);
+function check(message, record) {
   const key = text("the key", message.key);
-  const value = text("the value", message.value);
   record.key = key;
+  const headers = stringHeaders(message.headers, record);
+  const value = text("the value", message.value);
   record.ce_id = headers.ce_id ?? null;
   record.event_id = headers.event_id ?? null;
   record.sequence_header = headers.aggregate_sequence ?? null;
   record.kafka_timestamp = message.timestamp;
-  if (message.key !== null) {
-    const java = javaPartition(topic, message.key);
-    if (java !== partition) {
-      throw new Error(`in partition ${partition}; the Java client's partitioner gives ${java}`);
-    }
-  }
 
   // The Kafka binding, binary mode: what a consumer hands the SDK. The key as a string: the SDK
   // makes it the partitionkey as given, and its strict check takes a Buffer there too (binary).
@@ -205,6 +199,8 @@ function atEnds() {
   return true;
 }
 
+// Per-aggregate order as this client sees it: each (topic, key) in one partition, its sequence
+// 1, 2, 3... in offset order.
 function orderCheck() {
   const byKey = new Map();
   for (const r of records) {
@@ -216,12 +212,14 @@ function orderCheck() {
   for (const [k, list] of byKey) {
     const partitions = new Set(list.map((r) => r.partition));
     if (partitions.size !== 1) problems.push(`${k}: in partitions ${[...partitions]}`);
-    list.sort((a, b) => (BigInt(a.offset) < BigInt(b.offset) ? -1 : 1));
+    const offset = (r) => BigInt(r.offset);
+    list.sort((a, b) => a.partition - b.partition || (offset(a) < offset(b) ? -1 : 1));
     let expected = 1;
     for (const r of list) {
       const sequence = r.aggregatesequence ?? r.sequence_header;
       if (sequence !== String(expected)) {
-        problems.push(`${k}: offset ${r.offset} has sequence ${sequence}, expected ${expected}`);
+        const at = `${r.partition}@${r.offset}`;
+        problems.push(`${k}: ${at} has sequence ${sequence}, expected ${expected}`);
         break;
       }
       expected += 1;
@@ -258,12 +256,20 @@ async function main() {
     eachMessage: async ({ topic, partition, message }) => {
       const record = { topic, partition, offset: message.offset, key: null, ce_id: null,
         event_id: null, ok: false, cloudevent: null, error: null };
+      const problems = [];
       try {
-        check(topic, partition, message, record);
-        record.ok = true;
+        check(message, record);
       } catch (error) {
-        record.error = error.message;
+        problems.push(error.message);
       }
+      if (message.key !== null) {
+        const java = javaPartition(topic, message.key);
+        if (java !== partition) {
+          problems.push(`in partition ${partition}; the Java client's partitioner gives ${java}`);
+        }
+      }
+      record.ok = problems.length === 0;
+      record.error = record.ok ? null : problems.join("; ");
       const identity = record.ce_id ?? record.event_id ?? `${topic}/${partition}@${message.offset}`;
       if (seen.has(identity)) duplicates += 1;
       seen.add(identity);

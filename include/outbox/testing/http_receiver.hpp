@@ -20,8 +20,9 @@ namespace outbox {
 class HttpReceiver {
  public:
   struct Options {
-    bool deduplicate = true;  // false: every 2xx answer applies the request again
-    std::uint16_t port = 0;   // 0: any free port, kept across stop() and start()
+    bool deduplicate = true;    // false: every 2xx answer applies the request again
+    std::uint16_t port = 0;     // 0: any free port, kept across stop() and start()
+    bool keep_requests = true;  // false: counts only (a benchmark's millions of requests)
   };
 
   struct Request {
