@@ -169,6 +169,16 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
   check_message_timeout(conf, options);
 }
 
+// A name the CloudEvents Kafka binding reads, in any case (consumers compare case-insensitively:
+// a producer's "Content-Type" beside outbox's "content-type" made the JavaScript SDK read the
+// message as structured mode and refuse it).
+bool is_cloudevents_header(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return lower.starts_with("ce_") || lower == "content-type";
+}
+
 // The message's headers: outbox's own, the CloudEvents ones when asked (`ce_source` not empty),
 // then the event's string headers that are not reserved (nor CloudEvents', then).
 kafka::HeadersHandle event_headers(const Event& event, const std::string& ce_source) {
@@ -198,7 +208,7 @@ kafka::HeadersHandle event_headers(const Event& event, const std::string& ce_sou
     if (extra.is_object()) {
       for (const auto& [key, value] : extra.items()) {
         if (!value.is_string() || detail::is_reserved_header(key)) continue;
-        if (!ce_source.empty() && (key.starts_with("ce_") || key == "content-type")) continue;
+        if (!ce_source.empty() && is_cloudevents_header(key)) continue;
         const auto& text = value.get_ref<const std::string&>();
         rd_kafka_header_add(headers.get(), key.c_str(), -1, text.data(), text.size());
       }

@@ -118,7 +118,8 @@ TEST(KafkaSinkCloudEvents, TheBindingsHeadersWhenAskedAndNoneOtherwise) {
     event.event_type = "Placed";
     event.schema_version = 3;
     event.payload = R"({"total":1})";
-    event.headers = R"({"ce_id":"forged","tenant":"t1"})";
+    event.headers = R"({"ce_id":"forged","Content-Type":"application/cloudevents+json",)"
+                    R"("CE_Source":"forged","tenant":"t1"})";
     event.occurred_at = "2026-12-03 07:40:00.25+00";
     sink->send(event, 1);
     std::vector<DeliveryReport> reports;
@@ -157,6 +158,8 @@ TEST(KafkaSinkCloudEvents, TheBindingsHeadersWhenAskedAndNoneOtherwise) {
     EXPECT_EQ(headers.at("ce_aggregatesequence"), "12");
     EXPECT_EQ(headers.at("ce_schemaversion"), "3");
     EXPECT_EQ(headers.at("content-type"), "application/json");
+    EXPECT_FALSE(headers.contains("Content-Type")) << "a producer's header in another case";
+    EXPECT_FALSE(headers.contains("CE_Source"));
     EXPECT_FALSE(headers.contains("ce_partitionkey")) << "the key is the partition key";
     EXPECT_EQ(found->key, "o-é 1");
   }

@@ -173,7 +173,10 @@ function check(message, record) {
 const kafka = new KafkaClient({
   clientId: "outbox-kafka-interop",
   brokers: brokersArg.split(","),
-  logLevel: logLevel.ERROR,
+  logLevel: logLevel.WARN,
+  // kafkajs's own logger puts info on stdout; this one writes all to stderr: stdout is JSON lines.
+  logCreator: () => ({ namespace, label, log: { message, ...extra } }) =>
+    console.error(`kafkajs ${label} [${namespace}] ${message} ${JSON.stringify(extra)}`),
   connectionTimeout: 3000,
   retry: { initialRetryTime: 100, maxRetryTime: 1000, retries: 5 },
 });
