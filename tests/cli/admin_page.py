@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-url, token, to_retry, to_skip, screenshot, open_url = sys.argv[1:7]
+url, token, to_retry, to_skip, screenshot, open_url, in_doubt = sys.argv[1:8]
 
 
 def click(selector):
@@ -57,6 +57,10 @@ try:
     # Control characters and a right-to-left override are shown escaped, not acted on.
     assert "c-1\\x1b[31m\\x07\\u202eevil" in shown, shown
     assert not any(c in shown for c in "\x1b\x07\u202e"), "a control character shown raw"
+    # An event in doubt is listed with what the sink saw, apart from the quarantine.
+    doubt = wait.until(ec.presence_of_element_located(
+        (By.CSS_SELECTOR, f'#in_doubt tr[data-event-id="{in_doubt}"]'))).text
+    assert "payment p-1" in doubt and "Operation timed out" in doubt, doubt
     # A slot no relay streams is said to keep WAL, with the command that drops it.
     slot = wait.until(ec.presence_of_element_located(
         (By.CSS_SELECTOR, '#slots tr[data-slot="left_behind"]'))).text
@@ -74,6 +78,7 @@ try:
     assert verdict.text.startswith("stalled: 2 events pending and no relay running"), verdict.text
     assert "2 events quarantined" in verdict.text and "slot left_behind" in verdict.text, \
         verdict.text
+    assert "1 event in doubt (outbox reconcile)" in verdict.text, verdict.text
     # The last hour comes from the server: a page opened now already has samples.
     samples = driver.execute_script("return hist.t.length")
     assert samples >= 1, "no history from the server"

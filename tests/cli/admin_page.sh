@@ -48,6 +48,13 @@ quarantine "$retry_id" order o-1
 # Its id has an escape sequence, a bell and a right-to-left override: shown escaped, as the CLI does.
 quarantine "$skip_id" '<b class="injected">x</b>' "c-1$(printf '\033[31m\a\342\200\256')evil"
 
+# An event in doubt (the HTTP sink's reconcile mode): listed under "In doubt", not pending.
+in_doubt_id=33333333-3333-4333-8333-333333333333
+sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, payload, available_at, in_doubt_at, in_doubt_reason,
+  attempt_count) VALUES ('$in_doubt_id', 'payment', 'p-1', 1, 'Charged', '{}', 'infinity', now(),
+  'no status after the request was sent: Operation timed out', 1)"
+
 # A slot no relay streams: the page lists it as such (admin_page.py).
 sql -c "SELECT pg_create_logical_replication_slot('left_behind', 'pgoutput')" >/dev/null
 
@@ -102,6 +109,7 @@ fi
 # --- the page in Chromium -------------------------------------------------------------------------
 if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/admin_page.py" "http://127.0.0.1:$port/" \
   "$token" "$retry_id" "$skip_id" "$artefacts/admin-page.png" "http://127.0.0.1:$open_port/" \
+  "$in_doubt_id" \
   >"$work_dir/browser.log" 2>&1; then
   pass
 else
@@ -122,6 +130,14 @@ if [[ "$audit" == "retry:released from quarantine,skip:customer deleted; event o
   pass
 else
   fail "the audit reads: $audit"
+fi
+
+# The event in doubt, settled by hand (it would keep the headline amber).
+if "$outbox_binary" reconcile --db "$db" --schema "$schema" skip "$in_doubt_id" --actor ops \
+  --reason "refunded by hand" | grep -q "1 of 1 event(s) settled as skip"; then
+  pass
+else
+  fail "reconcile skip did not settle the event in doubt"
 fi
 
 # --- the headline: green with a relay at work, red once it is stopped with an event pending ------
