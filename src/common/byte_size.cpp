@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "common/ascii_case.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox {
@@ -28,8 +29,7 @@ std::uint64_t parse_byte_size(std::string_view text) {
   if (!unit.empty() && (unit.front() == '.' || unit.front() == ',')) {
     throw fail("whole numbers only (1536KiB, not 1.5MiB)");
   }
-  std::transform(unit.begin(), unit.end(), unit.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  unit = detail::ascii_lower(unit);
   int shift = 0;
   if (unit.empty() || unit == "b") {
     shift = 0;

@@ -9,6 +9,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/ascii_case.hpp"
+
 namespace outbox::detail {
 namespace {
 
@@ -247,9 +249,7 @@ std::string scrub(std::string text, const std::vector<std::string>& secrets) {
 }
 
 bool is_secret_kafka_property(std::string_view key) {
-  std::string lower(key);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = detail::ascii_lower(key);
   static constexpr std::array<std::string_view, 8> kMarks = {
       "password", "secret", "key", "token", "sasl", "jaas", "oauth", "credential"};
   return std::any_of(kMarks.begin(), kMarks.end(),

@@ -8,6 +8,7 @@
 #include <array>
 #include <nlohmann/json.hpp>
 
+#include "common/ascii_case.hpp"
 #include "outbox/error.hpp"
 #include "outbox/text.hpp"
 #include "sinks/cloudevents.hpp"
@@ -22,13 +23,6 @@ constexpr std::size_t kReasonBodyBytes = 200;  // of a refusing response's body,
 bool is_unreserved(unsigned char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
          c == '.' || c == '_' || c == '~';
-}
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
 }
 
 std::string base64(const unsigned char* data, std::size_t size) {
@@ -130,13 +124,17 @@ std::string percent_encode(std::string_view text) {
 }
 
 UrlTemplate::UrlTemplate(std::string text) : text_(std::move(text)) {
-  // The query may hold a token: the message shows the template up to it.
+  // The query may hold a token, the authority a user:password@: the message shows neither.
   const auto refuse = [&](const std::string& why) {
-    const std::size_t query = text_.find('?');
-    throw ConfigError(
-        "HTTP URL template \"" +
-        printable(query == std::string::npos ? text_ : text_.substr(0, query) + "?...", 200) +
-        "\": " + why);
+    std::string shown = text_.substr(0, text_.find('?'));
+    if (shown.size() < text_.size()) shown += "?...";
+    const std::size_t scheme = shown.find("://");
+    const std::size_t at = shown.find('@');
+    if (scheme != std::string::npos && at != std::string::npos &&
+        at < shown.find('/', scheme + 3)) {
+      shown.replace(scheme + 3, at - scheme - 3, kRedacted);
+    }
+    throw ConfigError("HTTP URL template \"" + printable(shown, 200) + "\": " + why);
   };
   std::size_t scheme_end = 0;
   if (text_.starts_with("https://")) {
@@ -308,7 +306,7 @@ std::optional<std::string> refuse_extra_header(std::string_view name, std::strin
       !std::all_of(name.begin(), name.end(), [](unsigned char c) { return is_tchar(c); })) {
     return "a header name is letters, digits and !#$%&'*+-.^_`|~ only";
   }
-  const std::string key = lower(name);
+  const std::string key = detail::ascii_lower(name);
   static constexpr std::string_view kOurs[] = {"content-type",
                                                "content-length",
                                                "transfer-encoding",

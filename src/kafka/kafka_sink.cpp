@@ -7,6 +7,7 @@
 #include <optional>
 #include <unordered_set>
 
+#include "common/ascii_case.hpp"
 #include "common/log.hpp"
 #include "common/stat_list.hpp"
 #include "kafka/kafka_common.hpp"
@@ -173,9 +174,7 @@ void check_effective_properties(rd_kafka_conf_t* conf, const KafkaSinkOptions& o
 // a producer's "Content-Type" beside outbox's "content-type" made the JavaScript SDK read the
 // message as structured mode and refuse it).
 bool is_cloudevents_header(std::string_view name) {
-  std::string lower(name);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = detail::ascii_lower(name);
   return lower.starts_with("ce_") || lower == "content-type";
 }
 

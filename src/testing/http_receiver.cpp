@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "common/ascii_case.hpp"
+
 namespace outbox {
 
 class HttpReceiver::Impl {
@@ -75,10 +77,7 @@ class HttpReceiver::Impl {
                  false,
                  std::chrono::steady_clock::now()};
     for (const auto& [name, value] : request.headers) {
-      std::string key = name;
-      std::transform(key.begin(), key.end(), key.begin(),
-                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-      seen.headers.emplace(std::move(key), value);
+      seen.headers.emplace(detail::ascii_lower(name), value);
     }
     std::chrono::milliseconds delay{0};
     {

@@ -99,6 +99,12 @@ TEST(UrlTemplate, RefusesWhatWouldMoveTheHostOrNeverBeSent) {
     EXPECT_EQ(std::string(e.what()).find("s3cret"), std::string::npos)
         << "the query may be a secret";
   }
+  try {
+    (void)UrlTemplate("https://alice:hunter22@h/x");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).find("hunter22"), std::string::npos) << e.what();
+  }
 }
 
 TEST(EventHeaders, CarryTheKeyTheSignatureCloudEventsAndOnlyTheTraceContext) {
