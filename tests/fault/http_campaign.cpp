@@ -181,6 +181,19 @@ struct HttpCampaign {
     auto connection = pg::Connection::open(url, "http-campaign-probe");
     return pg::exec(connection.get(), sql).int64(0, 0);
   }
+  // What a row left unfinished looks like, for the log of a failed run.
+  void describe_unfinished() const {
+    auto connection = pg::Connection::open(url, "http-campaign-probe");
+    const auto rows = pg::exec(
+        connection.get(),
+        fmt::format("SELECT concat_ws(' ', event_id, aggregate_id, 'seq', aggregate_sequence, "
+                    "'attempts', attempt_count, 'claimed_by', claimed_by, 'available_at', "
+                    "available_at, 'quarantined', quarantine_reason, 'in_doubt_at', in_doubt_at, "
+                    "in_doubt_reason, 'last_error', last_error) FROM {}.outbox_events "
+                    "WHERE published_at IS NULL AND skipped_at IS NULL LIMIT 5",
+                    kSchema));
+    for (int i = 0; i < rows.rows(); ++i) std::cout << "  unfinished: " << rows.text(i, 0) << "\n";
+  }
   long long unfinished() const {
     return scalar(fmt::format(
         "SELECT count(*) FROM {}.outbox_events WHERE published_at IS NULL AND skipped_at IS NULL",
@@ -227,6 +240,7 @@ int run_http_faults(const ScenarioOptions& options, bool reconcile, bool blind) 
     if (reconcile) c.reconcile_once();
   }
   const long long stuck = c.unfinished();
+  if (stuck > 0) c.describe_unfinished();
   for (auto& relay : c.relays) relay.stop(10s);
 
   const auto effects = receiver.effects_by_key();

@@ -438,6 +438,21 @@ TEST_F(HttpReconcileTest, AnEventTakenOverFromADeadClaimIsParkedNotSent) {
   EXPECT_EQ(receiver.counts().requests, 2U);
 }
 
+// The park is written at once even when nothing else is in flight (no report would bring it
+// out): before, it waited in memory until the lease ran out and another relay parked it again,
+// round and round.
+TEST_F(HttpReconcileTest, AnEventParkedAloneIsWrittenBeforeItsLeaseRunsOut) {
+  HttpReceiver receiver({.deduplicate = false});
+  enqueue(1, 1);
+  pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") +
+                       " SET claimed_by = 'gone:1', claim_until = now() - interval '1 s'");
+  Relay relay(fast("r"), make_http_sink(reconciling(receiver.url())));
+  relay.run_until_idle(5s);
+  EXPECT_EQ(receiver.counts().requests, 0U);
+  EXPECT_EQ(list_in_doubt(conn(), schema_).size(), 1U);
+  EXPECT_EQ(where("in_doubt_at IS NOT NULL AND claimed_by IS NULL"), 1);
+}
+
 TEST_F(HttpReconcileTest, ACdcRelayIsRefused) {
   RelayOptions options = fast("r");
   options.source = RelaySource::cdc;

@@ -221,8 +221,11 @@ class Relay::Impl {
       reports.clear();
       if (paced && source_->wait_for_news(wait)) pass.schedule.announced();
     }
-    if (!reports.empty()) {
-      pass.last_report = Clock::now();
+    // Outcomes also come without a report: an event parked in doubt as it was fetched
+    // (Sender::park_in_doubt). They are written now, before their claim's lease runs out and
+    // another relay takes the event over (the reconcile campaign once saw one go round so).
+    if (!reports.empty() || window_.unrecorded() > 0) {
+      if (!reports.empty()) pass.last_report = Clock::now();
       record();
       // A published event may unblock the next of its aggregate; a failed one frees room.
       pass.claim_wanted = true;
