@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config g++
   libpq-dev postgresql-15 postgresql-contrib
   libcurl4-openssl-dev libssl-dev  # outbox::http, the HTTP sink (libcurl; HMAC for webhook signatures)
+  libnats-dev nats-server  # outbox::nats, the NATS JetStream sink (nats.c); the tests start nats-server -js
   libpqxx-dev  # outbox::pqxx, the producer in a libpqxx transaction (include/outbox/pqxx.hpp)
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP

@@ -1,0 +1,396 @@
+#include "outbox/nats_sink.hpp"
+
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "common/ascii_case.hpp"
+#include "common/log.hpp"
+#include "common/printable.hpp"
+#include "common/stat_list.hpp"
+#include "nats/nats_common.hpp"
+#include "nats/nats_stream.hpp"
+#include "outbox/error.hpp"
+#include "outbox/partition.hpp"
+#include "sinks/cloudevents.hpp"
+
+namespace outbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::uint32_t kMaxPartitions = 4096;
+// A send the library never reported is given up this long after its ack timeout (a backstop:
+// nats.c times out a pending publish itself).
+constexpr std::chrono::seconds kBackstop{2};
+
+constexpr std::string_view kPlaceholders[] = {"{aggregate_type}", "{event_type}", "{partition}"};
+
+std::string render(const std::string& subject_template, const Event& event,
+                   std::uint32_t partitions) {
+  std::string subject;
+  subject.reserve(subject_template.size() + 16);
+  for (std::size_t i = 0; i < subject_template.size();) {
+    if (subject_template.compare(i, 16, "{aggregate_type}") == 0) {
+      subject += event.aggregate_type;
+      i += 16;
+    } else if (subject_template.compare(i, 12, "{event_type}") == 0) {
+      subject += event.event_type;
+      i += 12;
+    } else if (subject_template.compare(i, 11, "{partition}") == 0) {
+      subject += std::to_string(aggregate_partition(event.aggregate_id, partitions));
+      i += 11;
+    } else {
+      subject += subject_template[i++];
+    }
+  }
+  return subject;
+}
+
+void check_options(const NatsSinkOptions& options) {
+  const std::string& tmpl = options.subject_template;
+  if (tmpl.find("{aggregate_id}") != std::string::npos) {
+    throw ConfigError(
+        "NATS subject template: {aggregate_id} is not allowed. An aggregate id may hold dots, "
+        "spaces and wildcards, which a subject token cannot, and a subject per aggregate costs "
+        "the server memory per subject; use {partition} (the aggregate's partition of "
+        "--nats-partitions, Kafka's murmur2 hash), e.g. outbox.{aggregate_type}.{partition}");
+  }
+  for (std::size_t open = tmpl.find('{'); open != std::string::npos;
+       open = tmpl.find('{', open + 1)) {
+    bool known = false;
+    for (const auto placeholder : kPlaceholders)
+      known = known || tmpl.compare(open, placeholder.size(), placeholder) == 0;
+    if (!known) {
+      throw ConfigError("NATS subject template \"" + detail::printable(tmpl, 300) +
+                        "\" has an unknown placeholder; use {aggregate_type}, {event_type} and "
+                        "{partition}");
+    }
+  }
+  Event probe;
+  probe.aggregate_type = "x";
+  probe.event_type = "x";
+  if (const auto problem = nats::subject_problem(render(tmpl, probe, 1)); !problem.empty()) {
+    throw ConfigError("NATS subject template \"" + detail::printable(tmpl, 300) +
+                      "\" is not a subject to publish to: filled in, it " + problem +
+                      "; e.g. outbox.{aggregate_type}.{partition}");
+  }
+  if (options.partitions < 1 || options.partitions > kMaxPartitions) {
+    throw ConfigError(fmt::format("NATS: partitions must be 1 to {}, not {}", kMaxPartitions,
+                                  options.partitions));
+  }
+  if (options.stream.empty() || nats::subject_problem(options.stream).size() > 0 ||
+      options.stream.find('.') != std::string::npos) {
+    throw ConfigError("NATS stream name \"" + detail::printable(options.stream, 100) +
+                      "\" is not usable: give a name without dots, spaces or wildcards");
+  }
+  if (options.ack_timeout.count() <= 0) {
+    throw ConfigError("NATS: the ack timeout must be above 0");
+  }
+  if (options.max_ack_timeout.count() > 0 && options.ack_timeout >= options.max_ack_timeout) {
+    throw ConfigError(fmt::format(
+        "NATS: the ack timeout ({} ms) must end before the claim's lease ({} ms), or another "
+        "relay could publish the event and its successor first; lower --nats-ack-timeout or "
+        "raise --lease-ms",
+        options.ack_timeout.count(), options.max_ack_timeout.count()));
+  }
+}
+
+// The NATS sink's own statistics (outbox/stats.hpp; Sink::stats()).
+#define OUTBOX_NATS_SINK_STATS(X)                                                                \
+  X(nats_duplicates, counter, when_set, "outbox_relay_nats_duplicates_total",                    \
+    "{} NATS duplicate(s) suppressed",                                                           \
+    "PubAcks marked duplicate: the stream already held the event id (a resend after an unknown " \
+    "outcome), so it stored nothing; counted as published.")                                     \
+  X(nats_ack_timeouts, counter, when_set, "outbox_relay_nats_ack_timeouts_total",                \
+    "{} NATS ack timeout(s)",                                                                    \
+    "Sends with no PubAck within the ack timeout: unknown outcomes, sent again with the same "   \
+    "Nats-Msg-Id.")                                                                              \
+  X(nats_publish_errors, counter, when_set, "outbox_relay_nats_publish_errors_total",            \
+    "{} NATS publish error(s)",                                                                  \
+    "Publishes the server refused (no stream for the subject, another stream, a limit).")        \
+  X(nats_reconnects, counter, when_set, "outbox_relay_nats_reconnects_total",                    \
+    "NATS reconnected {} time(s)", "Times the client reconnected to a NATS server.")
+
+class NatsSink final : public Sink {
+ public:
+  explicit NatsSink(const NatsSinkOptions& options) : options_(options) {
+    check_options(options_);
+    nats::OptionsHandle settings = nats::make_options(
+        nats::ConnectSettings{options.servers, "outbox-relay", options.connect_timeout,
+                              options.credentials_file, options.ca_file});
+    natsOptions_SetReconnectedCB(settings.get(), &NatsSink::on_reconnected, this);
+    settings_ = std::move(settings);
+    connection_ = nats::connect(settings_.get(), false);
+    jsOptions js_options;
+    jsOptions_Init(&js_options);
+    js_options.Wait = options.ack_timeout.count();
+    js_options.PublishAsync.AckHandler = &NatsSink::on_ack;
+    js_options.PublishAsync.AckHandlerClosure = this;
+    js_options.PublishAsync.MaxPending = 1 << 20;  // the relay bounds what is in flight
+    jsCtx* js = nullptr;
+    if (const natsStatus status = natsConnection_JetStream(&js, connection_.get(), &js_options);
+        status != NATS_OK) {
+      throw BrokerError("NATS: cannot open a JetStream context: " + nats::error_text(status), 0,
+                        false);
+    }
+    js_.reset(js);
+  }
+
+  ~NatsSink() override {
+    // Whatever is still pending has no relay left to record it: its rows are retaken after their
+    // lease. The library's callbacks may run until the connection is closed.
+    jsPubOptions wait;
+    jsPubOptions_Init(&wait);
+    wait.MaxWait = 2000;
+    js_PublishAsyncComplete(js_.get(), &wait);
+    natsConnection_Close(connection_.get());
+    js_.reset();
+    connection_.reset();
+  }
+
+  void send(const Event& event, std::uint64_t ticket) override {
+    const std::string subject = render(options_.subject_template, event, options_.partitions);
+    if (const std::string problem = nats::subject_problem(subject); !problem.empty()) {
+      report(ticket, DeliveryOutcome::permanent_failure,
+             fmt::format("NATS subject \"{}\" rendered from the event {}", subject, problem));
+      return;
+    }
+    if (!stream_ready_.load()) {
+      const std::string not_yet = nats::ensure_stream(
+          js_.get(), nats::StreamRequirements{options_.stream, options_.subject_template,
+                                              options_.create_stream, options_.allow_memory_storage,
+                                              options_.longest_retry});
+      if (!not_yet.empty()) {
+        report(ticket, DeliveryOutcome::retryable_failure, "NATS: " + not_yet);
+        return;
+      }
+      stream_ready_.store(true);
+    }
+    natsMsg* raw = nullptr;
+    natsStatus status = natsMsg_Create(&raw, subject.c_str(), nullptr, event.payload.data(),
+                                       static_cast<int>(event.payload.size()));
+    nats::MessageHandle message(raw);
+    if (status == NATS_OK) status = set_headers(message.get(), event);
+    const std::string id = event.event_id.to_string();
+    if (status == NATS_OK) {
+      const std::lock_guard lock(mutex_);
+      if (const auto old = pending_.find(id); old != pending_.end()) {
+        ready_.push_back(DeliveryReport{old->second.ticket,
+                                        DeliveryOutcome::unknown,
+                                        "superseded by a new send of the same event",
+                                        -1,
+                                        -1,
+                                        {}});
+      }
+      pending_[id] = Pending{ticket, Clock::now() + options_.ack_timeout + kBackstop};
+    }
+    jsPubOptions publish;
+    jsPubOptions_Init(&publish);
+    publish.MsgId = id.c_str();
+    publish.ExpectStream = options_.stream.c_str();
+    publish.MaxWait = options_.ack_timeout.count();
+    natsMsg* owned = message.release();
+    if (status == NATS_OK) status = js_PublishMsgAsync(js_.get(), &owned, &publish);
+    natsMsg_Destroy(owned);  // no-op when the library took it
+    if (status != NATS_OK) {
+      const std::lock_guard lock(mutex_);
+      pending_.erase(id);
+      const bool permanent = status == NATS_MAX_PAYLOAD || status == NATS_INVALID_SUBJECT;
+      ready_.push_back(DeliveryReport{
+          ticket,
+          permanent ? DeliveryOutcome::permanent_failure : DeliveryOutcome::retryable_failure,
+          "NATS publish to " + subject + " refused: " + nats::error_text(status),
+          -1,
+          -1,
+          {}});
+    }
+  }
+
+  void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    std::unique_lock lock(mutex_);
+    woken_.wait_for(lock, max_wait, [&] { return !ready_.empty(); });
+    expire_overdue(Clock::now());
+    reports.insert(reports.end(), std::make_move_iterator(ready_.begin()),
+                   std::make_move_iterator(ready_.end()));
+    ready_.clear();
+  }
+
+  [[nodiscard]] std::size_t in_flight() const override {
+    const std::lock_guard lock(mutex_);
+    return pending_.size() + ready_.size();
+  }
+  [[nodiscard]] std::string describe() const override { return "nats(" + options_.stream + ")"; }
+  [[nodiscard]] std::vector<StatSample> stats() const override {
+    return OUTBOX_STAT_SAMPLES(OUTBOX_NATS_SINK_STATS, counters_, detail::kRelaxed);
+  }
+
+ private:
+  struct Pending {
+    std::uint64_t ticket = 0;
+    Clock::time_point give_up{};
+  };
+
+  natsStatus set_headers(natsMsg* message, const Event& event) const {
+    const auto add = [&](const char* name, const std::string& value) {
+      return natsMsgHeader_Add(message, name, value.c_str());
+    };
+    natsStatus status = add("event_id", event.event_id.to_string());
+    if (status == NATS_OK) status = add("event_type", event.event_type);
+    if (status == NATS_OK) status = add("aggregate_type", event.aggregate_type);
+    if (status == NATS_OK) status = add("aggregate_id", event.aggregate_id);
+    if (status == NATS_OK)
+      status = add("aggregate_sequence", std::to_string(event.aggregate_sequence));
+    if (status == NATS_OK) status = add("schema_version", std::to_string(event.schema_version));
+    if (!options_.cloudevents_source.empty()) {
+      for (const auto& [name, value] :
+           detail::cloudevents_attributes(event, options_.cloudevents_source)) {
+        if (status == NATS_OK) status = add(("ce-" + name).c_str(), value);
+      }
+      if (status == NATS_OK) status = add("content-type", "application/json");
+    }
+    if (status != NATS_OK || event.headers.empty() || event.headers == "{}") return status;
+    const auto extra = nlohmann::json::parse(event.headers, nullptr, false);
+    if (!extra.is_object()) return status;
+    for (const auto& [key, value] : extra.items()) {
+      if (!value.is_string() || nats::is_reserved_nats_header(key) || key == "aggregate_id") {
+        continue;
+      }
+      const std::string lower = detail::ascii_lower(key);
+      if (!options_.cloudevents_source.empty() &&
+          (lower.starts_with("ce-") || lower == "content-type")) {
+        continue;
+      }
+      const auto& text = value.get_ref<const std::string&>();
+      // A header line cannot hold CR or LF: such a header is left out, never split.
+      if (key.find_first_of("\r\n:") != std::string::npos ||
+          text.find_first_of("\r\n") != std::string::npos) {
+        continue;
+      }
+      if (status == NATS_OK) status = natsMsgHeader_Add(message, key.c_str(), text.c_str());
+    }
+    return status;
+  }
+
+  static void on_ack(jsCtx* /*js*/, natsMsg* message, jsPubAck* ack, jsPubAckErr* error,
+                     void* closure) {
+    auto* self = static_cast<NatsSink*>(closure);
+    const char* id = nullptr;
+    natsMsgHeader_Get(message, "event_id", &id);
+    const std::string subject = natsMsg_GetSubject(message) ? natsMsg_GetSubject(message) : "";
+    self->settle(id == nullptr ? std::string() : std::string(id), subject, ack, error);
+    natsMsg_Destroy(message);
+  }
+
+  void settle(const std::string& id, const std::string& subject, const jsPubAck* ack,
+              const jsPubAckErr* error) {
+    const std::lock_guard lock(mutex_);
+    const auto it = pending_.find(id);
+    if (it == pending_.end()) return;  // given up already: that report stands
+    const std::uint64_t ticket = it->second.ticket;
+    pending_.erase(it);
+    if (ack != nullptr) {
+      if (ack->Duplicate) counters_.nats_duplicates.fetch_add(1, std::memory_order_relaxed);
+      ready_.push_back(DeliveryReport{ticket,
+                                      DeliveryOutcome::published,
+                                      {},
+                                      -1,
+                                      static_cast<std::int64_t>(ack->Sequence),
+                                      {}});
+    } else {
+      ready_.push_back(classify(ticket, subject, error));
+    }
+    woken_.notify_one();
+  }
+
+  DeliveryReport classify(std::uint64_t ticket, const std::string& subject,
+                          const jsPubAckErr* error) {
+    DeliveryReport report{ticket, DeliveryOutcome::retryable_failure, {}, -1, -1, {}};
+    const std::string text = error != nullptr && error->ErrText != nullptr ? error->ErrText : "";
+    const natsStatus status = error != nullptr ? error->Err : NATS_ERR;
+    const int code = error != nullptr ? static_cast<int>(error->ErrCode) : 0;
+    if (status == NATS_TIMEOUT) {
+      counters_.nats_ack_timeouts.fetch_add(1, std::memory_order_relaxed);
+      report.outcome = DeliveryOutcome::unknown;
+      report.error =
+          fmt::format("no PubAck for {} within {} ms", subject, options_.ack_timeout.count());
+      return report;
+    }
+    if (status == NATS_NO_RESPONDERS) {
+      counters_.nats_publish_errors.fetch_add(1, std::memory_order_relaxed);
+      report.error = fmt::format(
+          "no stream takes subject {} (stream {} must list it, and JetStream must be enabled)",
+          subject, options_.stream);
+      return report;
+    }
+    if (code == 0) {  // the connection, not the server: it may have stored the message
+      report.outcome = DeliveryOutcome::unknown;
+      report.error = fmt::format("NATS publish to {}: {}", subject, natsStatus_GetText(status));
+      return report;
+    }
+    counters_.nats_publish_errors.fetch_add(1, std::memory_order_relaxed);
+    if (code == JSStreamMessageExceedsMaximumErr)
+      report.outcome = DeliveryOutcome::permanent_failure;
+    report.error =
+        code == JSStreamNotMatchErr
+            ? fmt::format("subject {} belongs to another stream than {}", subject, options_.stream)
+            : fmt::format("NATS refused {} (JetStream error {}): {}", subject, code, text);
+    return report;
+  }
+
+  // Reports every send the library left unanswered past its ack timeout and the backstop.
+  void expire_overdue(Clock::time_point now) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.give_up > now) {
+        ++it;
+        continue;
+      }
+      counters_.nats_ack_timeouts.fetch_add(1, std::memory_order_relaxed);
+      ready_.push_back(DeliveryReport{it->second.ticket,
+                                      DeliveryOutcome::unknown,
+                                      "no PubAck and no error from the NATS client in time",
+                                      -1,
+                                      -1,
+                                      {}});
+      it = pending_.erase(it);
+    }
+  }
+
+  void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
+    const std::lock_guard lock(mutex_);
+    ready_.push_back(DeliveryReport{ticket, outcome, std::move(error), -1, -1, {}});
+  }
+
+  static void on_reconnected(natsConnection* /*connection*/, void* closure) {
+    auto* self = static_cast<NatsSink*>(closure);
+    self->counters_.nats_reconnects.fetch_add(1, std::memory_order_relaxed);
+    self->stream_ready_.store(false);  // the server may be another one now: check again
+  }
+
+  NatsSinkOptions options_;
+  nats::OptionsHandle settings_;
+  nats::ConnectionHandle connection_;
+  nats::ContextHandle js_;
+  std::atomic<bool> stream_ready_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable woken_;
+  std::unordered_map<std::string, Pending> pending_;  // by event id
+  std::vector<DeliveryReport> ready_;
+  struct Counters {
+    OUTBOX_NATS_SINK_STATS(OUTBOX_ATOMIC_STAT_FIELD)
+  } counters_;
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> make_nats_sink(const NatsSinkOptions& options) {
+  return std::make_unique<NatsSink>(options);
+}
+
+std::string render_nats_subject(const NatsSinkOptions& options, const Event& event) {
+  return render(options.subject_template, event, options.partitions);
+}
+
+}  // namespace outbox

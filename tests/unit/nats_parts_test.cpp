@@ -1,0 +1,117 @@
+// The parts of the NATS sink that need no server: the partition hash (Kafka's murmur2, checked
+// against the vectors of Kafka's own UtilsTest), subject templates and subject rules.
+
+#include <gtest/gtest.h>
+
+#include "nats/nats_common.hpp"
+#include "nats/nats_stream.hpp"
+#include "outbox/error.hpp"
+#include "outbox/nats_sink.hpp"
+#include "outbox/partition.hpp"
+
+namespace outbox {
+namespace {
+
+TEST(Partition, Murmur2MatchesKafkasJavaClient) {
+  // org.apache.kafka.common.utils.UtilsTest#testMurmur2
+  EXPECT_EQ(kafka_murmur2("21"), -973932308);
+  EXPECT_EQ(kafka_murmur2("foobar"), -790332482);
+  EXPECT_EQ(kafka_murmur2("a-little-bit-long-string"), -985981536);
+  EXPECT_EQ(kafka_murmur2("a-little-bit-longer-string"), -1486304829);
+  EXPECT_EQ(kafka_murmur2("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
+  EXPECT_EQ(kafka_murmur2("abc"), 479470107);
+}
+
+TEST(Partition, AnAggregateAlwaysGetsTheSameOneWithinRange) {
+  for (const char* id : {"order-1", "order-2", "", "a.b c*>"}) {
+    const auto partition = aggregate_partition(id, 16);
+    EXPECT_LT(partition, 16U);
+    EXPECT_EQ(partition, aggregate_partition(id, 16));
+  }
+  // Kafka's toPositive(murmur2) % n: "foobar" is -790332482, & 0x7fffffff = 1357151166.
+  EXPECT_EQ(aggregate_partition("foobar", 7), 1357151166U % 7U);
+  EXPECT_EQ(aggregate_partition("anything", 1), 0U);
+}
+
+Event event_of(const std::string& type, const std::string& id) {
+  Event event;
+  event.aggregate_type = type;
+  event.aggregate_id = id;
+  event.event_type = "Placed";
+  return event;
+}
+
+TEST(NatsSubject, RendersTypeEventTypeAndPartition) {
+  NatsSinkOptions options;
+  options.subject_template = "shop.{aggregate_type}.{event_type}.{partition}";
+  options.partitions = 7;
+  EXPECT_EQ(render_nats_subject(options, event_of("order", "foobar")),
+            "shop.order.Placed." + std::to_string(1357151166U % 7U));
+}
+
+TEST(NatsSubject, TheSinkRefusesTemplatesItCouldNotPublishTo) {
+  const auto refused = [](const std::string& subject_template, const std::string& says) {
+    NatsSinkOptions options;
+    options.servers = "nats://127.0.0.1:1";
+    options.subject_template = subject_template;
+    try {
+      make_nats_sink(options);
+      ADD_FAILURE() << subject_template << " accepted";
+    } catch (const ConfigError& error) {
+      EXPECT_NE(std::string(error.what()).find(says), std::string::npos) << error.what();
+    }
+  };
+  refused("outbox.{aggregate_id}", "{aggregate_id} is not allowed");
+  refused("outbox.{tenant}", "unknown placeholder");
+  refused("outbox..{aggregate_type}", "empty token");
+  refused("outbox.*", "wildcard");
+  refused("outbox.>", "wildcard");
+  refused("outbox {aggregate_type}", "whitespace");
+}
+
+TEST(NatsSubject, SubjectProblemsAreNamed) {
+  EXPECT_EQ(nats::subject_problem("outbox.order.3"), "");
+  EXPECT_NE(nats::subject_problem(""), "");
+  EXPECT_NE(nats::subject_problem("outbox.order."), "");
+  EXPECT_NE(nats::subject_problem(".outbox"), "");
+  EXPECT_NE(nats::subject_problem("outbox.a\tb"), "");
+  EXPECT_NE(nats::subject_problem("outbox.a\nb"), "");
+  EXPECT_EQ(nats::subject_filter("outbox.{aggregate_type}.{partition}"), "outbox.*.*");
+}
+
+TEST(NatsOptions, BadServersPartitionsAndTimeoutsAreRefused) {
+  const auto refused = [](NatsSinkOptions options, const std::string& says) {
+    try {
+      make_nats_sink(options);
+      ADD_FAILURE() << "accepted";
+    } catch (const ConfigError& error) {
+      EXPECT_NE(std::string(error.what()).find(says), std::string::npos) << error.what();
+      EXPECT_EQ(std::string(error.what()).find("s3cret"), std::string::npos) << "no password";
+    }
+  };
+  NatsSinkOptions options;
+  options.servers = "http://user:s3cret@127.0.0.1:4222";
+  refused(options, "nats:// or tls://");
+  options.servers = "nats://127.0.0.1:4222,";
+  refused(options, "empty entry");
+  options = NatsSinkOptions{};
+  options.partitions = 0;
+  refused(options, "partitions must be 1 to 4096");
+  options = NatsSinkOptions{};
+  options.ack_timeout = std::chrono::milliseconds(30000);
+  options.max_ack_timeout = std::chrono::milliseconds(30000);
+  refused(options, "before the claim's lease");
+  options = NatsSinkOptions{};
+  options.stream = "OUT.BOX";
+  refused(options, "stream name");
+}
+
+TEST(NatsHeaders, ServerAndOutboxNamesAreReserved) {
+  EXPECT_TRUE(nats::is_reserved_nats_header("Nats-Msg-Id"));
+  EXPECT_TRUE(nats::is_reserved_nats_header("NATS-EXPECTED-STREAM"));
+  EXPECT_TRUE(nats::is_reserved_nats_header("event_id"));
+  EXPECT_FALSE(nats::is_reserved_nats_header("traceparent"));
+}
+
+}  // namespace
+}  // namespace outbox
