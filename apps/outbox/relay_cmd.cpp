@@ -17,6 +17,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
 #include "http_flags.hpp"
+#include "nats_flags.hpp"
 #include "observe_flags.hpp"
 #include "outbox/byte_size.hpp"
 #include "outbox/discard_sink.hpp"
@@ -25,6 +26,7 @@
 #include "outbox/http_sink.hpp"
 #include "outbox/kafka_sink.hpp"
 #include "outbox/log.hpp"
+#include "outbox/nats_sink.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/relay.hpp"
 #include "relay_stats_format.hpp"
@@ -39,6 +41,7 @@ struct RelayFlags {
   std::string schema = kRelayDefaults.schema.name();
   KafkaFlags kafka;
   HttpFlags http;
+  NatsFlags nats;
   std::string topic_template = KafkaSinkOptions{}.topic_template;
   std::string kafka_cloudevents_source;  // empty: no ce_ headers
   std::string relay_id;
@@ -241,7 +244,15 @@ std::function<std::unique_ptr<Sink>()> sink_factory(const RelayFlags& flags,
   if (flags.sink != "http" && any_http_flag(flags.http)) {
     throw ConfigError("relay: the --http-* flags are for --sink http");
   }
+  if (flags.sink != "nats" && any_nats_flag(flags.nats)) {
+    throw ConfigError("relay: the --nats-* flags are for --sink nats");
+  }
   if (flags.sink == "discard") return [] { return make_discard_sink(); };
+  if (flags.sink == "nats") {
+    const NatsSinkOptions nats = nats_sink_options(flags.nats, relay.lease, relay.backoff_max);
+    make_nats_sink(nats);  // refuses a bad option now, not in a relay's thread
+    return [nats] { return make_nats_sink(nats); };
+  }
   if (flags.sink == "http") {
     const HttpSinkOptions http = http_sink_options(flags.http, relay.lease);
     if (http.on_unknown == HttpOnUnknown::reconcile && flags.table_less) {
@@ -253,7 +264,8 @@ std::function<std::unique_ptr<Sink>()> sink_factory(const RelayFlags& flags,
     return [http] { return make_http_sink(http); };
   }
   if (flags.sink != "kafka") {
-    throw ConfigError("relay: --sink must be kafka, http or discard, not \"" + flags.sink + "\"");
+    throw ConfigError("relay: --sink must be kafka, nats, http or discard, not \"" + flags.sink +
+                      "\"");
   }
   if (flags.kafka.brokers.empty()) {
     throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
@@ -339,6 +351,7 @@ void register_relay(Commands& commands) {
   Commands::add_database_options(relay, flags->db, flags->schema);
   Commands::add_kafka_options(relay, flags->kafka);
   add_http_options(relay, flags->http);
+  add_nats_options(relay, flags->nats);
   relay->add_option("--topic-template", flags->topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
   relay->add_option("--kafka-cloudevents-source", flags->kafka_cloudevents_source,
@@ -349,7 +362,8 @@ void register_relay(Commands& commands) {
   add_relay_tuning(relay, *flags);
   relay
       ->add_option("--sink", flags->sink,
-                   "kafka; http (one request per event to --http-url); or discard: acknowledge "
+                   "kafka; nats (a JetStream stream, --nats-*); http (one request per event to "
+                   "--http-url); or discard: acknowledge "
                    "every event at once without sending it (measures the database side alone; "
                    "nothing reaches a broker)")
       ->capture_default_str();

@@ -11,6 +11,10 @@
 namespace outbox::nats {
 namespace {
 
+// With a callback nats.c connects in the background and natsConnection_Connect returns at once
+// (NATS_NOT_YET_CONNECTED) when no server answers; without one it blocks, retrying for ever.
+void connected_later(natsConnection* /*connection*/, void* /*closure*/) {}
+
 void check(natsStatus status, const std::string& what) {
   if (status != NATS_OK) throw ConfigError(fmt::format("NATS: {}: {}", what, error_text(status)));
 }
@@ -54,7 +58,7 @@ OptionsHandle make_options(const ConnectSettings& settings) {
   check(natsOptions_SetTimeout(options.get(), settings.connect_timeout.count()), "timeout");
   check(natsOptions_SetMaxReconnect(options.get(), -1), "reconnects");
   check(natsOptions_SetReconnectWait(options.get(), 250), "reconnect wait");
-  check(natsOptions_SetRetryOnFailedConnect(options.get(), true, nullptr, nullptr),
+  check(natsOptions_SetRetryOnFailedConnect(options.get(), true, &connected_later, nullptr),
         "retry on failed connect");
   if (!settings.credentials_file.empty()) {
     check(natsOptions_SetUserCredentialsFromFiles(options.get(), settings.credentials_file.c_str(),

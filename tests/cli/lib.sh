@@ -147,6 +147,30 @@ start_kafka_mock() {
     fatal --log "$work_dir/kafka.err" "outbox-dev kafka-mock printed no bootstrap servers within ${timeout_s} s"
 }
 
+# start_nats: starts Debian's nats-server with JetStream on a free port of 127.0.0.1 in the
+# background, tracked for cleanup, its store and log in "$work_dir/nats". Sets nats_pid and
+# nats_url. A prerequisite: fatal, with the log, when it does not listen within
+# "$startup_timeout_s" s.
+# shellcheck disable=SC2034  # nats_url is for the script
+start_nats() {
+  local timeout_s="${startup_timeout_s:-30}" deadline server
+  server="$(command -v nats-server || echo /usr/sbin/nats-server)"
+  [[ -x "$server" ]] || fatal "nats-server not found: install Debian's nats-server (scripts/install-deps.sh)"
+  mkdir -p "$work_dir/nats"
+  nats_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  "$server" -a 127.0.0.1 -p "$nats_port" -js -sd "$work_dir/nats/store" >"$work_dir/nats/log" 2>&1 &
+  nats_pid=$!
+  track_background "$nats_pid" "nats-server"
+  nats_url="nats://127.0.0.1:$nats_port"
+  deadline=$((SECONDS + timeout_s))
+  until grep -q "Server is ready" "$work_dir/nats/log" 2>/dev/null; do
+    if ! kill -0 "$nats_pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      fatal --log "$work_dir/nats/log" "nats-server did not start within ${timeout_s} s"
+    fi
+    sleep 0.1
+  done
+}
+
 # listening_port LOG [PID [TIMEOUT_S]]: waits until LOG holds the line a process writes once it
 # listens ("serving /metrics ... on 127.0.0.1:PORT" from a relay, "serving on port PORT" from
 # `outbox admin`) and prints PORT. Returns 1 when TIMEOUT_S (default "$startup_timeout_s", else

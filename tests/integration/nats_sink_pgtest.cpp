@@ -208,6 +208,28 @@ TEST(NatsSink, ATypeThatMakesAnIllegalSubjectIsPermanent) {
   EXPECT_NE(report.error.find("whitespace"), std::string::npos) << report.error;
 }
 
+// A relay may start before its server: the sink is built at once, each send is a retryable
+// failure until a server answers, then the stream is checked and sends go through.
+TEST(NatsSink, AServerDownAtStartIsRetriedUntilItComesUp) {
+  {
+    Admin admin;
+    admin.add_stream("LATE", "late.>");
+  }
+  nats_server().stop();
+  const auto started = std::chrono::steady_clock::now();
+  auto sink = make_nats_sink(to_stream("LATE", "late"));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s) << "building waits for no server";
+  const DeliveryReport down = deliver(*sink, one_event("order-1", 1));
+  EXPECT_EQ(down.outcome, DeliveryOutcome::retryable_failure) << down.error;
+  nats_server().start();
+  DeliveryReport up;
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  do {
+    up = deliver(*sink, one_event("order-1", 1));
+  } while (up.outcome != DeliveryOutcome::published && std::chrono::steady_clock::now() < until);
+  EXPECT_EQ(up.outcome, DeliveryOutcome::published) << up.error;
+}
+
 class NatsRelayTest : public RelayFixture {
  protected:
   RelayOptions fast(const std::string& id) {

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "nats/nats_common.hpp"
 #include "nats/nats_stream.hpp"
 #include "outbox/error.hpp"
@@ -104,6 +107,23 @@ TEST(NatsOptions, BadServersPartitionsAndTimeoutsAreRefused) {
   options = NatsSinkOptions{};
   options.stream = "OUT.BOX";
   refused(options, "stream name");
+}
+
+// The sink's own counters follow the naming rules and are in the operations guide (the relay's
+// lists are checked in stats_test.cpp). A sink needs no server to be built.
+TEST(NatsOptions, EverySinkMetricIsDocumented) {
+  std::ifstream file(std::string(OUTBOX_SOURCE_DIR) + "/docs/OPERATIONS.md");
+  const std::string guide((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  NatsSinkOptions options;
+  options.servers = "nats://127.0.0.1:1";
+  const auto sink = make_nats_sink(options);
+  const auto samples = sink->stats();
+  EXPECT_EQ(samples.size(), 4U);
+  for (const StatSample& sample : samples) {
+    const std::string metric(sample.def->metric);
+    EXPECT_TRUE(metric.starts_with("outbox_relay_nats_") && metric.ends_with("_total")) << metric;
+    EXPECT_NE(guide.find("| `" + metric + "` |"), std::string::npos) << metric;
+  }
 }
 
 TEST(NatsHeaders, ServerAndOutboxNamesAreReserved) {
