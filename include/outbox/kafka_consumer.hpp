@@ -10,27 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "outbox/consumed_event.hpp"
 #include "outbox/event.hpp"
 #include "outbox/health.hpp"
 #include "outbox/inbox.hpp"
 #include "outbox/stats.hpp"
 
 namespace outbox {
-
-// A delivered message as the consumer sees it.
-struct ConsumedEvent {
-  EventId event_id;
-  std::string aggregate_type;
-  std::string aggregate_id;
-  std::int64_t aggregate_sequence = 0;
-  std::string event_type;
-  std::int32_t schema_version = 0;
-  std::string payload;
-  std::string traceparent;  // the producer's W3C trace context (NewEvent::traceparent), or empty
-  std::string topic;
-  std::int32_t partition = 0;
-  std::int64_t offset = 0;
-};
 
 // What a consumer does when the next message of a partition is gone from the broker: its
 // committed offset is below the partition's log start, because the consumer fell behind the
@@ -67,30 +53,17 @@ struct KafkaConsumerOptions {
 };
 
 // What the consumer counts (outbox/stats.hpp says how a list reads).
-#define OUTBOX_KAFKA_CONSUMER_STATS(X)                                                           \
-  X(received, counter, always, "outbox_consumer_messages_received_total", "received {}",         \
-    "Messages taken from the broker.")                                                           \
-  X(applied, counter, always, "outbox_consumer_events_applied_total", "applied {}",              \
-    "Events whose effect committed with their inbox row.")                                       \
-  X(duplicates, counter, always, "outbox_consumer_duplicates_suppressed_total", "duplicates {}", \
-    "Deliveries of events the inbox had already applied (no effect run).")                       \
-  X(rejected, counter, when_set, "outbox_consumer_messages_rejected_total", "rejected {}",       \
-    "Messages without a valid outbox event id (skipped, logged).")                               \
-  X(failed_batches, counter, when_set, "outbox_consumer_failed_batches_total",                   \
-    "failed batches {}", "Batches rolled back and rewound (effect or database failed).")         \
-  X(reconnects, counter, when_set, "outbox_consumer_reconnects_total", "reconnects {}",          \
-    "New PostgreSQL connections or Kafka clients after a failure.")                              \
-  X(effect_failures, counter, when_set, "outbox_consumer_effect_failures_total",                 \
-    "effect failures {}", "Batches rolled back because the effect threw.")                       \
-  X(lag_messages, signed_gauge, always, "outbox_consumer_lag_messages", "lag {}",                \
-    "Messages on the assigned partitions not yet taken; -1 while unknown.")                      \
-  X(offset_gaps, counter, when_set, "outbox_consumer_offset_gaps_total", "offset gaps {}",       \
-    "Partitions whose next message was gone from the broker (the consumer fell behind the "      \
-    "topic's retention): stopped or skipped as on_offset_gap says.")                             \
-  X(offset_gap_messages, counter, when_set, "outbox_consumer_offset_gap_messages_total",         \
-    "{} message(s) in offset gaps", "Messages in those gaps: never applied by this consumer.")   \
-  X(partitions_stopped, gauge, when_set, "outbox_consumer_partitions_stopped",                   \
-    "{} partition(s) stopped",                                                                   \
+#define OUTBOX_KAFKA_CONSUMER_STATS(X)                                                         \
+  OUTBOX_CONSUMER_STATS(X)                                                                     \
+  X(lag_messages, signed_gauge, always, "outbox_consumer_lag_messages", "lag {}",              \
+    "Messages on the assigned partitions not yet taken; -1 while unknown.")                    \
+  X(offset_gaps, counter, when_set, "outbox_consumer_offset_gaps_total", "offset gaps {}",     \
+    "Partitions whose next message was gone from the broker (the consumer fell behind the "    \
+    "topic's retention): stopped or skipped as on_offset_gap says.")                           \
+  X(offset_gap_messages, counter, when_set, "outbox_consumer_offset_gap_messages_total",       \
+    "{} message(s) in offset gaps", "Messages in those gaps: never applied by this consumer.") \
+  X(partitions_stopped, gauge, when_set, "outbox_consumer_partitions_stopped",                 \
+    "{} partition(s) stopped",                                                                 \
     "Partitions stopped at an offset gap (on_offset_gap=stop) until the consumer restarts.")
 
 // Counters since the consumer started. lag_messages is the sum of each assigned partition's high

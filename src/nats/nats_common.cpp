@@ -102,6 +102,22 @@ std::string error_text(natsStatus status) {
   return text;
 }
 
+bool is_transient(natsStatus status) {
+  switch (status) {
+    case NATS_TIMEOUT:
+    case NATS_NO_SERVER:
+    case NATS_CONNECTION_CLOSED:
+    case NATS_CONNECTION_DISCONNECTED:
+    case NATS_NOT_YET_CONNECTED:
+    case NATS_NO_RESPONDERS:
+    case NATS_IO_ERROR:
+    case NATS_STALE_CONNECTION:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string subject_problem(std::string_view subject) {
   if (subject.empty()) return "is empty";
   if (subject.size() > 4096) return "is longer than 4096 bytes";

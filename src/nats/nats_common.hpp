@@ -40,6 +40,9 @@ ConnectionHandle connect(natsOptions* options, bool wait);
 // "<status text>: <nats.c's last error>" for a failed call.
 std::string error_text(natsStatus status);
 
+// Whether `status` says the server could not be reached (try again later), not that it refused.
+bool is_transient(natsStatus status);
+
 // Why `subject` cannot be published to (empty when it can): empty, an empty token, whitespace or
 // a control character, or a wildcard.
 std::string subject_problem(std::string_view subject);

@@ -18,11 +18,6 @@
 namespace outbox::testing {
 namespace {
 
-NatsServer& nats_server() {
-  static NatsServer server;  // once per test program
-  return server;
-}
-
 Event one_event(const std::string& aggregate_id, std::int64_t sequence,
                 const std::string& type = "order") {
   Event event;

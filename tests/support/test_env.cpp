@@ -17,6 +17,11 @@ KafkaMockCluster& kafka() {
   return instance;
 }
 
+NatsServer& nats_server() {
+  static NatsServer instance;
+  return instance;
+}
+
 std::string database_url() { return postgres().connection_string(); }
 
 pg::Connection connect() { return pg::Connection::open(database_url(), "outbox-test"); }

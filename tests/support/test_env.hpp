@@ -1,6 +1,6 @@
 #pragma once
-// What integration tests share: one embedded PostgreSQL and one Kafka mock cluster per test
-// process (started on first use), and a fresh schema per test so tests never see each other.
+// What integration tests share: one embedded PostgreSQL, one Kafka mock cluster and one NATS
+// server per test process (each started on first use), and a fresh schema per test so tests never see each other.
 
 #include <cstdint>
 #include <string>
@@ -9,12 +9,14 @@
 #include "outbox/schema.hpp"
 #include "outbox/testing/embedded_postgres.hpp"
 #include "outbox/testing/kafka_mock.hpp"
+#include "outbox/testing/nats_server.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox::testing {
 
 EmbeddedPostgres& postgres();
 KafkaMockCluster& kafka();
+NatsServer& nats_server();  // Debian's nats-server with JetStream
 std::string database_url();
 pg::Connection connect();
 

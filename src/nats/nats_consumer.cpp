@@ -1,0 +1,311 @@
+// NatsInboxConsumer: fetch a batch from a durable pull consumer, apply it through the inbox in one
+// transaction, then acknowledge it; a failed batch is negatively acknowledged whole, in order.
+
+#include "outbox/nats_consumer.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <charconv>
+#include <thread>
+
+#include "common/backoff.hpp"
+#include "common/fault.hpp"
+#include "common/health_board.hpp"
+#include "common/log.hpp"
+#include "common/printable.hpp"
+#include "common/stat_list.hpp"
+#include "nats/nats_common.hpp"
+#include "outbox/error.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox {
+namespace {
+
+using ConsumerInfoHandle = detail::Holder<jsConsumerInfo, &jsConsumerInfo_Destroy>;
+using MetaDataHandle = detail::Holder<jsMsgMetaData, &jsMsgMetaData_Destroy>;
+
+struct MessageList {
+  natsMsgList list{nullptr, 0};
+  ~MessageList() { natsMsgList_Destroy(&list); }
+};
+
+std::string header(natsMsg* message, const char* name) {
+  const char* value = nullptr;
+  return natsMsgHeader_Get(message, name, &value) == NATS_OK && value != nullptr ? value : "";
+}
+
+template <typename Int>
+Int to_int(const std::string& text) {
+  Int value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+std::int64_t nanoseconds(std::chrono::milliseconds duration) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(duration).count();
+}
+
+void check_options(const NatsConsumerOptions& options) {
+  if (options.durable.empty() || options.durable.find_first_of(". *>\t") != std::string::npos) {
+    throw ConfigError(
+        "NATS consumer: the durable name must be set, without dots, spaces or "
+        "wildcards, not \"" +
+        detail::printable(options.durable, 100) + "\"");
+  }
+  if (options.batch < 1 || options.batch > 10000) {
+    throw ConfigError(
+        fmt::format("NATS consumer: batch must be 1 to 10000, not {}", options.batch));
+  }
+  if (options.filter_subject.empty()) {
+    throw ConfigError("NATS consumer: the filter subject is empty (e.g. outbox.*.*)");
+  }
+  if (options.retry_backoff_base.count() <= 0 ||
+      options.retry_backoff_max < options.retry_backoff_base ||
+      options.ack_wait < std::chrono::seconds(1)) {
+    throw ConfigError(
+        "NATS consumer: retry_backoff_base must be positive, retry_backoff_max at least as large, "
+        "and ack_wait at least 1 s");
+  }
+}
+
+}  // namespace
+
+class NatsInboxConsumer::Impl {
+ public:
+  Impl(NatsConsumerOptions options, Effect effect)
+      : options_(std::move(options)),
+        effect_(std::move(effect)),
+        inbox_(options_.schema,
+               options_.consumer_name.empty() ? options_.durable : options_.consumer_name),
+        health_("nats consumer " + options_.durable),
+        database_(pg::Connection::open(options_.database_url, "outbox-consumer")) {
+    check_options(options_);
+    if (!effect_) throw InvalidArgument("NATS consumer: the effect is empty");
+    settings_ = nats::make_options(nats::ConnectSettings{
+        options_.servers, "outbox-consumer-" + options_.durable, std::chrono::milliseconds(2000),
+        options_.credentials_file, options_.ca_file});
+    connection_ = nats::connect(settings_.get(), false);
+    jsCtx* js = nullptr;
+    if (natsConnection_JetStream(&js, connection_.get(), nullptr) != NATS_OK) {
+      throw BrokerError("NATS consumer: cannot open a JetStream context", 0, false);
+    }
+    js_.reset(js);
+  }
+
+  std::size_t poll(std::chrono::milliseconds max_wait) {
+    if (!database_.healthy()) {
+      database_ = pg::Connection::open(options_.database_url, "outbox-consumer");
+      ++counters_.reconnects;
+    }
+    if (!subscription_) subscribe();
+    MessageList fetched;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus status =
+        natsSubscription_Fetch(&fetched.list, subscription_.get(), options_.batch,
+                               std::max<std::int64_t>(max_wait.count(), 1), &code);
+    if (status == NATS_TIMEOUT) return 0;
+    if (status != NATS_OK) {
+      throw BrokerError("NATS consumer: fetch failed: " + nats::error_text(status), 0, true);
+    }
+    if (health_.health() == Health::broker_unavailable) health_.set(Health::running);
+    handle(fetched.list);
+    return static_cast<std::size_t>(fetched.list.Count);
+  }
+
+  void run() {
+    detail::Backoff backoff(options_.retry_backoff_base, options_.retry_backoff_max);
+    health_.set(Health::running);
+    while (!stop_.load()) {
+      effect_threw_ = false;
+      try {
+        poll(std::chrono::milliseconds(200));
+        backoff.reset();
+        if (health_.health() != Health::running) health_.set(Health::running);
+        continue;
+      } catch (const DatabaseError& error) {
+        if (effect_threw_) {
+          health_.set(Health::effect_failing, error.what());
+        } else if (error.retryable()) {
+          health_.set(Health::database_unavailable, error.what());
+        } else {
+          health_.set(Health::stopped, error.what());
+          throw;
+        }
+      } catch (const ConfigError& error) {
+        health_.set(Health::stopped, error.what());
+        throw;
+      } catch (const BrokerError& error) {
+        health_.set(Health::broker_unavailable, error.what());
+      } catch (const std::exception& error) {
+        health_.set(Health::effect_failing, error.what());
+      }
+      backoff.wait([this] { return stop_.load(); });
+    }
+    health_.set(Health::stopped);
+  }
+
+  void request_stop() noexcept { stop_.store(true); }
+
+  NatsConsumerStats stats() const {
+    NatsConsumerStats s;
+    OUTBOX_STAT_COPY(OUTBOX_NATS_CONSUMER_STATS, counters_, s);
+    std::tie(s.health, s.last_error) = health_.snapshot();
+    return s;
+  }
+
+ private:
+  // Binds to the durable consumer, creating it when it does not exist, and refuses one whose
+  // settings would break order or acknowledgements.
+  void subscribe() {
+    jsSubOptions sub_options;
+    jsSubOptions_Init(&sub_options);
+    sub_options.Stream = options_.stream.c_str();
+    sub_options.Config.Durable = options_.durable.c_str();
+    sub_options.Config.AckPolicy = js_AckExplicit;
+    sub_options.Config.AckWait = nanoseconds(options_.ack_wait);
+    sub_options.Config.MaxAckPending = options_.batch;
+    sub_options.Config.MaxDeliver = -1;
+    sub_options.Config.DeliverPolicy = js_DeliverAll;
+    natsSubscription* raw = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus status =
+        js_PullSubscribe(&raw, js_.get(), options_.filter_subject.c_str(), options_.durable.c_str(),
+                         nullptr, &sub_options, &code);
+    nats::SubscriptionHandle subscription(raw);
+    if (status != NATS_OK && nats::is_transient(status) && code == 0) {
+      throw BrokerError("NATS consumer: cannot subscribe: " + nats::error_text(status), 0, true);
+    }
+    if (status != NATS_OK) {
+      // The server or the client refused the consumer as asked: a missing stream, a filter
+      // outside the stream, an existing consumer with other settings.
+      throw ConfigError(fmt::format(
+          "NATS consumer {} on stream {} ({}): {}{}. An existing consumer with other settings "
+          "(outbox needs explicit acks and max_ack_pending = the batch) must be removed first: "
+          "nats consumer rm {} {}",
+          options_.durable, options_.stream, options_.filter_subject, nats::error_text(status),
+          code != 0 ? fmt::format(" (JetStream error {})", static_cast<int>(code)) : "",
+          options_.stream, options_.durable));
+    }
+    jsConsumerInfo* info_raw = nullptr;
+    if (natsSubscription_GetConsumerInfo(&info_raw, subscription.get(), nullptr, nullptr) ==
+        NATS_OK) {
+      const ConsumerInfoHandle info(info_raw);
+      const jsConsumerConfig& config = *info->Config;
+      if (config.AckPolicy != js_AckExplicit || config.MaxAckPending > options_.batch ||
+          config.MaxAckPending <= 0) {
+        throw ConfigError(fmt::format(
+            "NATS consumer {} exists with ack policy {} and max_ack_pending {}: outbox needs "
+            "explicit acks and max_ack_pending at most the batch ({}), or the server hands out "
+            "events past a batch that failed; delete it (nats consumer rm {} {}) or fix it",
+            options_.durable, static_cast<int>(config.AckPolicy), config.MaxAckPending,
+            options_.batch, options_.stream, options_.durable));
+      }
+    }
+    subscription_ = std::move(subscription);
+    detail::log().info("nats consumer {}: reading stream {} ({})", options_.durable,
+                       options_.stream, options_.filter_subject);
+  }
+
+  ConsumedEvent decode(natsMsg* message) {
+    ConsumedEvent event;
+    event.event_id = EventId::parse(header(message, "event_id")).value_or(EventId{});
+    event.aggregate_type = header(message, "aggregate_type");
+    event.aggregate_id = header(message, "aggregate_id");
+    event.aggregate_sequence = to_int<std::int64_t>(header(message, "aggregate_sequence"));
+    event.event_type = header(message, "event_type");
+    event.schema_version = to_int<std::int32_t>(header(message, "schema_version"));
+    event.traceparent = header(message, "traceparent");
+    event.topic = natsMsg_GetSubject(message) != nullptr ? natsMsg_GetSubject(message) : "";
+    event.partition = -1;
+    if (natsMsg_GetDataLength(message) > 0) {
+      event.payload.assign(natsMsg_GetData(message),
+                           static_cast<std::size_t>(natsMsg_GetDataLength(message)));
+    }
+    jsMsgMetaData* meta_raw = nullptr;
+    if (natsMsg_GetMetaData(&meta_raw, message) == NATS_OK) {
+      const MetaDataHandle meta(meta_raw);
+      event.offset = static_cast<std::int64_t>(meta->Sequence.Stream);
+      if (meta->NumDelivered > 1) ++counters_.redeliveries;
+      counters_.pending_messages.store(static_cast<std::int64_t>(meta->NumPending));
+    }
+    return event;
+  }
+
+  void handle(const natsMsgList& list) {
+    counters_.received += static_cast<std::uint64_t>(list.Count);
+    std::vector<ConsumedEvent> events;
+    for (int i = 0; i < list.Count; ++i) {
+      ConsumedEvent event = decode(list.Msgs[i]);
+      if (event.event_id.is_nil()) {
+        ++counters_.rejected;
+        detail::log().error("nats consumer: {} seq {} has no valid event_id header; skipped",
+                            detail::printable(event.topic), event.offset);
+        continue;
+      }
+      events.push_back(std::move(event));
+    }
+    std::vector<EventId> ids;
+    for (const auto& event : events) ids.push_back(event.event_id);
+    try {
+      const auto results =
+          inbox_.process_batch(database_.get(), ids, [&](PGconn* conn, std::size_t i) {
+            try {
+              effect_(conn, events[i]);
+            } catch (const DatabaseError& error) {
+              effect_threw_ = !error.retryable() && PQstatus(conn) == CONNECTION_OK;
+              throw;
+            } catch (...) {
+              effect_threw_ = PQstatus(conn) == CONNECTION_OK;
+              throw;
+            }
+          });
+      for (const InboxResult result : results) {
+        if (result == InboxResult::applied) {
+          ++counters_.applied;
+        } else {
+          ++counters_.duplicates;
+        }
+      }
+    } catch (...) {
+      ++counters_.failed_batches;
+      if (effect_threw_) ++counters_.effect_failures;
+      // Back whole and in order, before anything after it (max_ack_pending = the batch).
+      for (int i = 0; i < list.Count; ++i) natsMsg_Nak(list.Msgs[i], nullptr);
+      throw;
+    }
+    OUTBOX_FAULT(fault::kConsumerAfterCommitBeforeOffset);
+    for (int i = 0; i < list.Count; ++i) natsMsg_Ack(list.Msgs[i], nullptr);
+  }
+
+  NatsConsumerOptions options_;
+  Effect effect_;
+  Inbox inbox_;
+  detail::HealthBoard health_;
+  nats::OptionsHandle settings_;
+  nats::ConnectionHandle connection_;
+  nats::ContextHandle js_;
+  nats::SubscriptionHandle subscription_;
+  pg::Connection database_;
+  std::atomic<bool> stop_{false};
+  bool effect_threw_ = false;
+  struct Counters {
+    OUTBOX_NATS_CONSUMER_STATS(OUTBOX_ATOMIC_STAT_FIELD)
+  } counters_;
+};
+
+NatsInboxConsumer::NatsInboxConsumer(NatsConsumerOptions options, Effect effect)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(effect))) {}
+NatsInboxConsumer::~NatsInboxConsumer() = default;
+std::size_t NatsInboxConsumer::poll(std::chrono::milliseconds max_wait) {
+  return impl_->poll(max_wait);
+}
+void NatsInboxConsumer::run() { impl_->run(); }
+void NatsInboxConsumer::request_stop() noexcept { impl_->request_stop(); }
+NatsConsumerStats NatsInboxConsumer::stats() const { return impl_->stats(); }
+
+std::vector<StatSample> stat_samples(const NatsConsumerStats& stats) {
+  return OUTBOX_STAT_SAMPLES(OUTBOX_NATS_CONSUMER_STATS, stats, detail::kPlain);
+}
+
+}  // namespace outbox

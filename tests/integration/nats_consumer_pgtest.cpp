@@ -1,0 +1,172 @@
+// The NATS JetStream inbox consumer against a real nats-server: events a relay published are
+// applied once each and in order per aggregate, acknowledged only after the inbox commit; a
+// failed batch comes back whole and in order; a redelivery after a commit is a duplicate.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+
+#include "common/fault.hpp"
+#include "outbox/nats_consumer.hpp"
+#include "outbox/nats_sink.hpp"
+#include "support/relay_fixture.hpp"
+
+namespace outbox::testing {
+namespace {
+
+class NatsConsumerTest : public RelayFixture {
+ protected:
+  void SetUp() override {
+    RelayFixture::SetUp();
+    stream_ = "C" + schema_.name();
+    prefix_ = "c" + schema_.name();
+    pg::exec(conn(),
+             "CREATE TABLE " + schema_.table("effects") +
+                 " (n bigserial PRIMARY KEY, event_id uuid, aggregate_id text, seq bigint)");
+  }
+  void TearDown() override { fault::arm(""); }
+
+  // Publishes `aggregates` x `per_aggregate` events to this test's stream through a relay.
+  void publish(int aggregates, int per_aggregate, int first_k = 0) {
+    enqueue(aggregates, per_aggregate, false, first_k);
+    NatsSinkOptions sink;
+    sink.servers = nats_server().url();
+    sink.stream = stream_;
+    sink.subject_template = prefix_ + ".{aggregate_type}.{partition}";
+    sink.create_stream = true;
+    Relay relay(options("r"), make_nats_sink(sink));
+    ASSERT_TRUE(relay.run_until_idle(30s));
+    ASSERT_EQ(unpublished(), 0);
+  }
+  NatsConsumerOptions consumer_options(int batch = 10) {
+    NatsConsumerOptions o;
+    o.servers = nats_server().url();
+    o.stream = stream_;
+    o.durable = "test";
+    o.filter_subject = prefix_ + ".*.*";
+    o.database_url = database_url();
+    o.schema = schema_;
+    o.batch = batch;
+    o.ack_wait = 1s;
+    o.retry_backoff_base = 10ms;
+    o.retry_backoff_max = 50ms;
+    return o;
+  }
+  NatsInboxConsumer::Effect record() {
+    return [this](PGconn* c, const ConsumedEvent& e) {
+      const std::string id = e.event_id.to_string();
+      const std::string seq = std::to_string(e.aggregate_sequence);
+      pg::exec(c,
+               "INSERT INTO " + schema_.table("effects") +
+                   " (event_id, aggregate_id, seq) VALUES ($1, $2, $3)",
+               {id.c_str(), e.aggregate_id.c_str(), seq.c_str()});
+    };
+  }
+  // Polls until `want` effects exist or `limit` passes; failures of poll() are swallowed.
+  long long poll_until(NatsInboxConsumer& consumer, long long want, std::chrono::seconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (effects() < want && std::chrono::steady_clock::now() < until) {
+      try {
+        consumer.poll(200ms);
+      } catch (const std::exception& error) {
+        last_error_ = error.what();
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    return effects();
+  }
+  long long effects() { return count(conn(), "SELECT count(*) FROM " + schema_.table("effects")); }
+  // Effects whose aggregate's sequence does not go up by one in the order they were applied.
+  long long out_of_order() {
+    const auto rows = pg::exec(
+        conn(), "SELECT aggregate_id, seq FROM " + schema_.table("effects") + " ORDER BY n");
+    std::map<std::string, long long> last;
+    long long bad = 0;
+    for (int i = 0; i < rows.rows(); ++i) {
+      const std::string aggregate(rows.text(i, 0));
+      const long long seq = std::stoll(std::string(rows.text(i, 1)));
+      if (seq != last[aggregate] + 1) ++bad;
+      last[aggregate] = seq;
+    }
+    return bad;
+  }
+  std::string stream_;
+  std::string prefix_;
+  std::string last_error_;  // what poll() threw last in poll_until
+};
+
+TEST_F(NatsConsumerTest, AppliesEveryEventOnceInOrderAndAcknowledgesAfterTheCommit) {
+  publish(4, 10);
+  {
+    NatsInboxConsumer consumer(consumer_options(), record());
+    EXPECT_EQ(poll_until(consumer, 40, 30s), 40) << last_error_;
+    const auto stats = consumer.stats();
+    EXPECT_EQ(stats.applied, 40U);
+    EXPECT_EQ(stats.duplicates, 0U);
+    EXPECT_EQ(stats.pending_messages, 0);
+  }
+  EXPECT_EQ(out_of_order(), 0);
+  // The same durable consumer again: everything was acknowledged, nothing comes back.
+  NatsInboxConsumer again(consumer_options(), record());
+  std::this_thread::sleep_for(1500ms);  // past ack_wait: an unacknowledged message would be due
+  EXPECT_EQ(again.poll(500ms), 0U);
+  publish(4, 1, 10);
+  EXPECT_EQ(poll_until(again, 44, 30s), 44);
+  EXPECT_EQ(out_of_order(), 0);
+}
+
+TEST_F(NatsConsumerTest, AFailedBatchComesBackWholeAndInOrderBeforeAnythingAfterIt) {
+  publish(3, 10);
+  std::atomic<int> failures{0};
+  const auto effect = record();
+  NatsInboxConsumer consumer(consumer_options(7), [&](PGconn* c, const ConsumedEvent& e) {
+    // The 5th event of agg-1 fails twice, then goes through.
+    if (e.aggregate_id == "agg-1" && e.aggregate_sequence == 5 && failures.fetch_add(1) < 2) {
+      throw std::runtime_error("effect failed on purpose");
+    }
+    effect(c, e);
+  });
+  EXPECT_EQ(poll_until(consumer, 30, 30s), 30);
+  EXPECT_EQ(failures.load(), 3);
+  EXPECT_EQ(out_of_order(), 0);
+  const auto stats = consumer.stats();
+  EXPECT_EQ(stats.failed_batches, 2U);
+  EXPECT_EQ(stats.effect_failures, 2U);
+  EXPECT_GE(stats.redeliveries, 7U) << "the failed batch, twice";
+  EXPECT_EQ(stats.applied, 30U);
+}
+
+TEST_F(NatsConsumerTest, ARedeliveryAfterTheInboxCommitIsADuplicateNotASecondEffect) {
+  publish(2, 5);
+  fault::arm(std::string(fault::kConsumerAfterCommitBeforeOffset) + "=error@1");
+  NatsInboxConsumer consumer(consumer_options(), record());
+  EXPECT_THROW(consumer.poll(2s), std::exception) << "committed, then failed before the acks";
+  EXPECT_EQ(effects(), 10);
+  fault::arm("");
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (consumer.stats().duplicates < 10 && std::chrono::steady_clock::now() < until) {
+    consumer.poll(200ms);
+  }
+  EXPECT_EQ(consumer.stats().duplicates, 10U) << "redelivered after ack_wait";
+  EXPECT_EQ(effects(), 10);
+  EXPECT_GE(consumer.stats().redeliveries, 10U);
+}
+
+TEST_F(NatsConsumerTest, AnExistingConsumerThatWouldBreakOrderIsRefused) {
+  publish(1, 1);
+  {
+    NatsInboxConsumer wide(consumer_options(50), record());
+    EXPECT_EQ(poll_until(wide, 1, 20s), 1);
+  }
+  NatsInboxConsumer narrow(consumer_options(10), record());
+  try {
+    narrow.poll(200ms);
+    ADD_FAILURE() << "a consumer with max_ack_pending 50 was used with batches of 10";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("max_ack_pending"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace outbox::testing
