@@ -526,12 +526,24 @@ int main(int argc, char** argv) {
                  "reconcile mode prevents (fails by design)");
   http->add_flag("--verbose", scenario.verbose);
   http->add_flag("--keep", scenario.keep);
+  auto* nats = app.add_subcommand(
+      "nats",
+      "NATS sink and consumer: relays killed between the PubAck and the mark, nats-server killed "
+      "and restarted, the consumer killed after its inbox commit");
+  nats->add_option("--outbox", scenario.outbox_binary)->required();
+  nats->add_option("--trials-per-fault", scenario.trials_per_fault)->check(CLI::Range(1, 10000));
+  nats->add_flag("--verbose", scenario.verbose);
+  nats->add_flag("--keep", scenario.keep);
+  auto* nats_consumer = app.add_subcommand("nats-consumer", "worker: apply the NATS stream");
+  nats_consumer->add_option("--db", worker.database_url)->required();
+  nats_consumer->add_option("--nats", worker.nats_url)->required();
   CLI11_PARSE(app, argc, argv);
   try {
     outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
-    if (*stalled || *hot || *kill || *cdc || *paused || *gap || *http) {
+    if (*nats_consumer) return run_nats_consumer(worker);
+    if (*stalled || *hot || *kill || *cdc || *paused || *gap || *http || *nats) {
       scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
       if (*kill) return run_relay_kill(scenario);
@@ -542,6 +554,7 @@ int main(int argc, char** argv) {
       if (*cdc) return run_cdc_faults(scenario);
       if (*gap) return run_retention_gap(scenario);
       if (*http) return run_http_faults(scenario, http_reconcile, http_blind);
+      if (*nats) return run_nats_faults(scenario);
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,

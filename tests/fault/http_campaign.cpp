@@ -25,6 +25,7 @@
 
 #include "fault/process.hpp"
 #include "fault/scenarios.hpp"
+#include "fault/steady_writer.hpp"
 #include "fault/workers.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/schema.hpp"
@@ -56,43 +57,6 @@ const char* name(HttpFault fault) {
   }
   return "?";
 }
-
-// Commits one event per transaction, round robin over the aggregates, until told to stop; keeps
-// the ids of those whose COMMIT succeeded.
-class Writer {
- public:
-  explicit Writer(std::string url) : url_(std::move(url)), thread_([this] { run(); }) {}
-  ~Writer() { stop(); }
-  void stop() {
-    stopping_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  [[nodiscard]] const std::set<std::string>& committed() const { return committed_; }
-
- private:
-  void run() {
-    auto connection = pg::Connection::open(url_, "http-campaign-writer");
-    const Producer producer(ProducerOptions{SchemaName(kSchema)});
-    for (int i = 0; !stopping_; ++i) {
-      pg::exec(connection.get(), "BEGIN");
-      const auto written =
-          producer.enqueue(connection.get(), NewEvent{"account",
-                                                      fmt::format("acct-{}", i % kAggregates),
-                                                      "Charged",
-                                                      fmt::format(R"({{"n":{}}})", i),
-                                                      "{}",
-                                                      1,
-                                                      {}});
-      pg::commit(connection.get());
-      committed_.insert(written.event_id.to_string());
-      std::this_thread::sleep_for(10ms);  // about 100 events a second
-    }
-  }
-  std::string url_;
-  std::atomic<bool> stopping_{false};
-  std::set<std::string> committed_;
-  std::thread thread_;
-};
 
 struct HttpCampaign {
   ScenarioOptions options;
@@ -215,7 +179,7 @@ int run_http_faults(const ScenarioOptions& options, bool reconcile, bool blind) 
   HttpReceiver receiver(HttpReceiver::Options{.deduplicate = !reconcile && !blind});
   HttpCampaign c{options, reconcile, dir_template, url, receiver};
   for (int i = 0; i < 2; ++i) c.relays[i] = c.start_relay(i, "");
-  Writer writer(url);
+  Writer writer(url, kAggregates);
 
   std::vector<HttpFault> schedule;
   for (int i = 0; i < options.trials_per_fault * kHttpFaultKinds; ++i) {

@@ -61,5 +61,8 @@ int run_retention_gap(const ScenarioOptions& options);
 //    doubt. Lost, phantom, duplicate effects and inversions must all be 0. `blind` (retry mode
 //    only): the receiver applies blindly too, to show what reconcile mode prevents (it fails).
 int run_http_faults(const ScenarioOptions& options, bool reconcile, bool blind);
+// The NATS sink and consumer: relays killed between the PubAck and the mark, nats-server killed
+// and restarted, the consumer killed after its inbox commit.
+int run_nats_faults(const ScenarioOptions& options);
 
 }  // namespace outbox::campaign

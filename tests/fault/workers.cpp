@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "outbox/kafka.hpp"
+#include "outbox/nats_consumer.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/transaction.hpp"
@@ -190,6 +191,26 @@ int run_producer(const WorkerOptions& options) {
   return 0;
 }
 
+// The projection every campaign consumer applies: one effect row per application, with the
+// aggregate's sequence before it (the checker finds repeats and inversions there).
+void apply_campaign_effect(PGconn* conn, const ConsumedEvent& event) {
+  const auto previous = pg::exec(
+      conn,
+      "SELECT coalesce((SELECT last_sequence FROM campaign.projection WHERE aggregate_id = $1 "
+      "FOR UPDATE), 0)::text",
+      {event.aggregate_id.c_str()});
+  const std::string previous_sequence(previous.text(0, 0));
+  const std::string sequence = std::to_string(event.aggregate_sequence);
+  const std::string id = event.event_id.to_string();
+  pg::exec(conn,
+           "INSERT INTO campaign.effects (event_id, aggregate_id, aggregate_sequence, "
+           "previous_sequence) VALUES ($1::uuid, $2, $3::bigint, $4::bigint)",
+           {id.c_str(), event.aggregate_id.c_str(), sequence.c_str(), previous_sequence.c_str()});
+  pg::exec(conn,
+           "INSERT INTO campaign.projection VALUES ($1, $2::bigint) ON CONFLICT (aggregate_id) "
+           "DO UPDATE SET last_sequence = EXCLUDED.last_sequence",
+           {event.aggregate_id.c_str(), sequence.c_str()});
+};
 int run_consumer(const WorkerOptions& options) {
   stop_on_sigterm();
   KafkaConsumerOptions consumer_options;
@@ -202,24 +223,8 @@ int run_consumer(const WorkerOptions& options) {
   consumer_options.schema = SchemaName(kSchema);
   consumer_options.consumer_name = "projection";
   consumer_options.properties = {{"session.timeout.ms", "3000"}, {"heartbeat.interval.ms", "300"}};
-  const auto effect = [](PGconn* conn, const ConsumedEvent& event) {
-    const auto previous = pg::exec(
-        conn,
-        "SELECT coalesce((SELECT last_sequence FROM campaign.projection WHERE aggregate_id = $1 "
-        "FOR UPDATE), 0)::text",
-        {event.aggregate_id.c_str()});
-    const std::string previous_sequence(previous.text(0, 0));
-    const std::string sequence = std::to_string(event.aggregate_sequence);
-    const std::string id = event.event_id.to_string();
-    pg::exec(conn,
-             "INSERT INTO campaign.effects (event_id, aggregate_id, aggregate_sequence, "
-             "previous_sequence) VALUES ($1::uuid, $2, $3::bigint, $4::bigint)",
-             {id.c_str(), event.aggregate_id.c_str(), sequence.c_str(), previous_sequence.c_str()});
-    pg::exec(conn,
-             "INSERT INTO campaign.projection VALUES ($1, $2::bigint) ON CONFLICT (aggregate_id) "
-             "DO UPDATE SET last_sequence = EXCLUDED.last_sequence",
-             {event.aggregate_id.c_str(), sequence.c_str()});
-  };
+  const auto effect = &apply_campaign_effect;
+
   consumer_options.retry_backoff_max = 2000ms;
   // run() rides out PostgreSQL and broker outages itself; only the first connection is retried
   // here.
@@ -264,6 +269,43 @@ int run_consumer(const WorkerOptions& options) {
       }
     }
     report();
+    consumer->request_stop();
+  });
+  try {
+    consumer->run();
+  } catch (...) {
+    g_stop = true;
+    stopper.join();
+    throw;
+  }
+  stopper.join();
+  return 0;
+}
+
+int run_nats_consumer(const WorkerOptions& options) {
+  stop_on_sigterm();
+  NatsConsumerOptions consumer_options;
+  consumer_options.servers = options.nats_url;
+  consumer_options.stream = kNatsStream;
+  consumer_options.durable = "campaign";
+  consumer_options.filter_subject = "outbox.*.*";
+  consumer_options.database_url = options.database_url;
+  consumer_options.schema = SchemaName(kSchema);
+  consumer_options.consumer_name = "projection";
+  consumer_options.ack_wait = 2s;
+  consumer_options.retry_backoff_max = 1000ms;
+  std::unique_ptr<NatsInboxConsumer> consumer;
+  while (!consumer && !g_stop) {
+    try {
+      consumer = std::make_unique<NatsInboxConsumer>(consumer_options, &apply_campaign_effect);
+    } catch (const Error& e) {
+      if (!e.retryable()) throw;
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+  if (!consumer) return 0;
+  std::thread stopper([&] {
+    while (!g_stop) std::this_thread::sleep_for(50ms);
     consumer->request_stop();
   });
   try {

@@ -8,6 +8,7 @@ namespace outbox::campaign {
 
 inline constexpr const char* kSchema = "campaign";
 inline constexpr const char* kTopic = "outbox.account";
+inline constexpr const char* kNatsStream = "CAMPAIGN";  // subjects outbox.*.*
 
 // The campaign topic's partitions, and its aggregates' names. librdkafka's mock keeps at most
 // 5 MiB per partition and drops the oldest messages beyond that, as a broker does past
@@ -32,6 +33,7 @@ struct WorkerOptions {
   std::string topic = kTopic;
   std::string metrics_listen;
   std::string on_offset_gap = "stop";
+  std::string nats_url;  // nats-consumer: the server
 };
 
 // Writes one line per step of each transaction to log_path, flushed by write(2) before the step
@@ -41,6 +43,10 @@ int run_producer(const WorkerOptions& options);
 
 // Applies every event of kTopic through the inbox into campaign.effects.
 int run_consumer(const WorkerOptions& options);
+
+// Applies every event of the NATS stream kNatsStream through the inbox into campaign.effects
+// (durable consumer "campaign").
+int run_nats_consumer(const WorkerOptions& options);
 
 // Creates the consumer's tables (idempotent).
 void create_campaign_tables(const std::string& database_url);
