@@ -21,9 +21,12 @@
 #include "cli/command.hpp"
 #include "outbox/http_sink.hpp"
 #include "outbox/kafka.hpp"
+#include "outbox/nats_consumer.hpp"
+#include "outbox/nats_sink.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/testing/http_receiver.hpp"
+#include "outbox/testing/nats_server.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "servers.hpp"
@@ -46,7 +49,7 @@ struct DemoOptions {
   bool json = false;
   bool quiet = false;
   std::string source = "both";  // polling, cdc, or both (one after the other)
-  std::string sink = "kafka";   // kafka, or http (an embedded webhook receiver)
+  std::string sink = "kafka";   // kafka, nats (embedded nats-server), or http (a receiver)
 };
 
 const SchemaName kSchema("outbox_demo");
@@ -281,11 +284,6 @@ constexpr const char* kSlot = "outbox_demo";
 // streams and the others wait for the slot as standbys.
 class DemoRelays {
  public:
-  DemoRelays(int count, const std::string& url, const std::string& brokers, RelaySource source)
-      : DemoRelays(count, url, source, [&] {
-          return make_kafka_sink(
-              KafkaSinkOptions{brokers, topic_prefix(source) + ".{aggregate_type}", {}});
-        }) {}
   DemoRelays(int count, const std::string& url, RelaySource source,
              const std::function<std::unique_ptr<Sink>()>& make_sink) {
     for (int i = 0; i < count; ++i) {
@@ -358,7 +356,7 @@ struct DemoWriters {
 // Progress until the writers are done and the consumer has applied every committed event (or
 // something failed, or nothing moved for 30 s). Returns when the last commit was seen.
 Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
-                        const KafkaInboxConsumer& consumer,
+                        const std::function<std::uint64_t()>& applied_so_far,
                         const std::atomic<bool>& consumer_failed,
                         const std::function<void(const std::string&)>& say) {
   auto last_commit = Clock::now();
@@ -368,7 +366,7 @@ Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
     std::this_thread::sleep_for(250ms);
     const std::uint64_t committed_events = writers.committed_events();
     const std::uint64_t published = relays.published();
-    const auto applied = consumer.stats().applied;
+    const auto applied = applied_so_far();
     if (writers.left > 0) last_commit = Clock::now();
     if (applied != last_applied) last_progress = Clock::now();
     last_applied = applied;
@@ -384,26 +382,94 @@ Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
   return last_commit;
 }
 
-// A new consumer group under the same inbox name reads every message again; the inbox must turn
-// each one into a no-op. Returns the replay's duplicates.
-std::uint64_t replay(KafkaConsumerOptions options, std::uint64_t committed) {
-  options.group_id += "-replay";
-  KafkaInboxConsumer replay(options, apply_effect);
-  const auto deadline = Clock::now() + 30s;
-  while (replay.stats().received < committed && Clock::now() < deadline) replay.poll(200ms);
-  return replay.stats().duplicates;
-}
+// The consumer side of a run on one broker: the sink the relays publish with, and the broker's
+// inbox consumer applying apply_effect.
+struct DemoBroker {
+  std::string name;  // for the report: "kafka", "nats"
+  std::function<std::unique_ptr<Sink>()> make_sink;
+  std::function<void()> run_consumer;   // until stop_consumer()
+  std::function<void()> stop_consumer;  // from another thread
+  std::function<std::uint64_t()> applied;
+  std::function<std::uint64_t()> duplicates;
+  // Reads everything again under the same inbox name (a new group or durable consumer); every
+  // message must be a no-op. Returns that replay's duplicates.
+  std::function<std::uint64_t(std::uint64_t committed)> replay;
+};
 
-KafkaConsumerOptions consumer_options(const std::string& url, const std::string& brokers,
-                                      const std::string& prefix) {
+DemoBroker kafka_broker(const std::string& url, Servers& servers, RelaySource source) {
+  const std::string prefix = topic_prefix(source);
+  if (auto& kafka = servers.kafka()) {
+    kafka->create_topic(prefix + ".order", 6, 3);
+    kafka->create_topic(prefix + ".customer", 3, 3);
+  }
   KafkaConsumerOptions options;
-  options.brokers = brokers;
+  options.brokers = servers.brokers();
   options.group_id = "outbox-demo-projection-" + prefix;
   options.topics = {prefix + ".order", prefix + ".customer"};
   options.database_url = url;
   options.schema = kSchema;
   options.consumer_name = "projection";
-  return options;
+  auto consumer = std::make_shared<KafkaInboxConsumer>(options, apply_effect);
+  const std::string brokers = servers.brokers();
+  return DemoBroker{
+      "kafka",
+      [brokers, prefix] {
+        return make_kafka_sink(KafkaSinkOptions{brokers, prefix + ".{aggregate_type}", {}});
+      },
+      [consumer] { consumer->run(); },
+      [consumer] { consumer->request_stop(); },
+      [consumer] { return consumer->stats().applied; },
+      [consumer] { return consumer->stats().duplicates; },
+      [options](std::uint64_t committed) {
+        KafkaConsumerOptions again = options;
+        again.group_id += "-replay";
+        KafkaInboxConsumer replay(again, apply_effect);
+        const auto deadline = Clock::now() + 30s;
+        while (replay.stats().received < committed && Clock::now() < deadline) replay.poll(200ms);
+        return replay.stats().duplicates;
+      }};
+}
+
+// NATS JetStream: a stream per run (created by the relays), a durable pull consumer.
+DemoBroker nats_broker(const std::string& url, const std::string& servers, RelaySource source) {
+  const std::string prefix = topic_prefix(source);
+  const std::string stream = source == RelaySource::cdc ? "OUTBOX_DEMO_CDC" : "OUTBOX_DEMO";
+  NatsSinkOptions sink;
+  sink.servers = servers;
+  sink.stream = stream;
+  sink.subject_template = prefix + ".{aggregate_type}.{partition}";
+  sink.create_stream = true;
+  NatsConsumerOptions options;
+  options.servers = servers;
+  options.stream = stream;
+  options.durable = "projection";
+  options.filter_subject = prefix + ".*.*";
+  options.database_url = url;
+  options.schema = kSchema;
+  options.consumer_name = "projection";
+  auto consumer = std::make_shared<std::unique_ptr<NatsInboxConsumer>>();
+  return DemoBroker{"nats",
+                    [sink] { return make_nats_sink(sink); },
+                    [consumer, options] {
+                      // The stream exists once a relay published: until then the consumer cannot
+                      // bind.
+                      *consumer = std::make_unique<NatsInboxConsumer>(options, apply_effect);
+                      (*consumer)->run();
+                    },
+                    [consumer] {
+                      if (*consumer) (*consumer)->request_stop();
+                    },
+                    [consumer] { return *consumer ? (*consumer)->stats().applied : 0; },
+                    [consumer] { return *consumer ? (*consumer)->stats().duplicates : 0; },
+                    [options](std::uint64_t committed) {
+                      NatsConsumerOptions again = options;
+                      again.durable += "-replay";
+                      NatsInboxConsumer replay(again, apply_effect);
+                      const auto deadline = Clock::now() + 30s;
+                      while (replay.stats().received < committed && Clock::now() < deadline)
+                        replay.poll(200ms);
+                      return replay.stats().duplicates;
+                    }};
 }
 
 // The demo's schema and slot, fresh: a slot left from an earlier run would hold WAL of the
@@ -418,29 +484,20 @@ void reset(PGconn* admin) {
   create_business_tables(admin);
 }
 
-// One run of the demo with relays of `source` on `servers`; true when every invariant held.
-bool run_once(const DemoOptions& options, Servers& servers, RelaySource source,
-              const std::function<void(const std::string&)>& say) {
+// One run of the demo with relays of `source` publishing to `broker`; true when every invariant
+// held.
+bool run_once(const DemoOptions& options, const std::string& url, const DemoBroker& broker,
+              RelaySource source, const std::function<void(const std::string&)>& say) {
   const auto started = Clock::now();
-  const std::string& url = servers.database_url();
-  auto admin = pg::Connection::open(url, "outbox-demo");
-  reset(admin.get());
   say(source == RelaySource::cdc
           ? "relays: change data capture (one streams from a replication slot, the others wait "
             "as standbys)"
           : "relays: polling (claims under a lease)");
-  const std::string prefix = topic_prefix(source);
-  if (auto& kafka = servers.kafka()) {
-    kafka->create_topic(prefix + ".order", 6, 3);
-    kafka->create_topic(prefix + ".customer", 3, 3);
-  }
-  DemoRelays relays(options.relays, url, servers.brokers(), source);
-  const KafkaConsumerOptions consumer_settings = consumer_options(url, servers.brokers(), prefix);
-  KafkaInboxConsumer consumer(consumer_settings, apply_effect);
+  DemoRelays relays(options.relays, url, source, broker.make_sink);
   std::atomic<bool> consumer_failed{false};
   std::thread consumer_thread([&] {
     try {
-      consumer.run();
+      broker.run_consumer();
     } catch (const std::exception& e) {
       spdlog::error("consumer failed: {}", e.what());
       consumer_failed = true;
@@ -450,21 +507,22 @@ bool run_once(const DemoOptions& options, Servers& servers, RelaySource source,
   say(fmt::format("writing {} orders with {} writers, {} relays, 1 consumer ...", options.orders,
                   options.writers, options.relays));
   writers.start(options, url);
-  const auto last_commit = watch(writers, relays, consumer, consumer_failed, say);
+  const auto last_commit = watch(writers, relays, broker.applied, consumer_failed, say);
   writers.join();
   Report report;
-  report.source = source == RelaySource::cdc ? "cdc" : "polling";
+  report.source = std::string(source == RelaySource::cdc ? "cdc" : "polling") +
+                  (broker.name == "kafka" ? "" : ", " + broker.name);
   report.drain_seconds = std::chrono::duration<double>(Clock::now() - last_commit).count();
-  consumer.request_stop();
+  broker.stop_consumer();
   consumer_thread.join();
   report.fenced = relays.stop();
 
-  say("replaying the whole topic through the same inbox ...");
-  report.duplicates_suppressed =
-      consumer.stats().duplicates + replay(consumer_settings, writers.log.committed.size());
+  say("replaying everything through the same inbox ...");
+  report.duplicates_suppressed = broker.duplicates() + broker.replay(writers.log.committed.size());
   report.committed = writers.log.committed_transactions;
   report.rolled_back = writers.log.rolled_back_transactions;
   report.unknown = writers.log.unknown_transactions;
+  auto admin = pg::Connection::open(url, "outbox-demo");
   check(admin.get(), writers.log, report);
   report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   print(report, options.json);
@@ -539,11 +597,25 @@ int run_demo(const DemoOptions& options) {
   std::vector<RelaySource> sources;
   if (options.source != "cdc") sources.push_back(RelaySource::polling);
   if (options.source != "polling") sources.push_back(RelaySource::cdc);
+  std::optional<NatsServer> nats;
+  if (options.sink == "nats") {
+    nats.emplace();
+    say("nats: " + nats->url() + " (nats-server with JetStream, embedded)");
+  }
   bool ok = true;
   for (const RelaySource source : sources) {
-    ok = (options.sink == "http" ? run_once_http(options, servers, source, say)
-                                 : run_once(options, servers, source, say)) &&
-         ok;
+    if (options.sink == "http") {
+      ok = run_once_http(options, servers, source, say) && ok;
+      continue;
+    }
+    const std::string& url = servers.database_url();
+    {
+      auto admin = pg::Connection::open(url, "outbox-demo");
+      reset(admin.get());
+    }
+    const DemoBroker broker =
+        nats ? nats_broker(url, nats->url(), source) : kafka_broker(url, servers, source);
+    ok = run_once(options, url, broker, source, say) && ok;
   }
   return ok ? 0 : 1;
 }
@@ -570,10 +642,12 @@ void register_demo(Commands& commands) {
       ->check(CLI::IsMember({"polling", "cdc", "both"}))
       ->capture_default_str();
   demo->add_option("--sink", options->sink,
-                   "kafka, or http: the relays deliver to a webhook receiver in this process "
+                   "kafka; nats: a JetStream stream on an embedded nats-server, applied by the "
+                   "NATS inbox consumer; or http: the relays deliver to a webhook receiver in "
+                   "this process "
                    "(Idempotency-Key, signatures' headers, CloudEvents), whose effects the report "
                    "checks")
-      ->check(CLI::IsMember({"kafka", "http"}))
+      ->check(CLI::IsMember({"kafka", "nats", "http"}))
       ->capture_default_str();
   demo->add_flag("--json", options->json, "print the report as one JSON object");
   demo->add_flag("--quiet", options->quiet, "no progress lines");

@@ -176,6 +176,11 @@ class NatsInboxConsumer::Impl {
     if (status != NATS_OK && nats::is_transient(status) && code == 0) {
       throw BrokerError("NATS consumer: cannot subscribe: " + nats::error_text(status), 0, true);
     }
+    if (code == JSStreamNotFoundErr) {
+      // Consumers often start before the relay that creates the stream: wait for it.
+      throw BrokerError("NATS consumer: stream " + options_.stream + " does not exist (yet)", 0,
+                        true);
+    }
     if (status != NATS_OK) {
       // The server or the client refused the consumer as asked: a missing stream, a filter
       // outside the stream, an existing consumer with other settings.

@@ -153,6 +153,25 @@ TEST_F(NatsConsumerTest, ARedeliveryAfterTheInboxCommitIsADuplicateNotASecondEff
   EXPECT_GE(consumer.stats().redeliveries, 10U);
 }
 
+// Consumers often start before the relay that creates the stream: the consumer waits for it.
+TEST_F(NatsConsumerTest, AConsumerStartedBeforeItsStreamWaitsForIt) {
+  NatsInboxConsumer consumer(consumer_options(), record());
+  EXPECT_THROW(consumer.poll(100ms), BrokerError);
+  std::thread run([&] { consumer.run(); });
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(consumer.stats().health, Health::broker_unavailable);
+  EXPECT_NE(consumer.stats().last_error.find("does not exist"), std::string::npos)
+      << consumer.stats().last_error;
+  publish(2, 3);
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (effects() < 6 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(50ms);
+  }
+  consumer.request_stop();
+  run.join();
+  EXPECT_EQ(effects(), 6);
+}
+
 TEST_F(NatsConsumerTest, AnExistingConsumerThatWouldBreakOrderIsRefused) {
   publish(1, 1);
   {
