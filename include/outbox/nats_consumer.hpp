@@ -8,9 +8,13 @@
 // no-op. When the batch fails (the effect threw, PostgreSQL failed) every message of it is
 // negatively acknowledged in order, and the consumer waits its backoff before fetching again.
 //
-// Per-aggregate order: the consumer's max_ack_pending is the batch size, so the server hands out
-// nothing beyond a batch that is not acknowledged yet; a failed batch comes back whole, in stream
-// order, before anything after it. One process per durable consumer: two processes fetching from
+// Per-aggregate order: a failed batch is nak'd whole, and JetStream serves redeliveries before
+// new messages, so it comes back in stream order before anything after it (max_ack_pending is the
+// batch size). Messages delivered and never acknowledged by anyone (a fetch's answer lost with a
+// server that died, a consumer process killed mid-batch) come again only after ack_wait: after
+// each (re)connect, and after an ack the server did not confirm, the consumer fetches nothing
+// new while the consumer state shows any outstanding, until ack_wait has passed
+// (redelivery_waits counts it). One process per durable consumer: two processes fetching from
 // one durable consumer would split an aggregate's events between them. To spread the load, give
 // each process its own durable consumer over a subject filter of its partitions, e.g.
 // "outbox.order.3" with the sink's {partition}.
@@ -51,6 +55,10 @@ struct NatsConsumerOptions {
   X(redeliveries, counter, when_set, "outbox_consumer_redeliveries_total", "redeliveries {}", \
     "Messages the broker delivered more than once (not acknowledged in time, or after a "     \
     "failed batch).")                                                                         \
+  X(redelivery_waits, counter, when_set, "outbox_consumer_redelivery_waits_total",            \
+    "redelivery waits {}",                                                                    \
+    "Times the consumer fetched nothing new until messages delivered and never acknowledged " \
+    "(a lost fetch answer, a killed consumer) came again.")                                   \
   X(pending_messages, signed_gauge, always, "outbox_consumer_pending_messages", "pending {}", \
     "Messages of the stream the consumer has not been delivered yet; -1 while "               \
     "unknown.")

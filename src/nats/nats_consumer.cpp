@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <charconv>
+#include <optional>
 #include <thread>
 
 #include "common/backoff.hpp"
@@ -85,6 +86,7 @@ class NatsInboxConsumer::Impl {
     settings_ = nats::make_options(nats::ConnectSettings{
         options_.servers, "outbox-consumer-" + options_.durable, std::chrono::milliseconds(2000),
         options_.credentials_file, options_.ca_file});
+    natsOptions_SetDisconnectedCB(settings_.get(), &Impl::on_disconnected, this);
     connection_ = nats::connect(settings_.get(), false);
     jsCtx* js = nullptr;
     if (natsConnection_JetStream(&js, connection_.get(), nullptr) != NATS_OK) {
@@ -99,6 +101,7 @@ class NatsInboxConsumer::Impl {
       ++counters_.reconnects;
     }
     if (!subscription_) subscribe();
+    if (check_outstanding_.load() && !outstanding_settled(max_wait)) return 0;
     MessageList fetched;
     jsErrCode code = static_cast<jsErrCode>(0);
     const natsStatus status =
@@ -155,6 +158,49 @@ class NatsInboxConsumer::Impl {
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  // Messages the server counts as delivered and not acknowledged while this consumer holds none
+  // (a fetch's answer lost with a server that died, a consumer process killed mid-batch, acks
+  // lost in a disconnect) come again only after ack_wait, behind anything fetched meanwhile: an
+  // aggregate's k+1 would be applied before its k. So after a (re)connect, and after an ack the
+  // server did not confirm, nothing new is fetched while any are outstanding, until ack_wait has
+  // passed since they were first seen: they are then due, and JetStream serves redeliveries
+  // before new messages. Returns true when fetching may go on.
+  bool outstanding_settled(std::chrono::milliseconds max_wait) {
+    jsConsumerInfo* raw = nullptr;
+    if (const natsStatus status = js_GetConsumerInfo(&raw, js_.get(), options_.stream.c_str(),
+                                                     options_.durable.c_str(), nullptr, nullptr);
+        status != NATS_OK) {
+      throw BrokerError(
+          "NATS consumer: cannot read the consumer's state: " + nats::error_text(status), 0, true);
+    }
+    const ConsumerInfoHandle info(raw);
+    const auto now = Clock::now();
+    if (info->NumAckPending > 0 && !outstanding_since_) {
+      outstanding_since_ = now;
+      ++counters_.redelivery_waits;
+      detail::log().info(
+          "nats consumer {}: {} message(s) delivered and not acknowledged; fetching nothing new "
+          "until they come again (ack_wait {} ms), so no aggregate is applied out of order",
+          options_.durable, info->NumAckPending, options_.ack_wait.count());
+    }
+    const auto due =
+        outstanding_since_.value_or(now) + options_.ack_wait + std::chrono::milliseconds(100);
+    if (info->NumAckPending == 0 || now >= due) {
+      check_outstanding_ = false;
+      outstanding_since_.reset();
+      return true;
+    }
+    std::this_thread::sleep_for(
+        std::min(max_wait, std::chrono::duration_cast<std::chrono::milliseconds>(due - now)));
+    return false;
+  }
+
+  static void on_disconnected(natsConnection* /*connection*/, void* closure) {
+    static_cast<Impl*>(closure)->check_outstanding_ = true;
+  }
+
   // Binds to the durable consumer, creating it when it does not exist, and refuses one whose
   // settings would break order or acknowledgements.
   void subscribe() {
@@ -193,8 +239,8 @@ class NatsInboxConsumer::Impl {
           options_.stream, options_.durable));
     }
     jsConsumerInfo* info_raw = nullptr;
-    if (natsSubscription_GetConsumerInfo(&info_raw, subscription.get(), nullptr, nullptr) ==
-        NATS_OK) {
+    if (js_GetConsumerInfo(&info_raw, js_.get(), options_.stream.c_str(), options_.durable.c_str(),
+                           nullptr, nullptr) == NATS_OK) {
       const ConsumerInfoHandle info(info_raw);
       const jsConsumerConfig& config = *info->Config;
       if (config.AckPolicy != js_AckExplicit || config.MaxAckPending > options_.batch ||
@@ -280,7 +326,12 @@ class NatsInboxConsumer::Impl {
       throw;
     }
     OUTBOX_FAULT(fault::kConsumerAfterCommitBeforeOffset);
-    for (int i = 0; i < list.Count; ++i) natsMsg_Ack(list.Msgs[i], nullptr);
+    // The last ack waits for the server's answer: the earlier ones, sent before it on the same
+    // connection, are then in too. Without that answer, what is outstanding is checked first.
+    for (int i = 0; i + 1 < list.Count; ++i) natsMsg_Ack(list.Msgs[i], nullptr);
+    if (list.Count > 0 && natsMsg_AckSync(list.Msgs[list.Count - 1], nullptr, nullptr) != NATS_OK) {
+      check_outstanding_ = true;
+    }
   }
 
   NatsConsumerOptions options_;
@@ -294,6 +345,8 @@ class NatsInboxConsumer::Impl {
   pg::Connection database_;
   std::atomic<bool> stop_{false};
   bool effect_threw_ = false;
+  std::atomic<bool> check_outstanding_{true};  // after a (re)connect or an unconfirmed ack
+  std::optional<Clock::time_point> outstanding_since_;
   struct Counters {
     OUTBOX_NATS_CONSUMER_STATS(OUTBOX_ATOMIC_STAT_FIELD)
   } counters_;

@@ -3,6 +3,7 @@
 // failed batch comes back whole and in order; a redelivery after a commit is a duplicate.
 
 #include <gtest/gtest.h>
+#include <nats/nats.h>
 
 #include <atomic>
 #include <map>
@@ -151,6 +152,45 @@ TEST_F(NatsConsumerTest, ARedeliveryAfterTheInboxCommitIsADuplicateNotASecondEff
   EXPECT_EQ(consumer.stats().duplicates, 10U) << "redelivered after ack_wait";
   EXPECT_EQ(effects(), 10);
   EXPECT_GE(consumer.stats().redeliveries, 10U);
+}
+
+// Messages delivered and never acknowledged (a consumer process killed between its fetch and its
+// commit; a fetch's answer lost with a server that died) come again only after ack_wait. The next
+// consumer must apply them before the events after them, not fetch past them.
+TEST_F(NatsConsumerTest, MessagesDeliveredAndNeverAcknowledgedAreAppliedBeforeLaterOnes) {
+  publish(2, 5);
+  {
+    // Creates the durable consumer (with a batch of 3, so the first fetch below takes 3).
+    NatsInboxConsumer creates_the_durable(consumer_options(3), record());
+    creates_the_durable.poll(1ms);
+  }
+  // A consumer that died after its fetch: two messages delivered, never acknowledged; fewer than
+  // max_ack_pending (3), so the server would hand out a later one at once.
+  natsConnection* raw_connection = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&raw_connection, nats_server().url().c_str()), NATS_OK);
+  jsCtx* js = nullptr;
+  ASSERT_EQ(natsConnection_JetStream(&js, raw_connection, nullptr), NATS_OK);
+  jsSubOptions bind;
+  jsSubOptions_Init(&bind);
+  bind.Stream = stream_.c_str();
+  bind.Consumer = "test";
+  natsSubscription* dead = nullptr;
+  ASSERT_EQ(
+      js_PullSubscribe(&dead, js, (prefix_ + ".*.*").c_str(), "test", nullptr, &bind, nullptr),
+      NATS_OK);
+  natsMsgList taken{nullptr, 0};
+  ASSERT_EQ(natsSubscription_Fetch(&taken, dead, 2, 5000, nullptr), NATS_OK);
+  EXPECT_EQ(taken.Count, 2);
+  natsMsgList_Destroy(&taken);
+  natsSubscription_Destroy(dead);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(raw_connection);
+
+  NatsInboxConsumer next(consumer_options(3), record());
+  EXPECT_EQ(poll_until(next, 10, 30s), 10) << last_error_;
+  EXPECT_EQ(out_of_order(), 0) << "the two came first, when they came again";
+  EXPECT_EQ(next.stats().redelivery_waits, 1U);
+  EXPECT_EQ(next.stats().duplicates, 0U);
 }
 
 // Consumers often start before the relay that creates the stream: the consumer waits for it.

@@ -9,6 +9,7 @@
 #include "nats/nats_common.hpp"
 #include "nats/nats_stream.hpp"
 #include "outbox/error.hpp"
+#include "outbox/nats_consumer.hpp"
 #include "outbox/nats_sink.hpp"
 #include "outbox/partition.hpp"
 
@@ -122,6 +123,18 @@ TEST(NatsOptions, EverySinkMetricIsDocumented) {
   for (const StatSample& sample : samples) {
     const std::string metric(sample.def->metric);
     EXPECT_TRUE(metric.starts_with("outbox_relay_nats_") && metric.ends_with("_total")) << metric;
+    EXPECT_NE(guide.find("| `" + metric + "` |"), std::string::npos) << metric;
+  }
+}
+
+TEST(NatsOptions, EveryConsumerMetricIsDocumented) {
+  std::ifstream file(std::string(OUTBOX_SOURCE_DIR) + "/docs/OPERATIONS.md");
+  const std::string guide((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const NatsConsumerStats stats;
+  EXPECT_EQ(stats.pending_messages, -1) << "unknown until a message says";
+  for (const StatSample& sample : stat_samples(stats)) {
+    const std::string metric(sample.def->metric);
+    EXPECT_EQ(metric.ends_with("_total"), sample.def->kind == StatKind::counter) << metric;
     EXPECT_NE(guide.find("| `" + metric + "` |"), std::string::npos) << metric;
   }
 }
