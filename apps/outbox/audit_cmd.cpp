@@ -12,6 +12,7 @@
 #include "outbox/audit.hpp"
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
+#include "outbox/nats_audit.hpp"
 #include "outbox/text.hpp"
 
 namespace outbox::cli {
@@ -30,6 +31,8 @@ struct AuditFlags {
   std::string read_timeout = "60s";
   bool json = false;
   bool from_beginning = false;
+  std::string sink = "kafka";
+  NatsAuditOptions nats;  // --nats-servers, --nats-stream, --nats-credentials-file, --nats-ca-file
 };
 
 constexpr std::size_t kShown = 20;  // ids listed per finding in the text report
@@ -48,23 +51,48 @@ nlohmann::json ids_json(const std::vector<EventId>& ids) {
   return out;
 }
 
-int run_audit(const AuditFlags& flags) {
+// The window's settings every destination shares.
+void fill_window(const AuditFlags& flags, AuditWindow& window) {
+  window.database_url = database_url(flags.db);
+  window.schema = SchemaName(flags.schema);
+  window.since = timestamp_flag(flags.since);
+  window.until = timestamp_flag(flags.until);
+  if (!flags.consumer.empty()) window.consumer = flags.consumer;
+  window.broker_slack = parse_duration(flags.slack);
+  window.read_timeout = parse_duration(flags.read_timeout);
+}
+
+// The audit of the destination --sink names, and what the report calls it.
+std::pair<AuditReport, std::string> audit_destination(const AuditFlags& flags,
+                                                      AuditWindow& window) {
+  if (flags.sink == "nats") {
+    if (!flags.topic.empty() || !flags.kafka.brokers.empty()) {
+      throw ConfigError(
+          "audit: --topic and --kafka-brokers are for --sink kafka; a NATS stream "
+          "is --nats-stream");
+    }
+    NatsAuditOptions options = flags.nats;
+    fill_window(flags, options);
+    window = options;
+    return {audit_nats_stream(options), "stream " + options.stream};
+  }
   if (flags.kafka.brokers.empty())
     throw ConfigError("audit: --kafka-brokers host:port is required");
+  if (flags.topic.empty()) throw ConfigError("audit: --topic is required with --sink kafka");
   AuditOptions options;
-  options.database_url = database_url(flags.db);
-  options.schema = SchemaName(flags.schema);
+  fill_window(flags, options);
   options.brokers = flags.kafka.brokers;
   options.properties = flags.kafka.merged_properties();
   options.topic = flags.topic;
   options.topic_template = flags.topic_template;
-  options.since = timestamp_flag(flags.since);
-  options.until = timestamp_flag(flags.until);
-  if (!flags.consumer.empty()) options.consumer = flags.consumer;
-  options.broker_slack = parse_duration(flags.slack);
-  options.read_timeout = parse_duration(flags.read_timeout);
   options.from_beginning = flags.from_beginning;
-  const AuditReport r = audit_topic(options);
+  window = options;
+  return {audit_topic(options), flags.topic};
+}
+
+int run_audit(const AuditFlags& flags) {
+  AuditWindow options;
+  const auto [r, destination] = audit_destination(flags, options);
   if (options.consumer && !r.consumer_known) {
     std::cerr << "audit: warning: consumer \"" << outbox::printable(flags.consumer)
               << "\" has no inbox row in " << options.schema.table("processed_events")
@@ -77,7 +105,8 @@ int run_audit(const AuditFlags& flags) {
     for (const auto& [id, n] : r.duplicated)
       duplicated.push_back({{"event_id", id.to_string()}, {"copies", n}});
     const nlohmann::json out = {
-        {"topic", flags.topic},
+        {flags.sink == "nats" ? "stream" : "topic",
+         flags.sink == "nats" ? flags.nats.stream : flags.topic},
         {"since", options.since},
         {"until", options.until},
         {"rows", r.rows},
@@ -99,7 +128,7 @@ int run_audit(const AuditFlags& flags) {
     std::cout << fmt::format(
         "audit of {}: {} row(s) occurred in the window ({} published, {} pending, {} skipped); "
         "{} message(s) read ({} without an outbox event id)\n",
-        flags.topic, r.rows, r.published, r.pending, r.skipped, r.messages, r.foreign);
+        destination, r.rows, r.published, r.pending, r.skipped, r.messages, r.foreign);
     std::cout << fmt::format("lost {}, phantom {}, duplicated {}", r.lost.size(), r.phantom.size(),
                              r.duplicated.size());
     if (options.consumer)
@@ -120,9 +149,14 @@ int run_audit(const AuditFlags& flags) {
   }
   if (r.rows == 0 && r.messages == 0) {
     // A misspelt topic or template must not read as a clean bill of health.
-    std::cerr << "audit: nothing to audit: no row of the window renders to topic " << flags.topic
-              << " (--topic-template " << flags.topic_template
-              << ") and the topic holds no message from the window; check both" << std::endl;
+    if (flags.sink == "nats") {
+      std::cerr << "audit: nothing to audit: no row occurred in the window and " << destination
+                << " holds no message from it" << std::endl;
+    } else {
+      std::cerr << "audit: nothing to audit: no row of the window renders to topic " << flags.topic
+                << " (--topic-template " << flags.topic_template
+                << ") and the topic holds no message from the window; check both" << std::endl;
+    }
     return 4;  // apart from an error (2 from outbox, 3 from elsewhere)
   }
   return r.loss() ? 1 : 0;
@@ -138,7 +172,20 @@ void register_audit(Commands& commands) {
       &run_audit);
   Commands::add_database_options(audit, flags->db, flags->schema);
   Commands::add_kafka_options(audit, flags->kafka);
-  audit->add_option("--topic", flags->topic, "the topic to audit")->required();
+  audit->add_option("--topic", flags->topic, "the topic to audit (--sink kafka)");
+  audit
+      ->add_option("--sink", flags->sink,
+                   "kafka (a topic) or nats (a JetStream stream, read by time without consuming)")
+      ->check(CLI::IsMember({"kafka", "nats"}))
+      ->capture_default_str();
+  audit->add_option("--nats-servers", flags->nats.servers, "with --sink nats: server URLs")
+      ->capture_default_str();
+  audit->add_option("--nats-stream", flags->nats.stream, "with --sink nats: the stream")
+      ->capture_default_str();
+  audit->add_option("--nats-credentials-file", flags->nats.credentials_file,
+                    "with --sink nats: a .creds file");
+  audit->add_option("--nats-ca-file", flags->nats.ca_file,
+                    "with --sink nats: PEM bundle for tls:// servers");
   audit->add_option("--topic-template", flags->topic_template,
                     "the relays' --topic-template: which rows belong to the topic");
   audit

@@ -1,6 +1,7 @@
 #pragma once
 // The delivery audit: over a window of time, the outbox rows of one topic against what that topic
-// holds and what a consumer's inbox applied. Part of outbox::kafka.
+// holds and what a consumer's inbox applied. audit_topic is part of outbox::kafka; the NATS
+// stream's audit (outbox/nats_audit.hpp) of outbox::nats gives the same report.
 //
 //   lost         committed, marked published, and not on the topic: the one thing outbox exists
 //                to prevent (or the broker's retention dropped it: compare with its settings)
@@ -23,23 +24,27 @@
 
 namespace outbox {
 
-struct AuditOptions {
+// What the audit of every destination shares: the window, the rows, the inbox.
+struct AuditWindow {
   std::string database_url;  // libpq connection string or URI; empty: the PG* variables
   SchemaName schema;
+  std::string since;  // timestamptz text PostgreSQL reads: events that occurred from then ...
+  std::string until;  // ... until then (empty: now)
+  std::optional<std::string> consumer;  // an inbox consumer_name to check against
+  // The destination is read from `since` less this, since a publish comes after its commit.
+  std::chrono::milliseconds broker_slack{std::chrono::minutes(5)};
+  std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};
+};
+
+struct AuditOptions : AuditWindow {
   std::string brokers;
   std::map<std::string, std::string> properties;  // extra librdkafka properties (security ...)
   std::string topic;
   std::string topic_template = "outbox.{aggregate_type}";  // the relays' (KafkaSinkOptions)
-  std::string since;  // timestamptz text PostgreSQL reads: events that occurred from then ...
-  std::string until;  // ... until then (empty: now)
-  std::optional<std::string> consumer;  // an inbox consumer_name to check against
-  // The topic is read from `since` less this, since a publish comes after its commit.
-  std::chrono::milliseconds broker_slack{std::chrono::minutes(5)};
   // Read every partition from its first message instead of looking the window's start up by
   // timestamp (ListOffsets): for brokers that cannot answer it (librdkafka's mock cluster) or
   // message timestamps that cannot be trusted. Slower on a long topic.
   bool from_beginning = false;
-  std::chrono::milliseconds read_timeout{std::chrono::seconds(60)};
 };
 
 struct AuditReport {

@@ -7,8 +7,9 @@
 # outbox.<type>.<partition> (Kafka's murmur2 of the aggregate id, as computed here in Python), the
 # payload and headers the table holds, each aggregate's sequence going up by one in stream order.
 # A second relay over the same events (marks reset in the table) stores nothing new: the server
-# drops the repeats by Nats-Msg-Id. Also: a stream that does not exist stops the relay with what
-# to do, and --nats-* flags with another sink are refused.
+# drops the repeats by Nats-Msg-Id; `outbox audit --sink nats` reads the stream back and finds
+# each event once. Also: a stream that does not exist stops the relay with what to do, and
+# --nats-* flags with another sink are refused.
 #
 # Usage: nats_interop.sh /path/to/outbox /path/to/source_dir
 # Needs: psql, python3, node, npm, nats-server (scripts/install-deps.sh).
@@ -174,5 +175,27 @@ node "$interop_dir/nats_reader.js" "$nats_url" SHOP 60 >"$work_dir/reader.jsonl"
 stored="$(grep -o '"stored":[0-9]*' "$work_dir/reader.jsonl" | cut -d: -f2)"
 if [[ "$stored" == 30 ]]; then pass; else fail "a second publish of the 30 events should store nothing new; the stream holds $stored"; fi
 echo "repeats the server dropped, as the relay counted them: ${dupes:-?}"
+
+# --- 5. outbox audit --sink nats: the stream read back by time, without consuming ---------------
+rc=0
+"$outbox_binary" audit --db "$db" --schema "$schema" --sink nats --nats-servers "$nats_url" \
+  --nats-stream SHOP --since 1h --json >"$work_dir/audit.json" 2>"$work_dir/audit.err" || rc=$?
+verdict="$(python3 - "$work_dir/audit.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+want = {"stream": "SHOP", "rows": 30, "published": 30, "messages": 30, "lost": [], "phantom": [],
+        "duplicated": [], "ok": True}
+print("ok" if all(a.get(k) == v for k, v in want.items()) else {k: a.get(k) for k in want})
+PY
+)" || verdict="unreadable"
+if ((rc == 0)) && [[ "$verdict" == ok ]]; then
+  pass
+else
+  show_log "audit stderr" "$work_dir/audit.err"
+  fail "outbox audit --sink nats should find the 30 events once each (exit $rc): $verdict"
+fi
+expect_failure "audit of a stream that does not exist" "does not exist" \
+  "$outbox_binary" audit --db "$db" --schema "$schema" --sink nats --nats-servers "$nats_url" \
+  --nats-stream NOPE --since 1h
 
 summary_and_exit

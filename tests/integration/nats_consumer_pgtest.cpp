@@ -9,6 +9,7 @@
 #include <map>
 
 #include "common/fault.hpp"
+#include "outbox/nats_audit.hpp"
 #include "outbox/nats_consumer.hpp"
 #include "outbox/nats_sink.hpp"
 #include "support/relay_fixture.hpp"
@@ -191,6 +192,55 @@ TEST_F(NatsConsumerTest, MessagesDeliveredAndNeverAcknowledgedAreAppliedBeforeLa
   EXPECT_EQ(out_of_order(), 0) << "the two came first, when they came again";
   EXPECT_EQ(next.stats().redelivery_waits, 1U);
   EXPECT_EQ(next.stats().duplicates, 0U);
+}
+
+// The stream read back by time without consuming: what the rows, the stream and the inbox say.
+TEST_F(NatsConsumerTest, TheAuditFindsALostMessageAPhantomAndWhatTheInboxHasNotApplied) {
+  publish(2, 5);
+  {
+    NatsInboxConsumer consumer(consumer_options(), record());
+    ASSERT_EQ(poll_until(consumer, 10, 30s), 10);
+  }
+  NatsAuditOptions audit;
+  audit.database_url = database_url();
+  audit.schema = schema_;
+  audit.servers = nats_server().url();
+  audit.stream = stream_;
+  audit.since = "2000-01-01T00:00:00Z";
+  audit.consumer = "test";
+  AuditReport clean = audit_nats_stream(audit);
+  EXPECT_EQ(clean.rows, 10);
+  EXPECT_EQ(clean.messages, 10);
+  EXPECT_FALSE(clean.loss());
+  EXPECT_TRUE(clean.not_applied.empty());
+  EXPECT_TRUE(clean.consumer_known);
+
+  // One message deleted from the stream, one announced that no transaction committed, one event
+  // published that the consumer never applied.
+  natsConnection* connection = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&connection, nats_server().url().c_str()), NATS_OK);
+  jsCtx* js = nullptr;
+  ASSERT_EQ(natsConnection_JetStream(&js, connection, nullptr), NATS_OK);
+  ASSERT_EQ(js_DeleteMsg(js, stream_.c_str(), 3, nullptr, nullptr), NATS_OK);
+  natsMsg* forged = nullptr;
+  ASSERT_EQ(natsMsg_Create(&forged, (prefix_ + ".order.0").c_str(), nullptr, "{}", 2), NATS_OK);
+  const std::string phantom = EventId::generate().to_string();
+  natsMsgHeader_Set(forged, "event_id", phantom.c_str());
+  jsPubAck* ack = nullptr;
+  ASSERT_EQ(js_PublishMsg(&ack, js, forged, nullptr, nullptr), NATS_OK);
+  jsPubAck_Destroy(ack);
+  natsMsg_Destroy(forged);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(connection);
+  publish(1, 1, 5);  // agg-0 #6: published, not applied
+
+  const AuditReport after = audit_nats_stream(audit);
+  EXPECT_EQ(after.rows, 11);
+  EXPECT_EQ(after.lost.size(), 1U);
+  ASSERT_EQ(after.phantom.size(), 1U);
+  EXPECT_EQ(after.phantom[0].to_string(), phantom);
+  EXPECT_EQ(after.not_applied.size(), 1U);
+  EXPECT_TRUE(after.loss());
 }
 
 // Consumers often start before the relay that creates the stream: the consumer waits for it.
