@@ -21,6 +21,7 @@
 #include "cli/command.hpp"
 #include "outbox/error.hpp"
 #include "outbox/testing/http_receiver.hpp"
+#include "outbox/testing/nats_server.hpp"
 #include "servers.hpp"
 #include "svg_plot.hpp"
 
@@ -130,13 +131,16 @@ int run_bench(const BenchOptions& options) {
   // Idempotency-Key and keeping counts only.
   std::optional<HttpReceiver> receiver;
   if (options.sink == "http") receiver.emplace(HttpReceiver::Options{.keep_requests = false});
+  std::optional<NatsServer> nats;  // with --sink nats: Debian's nats-server, file storage
+  if (options.sink == "nats") nats.emplace();
   const Setup setup{options,
                     servers.database_url(),
                     servers.brokers(),
                     relay_binary,
                     options.out_dir,
                     servers.kafka(),
-                    receiver ? receiver->url() : ""};
+                    receiver ? receiver->url() : "",
+                    nats ? nats->url() : ""};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;
@@ -232,9 +236,10 @@ void register_bench(Commands& commands) {
                   "relays commit marks synchronously (relay --durable-marks)");
   bench
       ->add_option("--sink", options->sink,
-                   "the relays' destination: kafka, or http (a webhook receiver in this process "
+                   "the relays' destination: kafka; nats (an embedded nats-server with JetStream, "
+                   "file storage); or http (a webhook receiver in this process "
                    "that deduplicates by Idempotency-Key; ceiling and drain, live)")
-      ->check(CLI::IsMember({"kafka", "http"}))
+      ->check(CLI::IsMember({"kafka", "nats", "http"}))
       ->capture_default_str();
   bench->add_option("--only", options->only, "producer, ceiling, drain, live (comma list)")
       ->delimiter(',');

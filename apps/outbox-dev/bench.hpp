@@ -43,7 +43,7 @@ struct BenchOptions {
   std::vector<std::string> sources = {"polling", "cdc"};
   bool durable_marks = false;  // relays commit marks synchronously
   unsigned cdc_shards = 1;     // the CDC relay's streams (relay --shards)
-  std::string sink = "kafka";  // kafka, or http (a webhook receiver in the bench process)
+  std::string sink = "kafka";  // kafka, nats (an embedded nats-server), or http (a receiver)
   std::string out_dir = "bench-results";
   std::string outbox_program;  // the relays' `outbox`; empty: the one beside outbox-dev
 };
@@ -71,6 +71,7 @@ struct Setup {
   std::filesystem::path out;
   std::optional<KafkaMockCluster>& kafka;
   std::string http_url{};  // with --sink http: the receiver's base URL
+  std::string nats_url{};  // with --sink nats: the embedded nats-server
 
   [[nodiscard]] pg::Connection connect() const;
 

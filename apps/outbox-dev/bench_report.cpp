@@ -179,9 +179,13 @@ json machine(const Setup& setup) {
           {"synchronous_commit", std::string(settings.text(0, 2))},
           {"shared_buffers", std::string(settings.text(0, 3))},
           {"librdkafka", rd_kafka_version_str()},
-          {"sink", setup.http_url.empty() ? "kafka" : "http"},
+          {"sink", !setup.http_url.empty()   ? "http"
+                   : !setup.nats_url.empty() ? "nats"
+                                             : "kafka"},
           {"kafka", !setup.http_url.empty()
                         ? "not used: --sink http, to a receiver in the bench process (cpp-httplib)"
+                    : !setup.nats_url.empty()
+                        ? "not used: --sink nats, to Debian's nats-server (JetStream, file storage)"
                     : setup.kafka ? "librdkafka mock cluster, 1 broker, in the bench process"
                                   : setup.brokers}};
 }

@@ -139,6 +139,12 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
   }
   if (discard) {
     args.insert(args.end(), {"--sink", "discard"});
+  } else if (!nats_url.empty()) {
+    // A stream per scenario's schema, created by the first relay: file storage, as in production.
+    args.insert(args.end(),
+                {"--sink", "nats", "--nats-servers", nats_url, "--nats-stream",
+                 "BENCH_" + schema.name(), "--nats-subject-template",
+                 schema.name() + ".{aggregate_type}.{partition}", "--nats-create-stream"});
   } else if (!http_url.empty()) {
     args.insert(args.end(), {"--sink", "http", "--http-url",
                              http_url + "/hooks/{aggregate_type}/{aggregate_id}",
