@@ -1,6 +1,7 @@
 #pragma once
 // What integration tests share: one embedded PostgreSQL, one Kafka mock cluster and one NATS
-// server per test process (each started on first use), and a fresh schema per test so tests never see each other.
+// server per test process (each started on first use), and a fresh schema per test so tests never
+// see each other.
 
 #include <cstdint>
 #include <string>
