@@ -24,8 +24,9 @@ nats::StreamInfoHandle stream_info(jsCtx* js, const NatsAuditOptions& options) {
   const natsStatus status = js_GetStreamInfo(&raw, js, options.stream.c_str(), nullptr, &code);
   nats::StreamInfoHandle info(raw);
   if (code == JSStreamNotFoundErr || status == NATS_NOT_FOUND) {
-    throw InvalidArgument("audit: the stream " + options.stream + " does not exist on " +
-                          options.servers);
+    // Not the server list: it may hold a password.
+    throw InvalidArgument("audit: the stream " + options.stream +
+                          " does not exist on the NATS server (--nats-servers, --nats-stream)");
   }
   if (status != NATS_OK) {
     throw BrokerError(

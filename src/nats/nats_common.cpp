@@ -29,8 +29,9 @@ std::vector<std::string> split_servers(const std::string& servers) {
     const auto last = url.find_last_not_of(" \t");
     url = first == std::string::npos ? std::string() : url.substr(first, last - first + 1);
     if (url.empty()) {
-      throw ConfigError("NATS: the server list \"" + servers +
-                        "\" has an empty entry; give nats://host:port[,nats://host:port]");
+      // The list may hold passwords: only where the empty entry is, not the list itself.
+      throw ConfigError("NATS: entry " + std::to_string(urls.size() + 1) +
+                        " of the server list is empty; give nats://host:port[,nats://host:port]");
     }
     if (!url.starts_with("nats://") && !url.starts_with("tls://")) {
       // The URL may hold a password: only its scheme is quoted.
@@ -71,6 +72,12 @@ OptionsHandle make_options(const ConnectSettings& settings) {
           "CA file " + settings.ca_file);
   }
   return options;
+}
+
+void close_and_wait(natsConnection* connection, ClosedSignal& closed) {
+  if (connection == nullptr) return;
+  natsConnection_Close(connection);
+  closed.wait(std::chrono::seconds(5));
 }
 
 ConnectionHandle connect(natsOptions* options, bool wait) {
@@ -134,6 +141,26 @@ std::string subject_problem(std::string_view subject) {
     if (c <= 0x20 || c == 0x7f) return "holds whitespace or a control character";
   }
   return {};
+}
+
+bool subject_covers(std::string_view pattern, std::string_view filter) {
+  const auto next = [](std::string_view& rest) {
+    const std::size_t dot = rest.find('.');
+    const std::string_view token = rest.substr(0, dot);
+    rest = dot == std::string_view::npos ? std::string_view() : rest.substr(dot + 1);
+    return token;
+  };
+  bool pattern_left = !pattern.empty();
+  bool filter_left = !filter.empty();
+  while (pattern_left && filter_left) {
+    const std::string_view want = next(pattern);
+    const std::string_view have = next(filter);
+    if (want == ">") return true;
+    if (have == ">" || (want != "*" && (have == "*" || want != have))) return false;
+    pattern_left = !pattern.empty();
+    filter_left = !filter.empty();
+  }
+  return !pattern_left && !filter_left;
 }
 
 bool is_reserved_nats_header(std::string_view name) {

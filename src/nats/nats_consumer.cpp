@@ -87,6 +87,7 @@ class NatsInboxConsumer::Impl {
         options_.servers, "outbox-consumer-" + options_.durable, std::chrono::milliseconds(2000),
         options_.credentials_file, options_.ca_file});
     natsOptions_SetDisconnectedCB(settings_.get(), &Impl::on_disconnected, this);
+    natsOptions_SetClosedCB(settings_.get(), &nats::ClosedSignal::on_closed, &closed_);
     connection_ = nats::connect(settings_.get(), false);
     jsCtx* js = nullptr;
     if (natsConnection_JetStream(&js, connection_.get(), nullptr) != NATS_OK) {
@@ -95,13 +96,32 @@ class NatsInboxConsumer::Impl {
     js_.reset(js);
   }
 
+  // The connection's callbacks (on_disconnected) must not outlive this object.
+  ~Impl() {
+    subscription_.reset();
+    nats::close_and_wait(connection_.get(), closed_);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
   std::size_t poll(std::chrono::milliseconds max_wait) {
     if (!database_.healthy()) {
       database_ = pg::Connection::open(options_.database_url, "outbox-consumer");
       ++counters_.reconnects;
     }
+    if (natsConnection_IsClosed(connection_.get())) {
+      // nats.c gives a connection up for good only after repeated authorization errors or a
+      // server's -ERR; no retry of ours would reopen it.
+      throw ConfigError(
+          "NATS consumer: the connection was closed for good (repeated "
+          "authorization errors, or an error from the server): check the "
+          "credentials and the server's log");
+    }
     if (!subscription_) subscribe();
-    if (check_outstanding_.load() && !outstanding_settled(max_wait)) return 0;
+    if (const std::uint64_t wanted = checks_wanted_.load();
+        checked_ != wanted && !outstanding_settled(max_wait, wanted)) {
+      return 0;
+    }
     MessageList fetched;
     jsErrCode code = static_cast<jsErrCode>(0);
     const natsStatus status =
@@ -167,7 +187,7 @@ class NatsInboxConsumer::Impl {
   // server did not confirm, nothing new is fetched while any are outstanding, until ack_wait has
   // passed since they were first seen: they are then due, and JetStream serves redeliveries
   // before new messages. Returns true when fetching may go on.
-  bool outstanding_settled(std::chrono::milliseconds max_wait) {
+  bool outstanding_settled(std::chrono::milliseconds max_wait, std::uint64_t wanted) {
     jsConsumerInfo* raw = nullptr;
     if (const natsStatus status = js_GetConsumerInfo(&raw, js_.get(), options_.stream.c_str(),
                                                      options_.durable.c_str(), nullptr, nullptr);
@@ -188,7 +208,7 @@ class NatsInboxConsumer::Impl {
     const auto due =
         outstanding_since_.value_or(now) + options_.ack_wait + std::chrono::milliseconds(100);
     if (info->NumAckPending == 0 || now >= due) {
-      check_outstanding_ = false;
+      checked_ = wanted;  // a disconnect meanwhile asked for another check: it comes next poll
       outstanding_since_.reset();
       return true;
     }
@@ -198,7 +218,7 @@ class NatsInboxConsumer::Impl {
   }
 
   static void on_disconnected(natsConnection* /*connection*/, void* closure) {
-    static_cast<Impl*>(closure)->check_outstanding_ = true;
+    ++static_cast<Impl*>(closure)->checks_wanted_;
   }
 
   // Binds to the durable consumer, creating it when it does not exist, and refuses one whose
@@ -243,14 +263,18 @@ class NatsInboxConsumer::Impl {
                            nullptr, nullptr) == NATS_OK) {
       const ConsumerInfoHandle info(info_raw);
       const jsConsumerConfig& config = *info->Config;
+      // A limit on deliveries drops an event that failed often enough (its successor then
+      // goes first); a backoff list redelivers later than ack_wait, past the outstanding wait.
       if (config.AckPolicy != js_AckExplicit || config.MaxAckPending > options_.batch ||
-          config.MaxAckPending <= 0) {
+          config.MaxAckPending <= 0 || config.MaxDeliver > 0 || config.BackOffLen > 0) {
         throw ConfigError(fmt::format(
-            "NATS consumer {} exists with ack policy {} and max_ack_pending {}: outbox needs "
-            "explicit acks and max_ack_pending at most the batch ({}), or the server hands out "
-            "events past a batch that failed; delete it (nats consumer rm {} {}) or fix it",
+            "NATS consumer {} exists with ack policy {}, max_ack_pending {}, max_deliver {} and "
+            "{} backoff step(s): outbox needs explicit acks, max_ack_pending at most the batch "
+            "({}), no delivery limit and no backoff list, or an aggregate's events could be "
+            "applied out of order or dropped; delete it (nats consumer rm {} {}) or fix it",
             options_.durable, static_cast<int>(config.AckPolicy), config.MaxAckPending,
-            options_.batch, options_.stream, options_.durable));
+            config.MaxDeliver, config.BackOffLen, options_.batch, options_.stream,
+            options_.durable));
       }
     }
     subscription_ = std::move(subscription);
@@ -323,6 +347,7 @@ class NatsInboxConsumer::Impl {
       if (effect_threw_) ++counters_.effect_failures;
       // Back whole and in order, before anything after it (max_ack_pending = the batch).
       for (int i = 0; i < list.Count; ++i) natsMsg_Nak(list.Msgs[i], nullptr);
+      nak_late_arrivals();
       throw;
     }
     OUTBOX_FAULT(fault::kConsumerAfterCommitBeforeOffset);
@@ -330,14 +355,27 @@ class NatsInboxConsumer::Impl {
     // connection, are then in too. Without that answer, what is outstanding is checked first.
     for (int i = 0; i + 1 < list.Count; ++i) natsMsg_Ack(list.Msgs[i], nullptr);
     if (list.Count > 0 && natsMsg_AckSync(list.Msgs[list.Count - 1], nullptr, nullptr) != NATS_OK) {
-      check_outstanding_ = true;
+      ++checks_wanted_;
     }
+  }
+
+  // A message the server sent for a fetch that had already timed out waits in the subscription's
+  // queue, and the next fetch would hand it out before the batch just nak'd: it is taken now and
+  // nak'd behind them, so they all come again in stream order.
+  void nak_late_arrivals() {
+    MessageList late;
+    if (natsSubscription_Fetch(&late.list, subscription_.get(), options_.batch, 1, nullptr) !=
+        NATS_OK) {
+      return;
+    }
+    for (int i = 0; i < late.list.Count; ++i) natsMsg_Nak(late.list.Msgs[i], nullptr);
   }
 
   NatsConsumerOptions options_;
   Effect effect_;
   Inbox inbox_;
   detail::HealthBoard health_;
+  nats::ClosedSignal closed_;  // before the connection: it outlives the connection's callbacks
   nats::OptionsHandle settings_;
   nats::ConnectionHandle connection_;
   nats::ContextHandle js_;
@@ -345,7 +383,10 @@ class NatsInboxConsumer::Impl {
   pg::Connection database_;
   std::atomic<bool> stop_{false};
   bool effect_threw_ = false;
-  std::atomic<bool> check_outstanding_{true};  // after a (re)connect or an unconfirmed ack
+  // Outstanding messages are checked before the next fetch while checked_ != checks_wanted_: at
+  // the start, after each disconnect (nats.c's thread) and each unconfirmed ack.
+  std::atomic<std::uint64_t> checks_wanted_{1};
+  std::uint64_t checked_ = 0;
   std::optional<Clock::time_point> outstanding_since_;
   struct Counters {
     OUTBOX_NATS_CONSUMER_STATS(OUTBOX_ATOMIC_STAT_FIELD)

@@ -122,6 +122,7 @@ class NatsSink final : public Sink {
         nats::ConnectSettings{options.servers, "outbox-relay", options.connect_timeout,
                               options.credentials_file, options.ca_file});
     natsOptions_SetReconnectedCB(settings.get(), &NatsSink::on_reconnected, this);
+    natsOptions_SetClosedCB(settings.get(), &nats::ClosedSignal::on_closed, &closed_);
     settings_ = std::move(settings);
     connection_ = nats::connect(settings_.get(), false);
     jsOptions js_options;
@@ -141,12 +142,18 @@ class NatsSink final : public Sink {
 
   ~NatsSink() override {
     // Whatever is still pending has no relay left to record it: its rows are retaken after their
-    // lease. The library's callbacks may run until the connection is closed.
+    // lease. The ack handler must not run once this object is gone: what nats.c still holds is
+    // taken back from it (no handler runs for those), a handler already running is waited for,
+    // and the connection's own callbacks end with its closed callback.
     jsPubOptions wait;
     jsPubOptions_Init(&wait);
     wait.MaxWait = 2000;
-    js_PublishAsyncComplete(js_.get(), &wait);
-    natsConnection_Close(connection_.get());
+    if (js_PublishAsyncComplete(js_.get(), &wait) != NATS_OK) {
+      natsMsgList taken{nullptr, 0};
+      if (js_PublishAsyncGetPendingList(&taken, js_.get()) == NATS_OK) natsMsgList_Destroy(&taken);
+    }
+    for (int i = 0; i < 100 && in_ack_handler_.load() > 0; ++i) nats_Sleep(10);
+    nats::close_and_wait(connection_.get(), closed_);
     js_.reset();
     connection_.reset();
   }
@@ -158,16 +165,17 @@ class NatsSink final : public Sink {
              fmt::format("NATS subject \"{}\" rendered from the event {}", subject, problem));
       return;
     }
-    if (!stream_ready_.load()) {
-      const std::string not_yet = nats::ensure_stream(
-          js_.get(), nats::StreamRequirements{options_.stream, options_.subject_template,
-                                              options_.create_stream, options_.allow_memory_storage,
-                                              options_.longest_retry});
-      if (!not_yet.empty()) {
-        report(ticket, DeliveryOutcome::retryable_failure, "NATS: " + not_yet);
-        return;
-      }
-      stream_ready_.store(true);
+    if (natsConnection_IsClosed(connection_.get())) {
+      // nats.c gives a connection up for good only after repeated authorization errors or a
+      // server's -ERR; no retry of ours would reopen it.
+      throw ConfigError(
+          "NATS: the connection was closed for good (repeated authorization "
+          "errors, or an error from the server): check --nats-credentials-file "
+          "and the server's log");
+    }
+    if (const std::string not_ready = stream_not_ready(); !not_ready.empty()) {
+      report(ticket, DeliveryOutcome::retryable_failure, "NATS: " + not_ready);
+      return;
     }
     natsMsg* raw = nullptr;
     natsStatus status = natsMsg_Create(&raw, subject.c_str(), nullptr, event.payload.data(),
@@ -228,6 +236,26 @@ class NatsSink final : public Sink {
   }
 
  private:
+  // Empty when the stream was checked since the last (re)connect; else why it is not ready. The
+  // server is asked at most once a second meanwhile: each ask waits up to 2 s for an answer, and a
+  // relay that claimed many rows must not wait that long for each.
+  std::string stream_not_ready() {
+    const std::uint64_t generation = connects_.load();
+    if (checked_for_ == generation) return {};
+    const auto now = Clock::now();
+    if (now < next_stream_check_) return last_stream_problem_;
+    last_stream_problem_ = nats::ensure_stream(
+        js_.get(),
+        nats::StreamRequirements{options_.stream, options_.subject_template, options_.create_stream,
+                                 options_.allow_memory_storage, options_.longest_retry});
+    if (last_stream_problem_.empty()) {
+      checked_for_ = generation;  // a reconnect meanwhile moved connects_ on: checked again
+    } else {
+      next_stream_check_ = now + std::chrono::seconds(1);
+    }
+    return last_stream_problem_;
+  }
+
   struct Pending {
     std::uint64_t ticket = 0;
     Clock::time_point give_up{};
@@ -277,6 +305,11 @@ class NatsSink final : public Sink {
   static void on_ack(jsCtx* /*js*/, natsMsg* message, jsPubAck* ack, jsPubAckErr* error,
                      void* closure) {
     auto* self = static_cast<NatsSink*>(closure);
+    ++self->in_ack_handler_;
+    struct Leave {
+      NatsSink* self;
+      ~Leave() { --self->in_ack_handler_; }
+    } leave{self};
     const char* id = nullptr;
     natsMsgHeader_Get(message, "event_id", &id);
     const std::string subject = natsMsg_GetSubject(message) ? natsMsg_GetSubject(message) : "";
@@ -366,14 +399,19 @@ class NatsSink final : public Sink {
   static void on_reconnected(natsConnection* /*connection*/, void* closure) {
     auto* self = static_cast<NatsSink*>(closure);
     self->counters_.nats_reconnects.fetch_add(1, std::memory_order_relaxed);
-    self->stream_ready_.store(false);  // the server may be another one now: check again
+    ++self->connects_;  // the server may be another one now: the stream is checked again
   }
 
   NatsSinkOptions options_;
+  nats::ClosedSignal closed_;  // before the connection: it outlives the connection's callbacks
   nats::OptionsHandle settings_;
   nats::ConnectionHandle connection_;
   nats::ContextHandle js_;
-  std::atomic<bool> stream_ready_{false};
+  std::atomic<std::uint64_t> connects_{0};         // reconnects so far (on nats.c's thread)
+  std::uint64_t checked_for_ = ~std::uint64_t{0};  // the connects_ the stream was checked for
+  Clock::time_point next_stream_check_{};
+  std::string last_stream_problem_;
+  std::atomic<int> in_ack_handler_{0};
   mutable std::mutex mutex_;
   std::condition_variable woken_;
   std::unordered_map<std::string, Pending> pending_;  // by event id

@@ -39,6 +39,18 @@ void check_config(const jsStreamConfig& config, const StreamRequirements& requir
         "to accept that",
         requirements.stream));
   }
+  const std::string filter = subject_filter(requirements.subject_template);
+  bool covered = false;
+  for (int i = 0; i < config.SubjectsLen && !covered; ++i) {
+    covered = subject_covers(config.Subjects[i], filter);
+  }
+  if (!covered) {
+    throw ConfigError(fmt::format(
+        "NATS stream {} does not take every subject of the template ({}): events on the others "
+        "would be refused for ever. Add it to the stream's subjects (nats stream edit {} "
+        "--subjects ...) or change --nats-subject-template",
+        requirements.stream, filter, requirements.stream));
+  }
   detail::log().info("NATS stream {}: {} storage, {} replica(s), duplicate window {} s",
                      requirements.stream, config.Storage == js_MemoryStorage ? "memory" : "file",
                      config.Replicas, to_seconds(window));

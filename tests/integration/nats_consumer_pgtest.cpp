@@ -262,6 +262,38 @@ TEST_F(NatsConsumerTest, AConsumerStartedBeforeItsStreamWaitsForIt) {
   EXPECT_EQ(effects(), 6);
 }
 
+// A delivery limit would drop an event that failed often enough, and its successor would go
+// first: an existing durable consumer with one is refused by outbox's own check.
+TEST_F(NatsConsumerTest, AnExistingConsumerWithADeliveryLimitIsRefused) {
+  publish(1, 1);
+  natsConnection* connection = nullptr;
+  ASSERT_EQ(natsConnection_ConnectTo(&connection, nats_server().url().c_str()), NATS_OK);
+  jsCtx* js = nullptr;
+  ASSERT_EQ(natsConnection_JetStream(&js, connection, nullptr), NATS_OK);
+  jsConsumerConfig config;
+  jsConsumerConfig_Init(&config);
+  config.Durable = "test";
+  config.AckPolicy = js_AckExplicit;
+  config.AckWait = 1000000000;
+  config.MaxAckPending = 10;
+  config.MaxDeliver = 5;
+  const std::string filter = prefix_ + ".*.*";
+  config.FilterSubject = filter.c_str();
+  jsConsumerInfo* info = nullptr;
+  ASSERT_EQ(js_AddConsumer(&info, js, stream_.c_str(), &config, nullptr, nullptr), NATS_OK);
+  jsConsumerInfo_Destroy(info);
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(connection);
+  NatsInboxConsumer consumer(consumer_options(10), record());
+  try {
+    consumer.poll(200ms);
+    ADD_FAILURE() << "a durable consumer with max_deliver 5 was used";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("max_deliver 5"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(effects(), 0);
+}
+
 TEST_F(NatsConsumerTest, AnExistingConsumerThatWouldBreakOrderIsRefused) {
   publish(1, 1);
   {

@@ -81,6 +81,14 @@ TEST(NatsSubject, SubjectProblemsAreNamed) {
   EXPECT_NE(nats::subject_problem("outbox.a\tb"), "");
   EXPECT_NE(nats::subject_problem("outbox.a\nb"), "");
   EXPECT_EQ(nats::subject_filter("outbox.{aggregate_type}.{partition}"), "outbox.*.*");
+  EXPECT_TRUE(nats::subject_covers("outbox.>", "outbox.*.*"));
+  EXPECT_TRUE(nats::subject_covers("outbox.*.*", "outbox.*.*"));
+  EXPECT_TRUE(nats::subject_covers(">", "a.b"));
+  EXPECT_TRUE(nats::subject_covers("outbox.*.*", "outbox.order.*"));
+  EXPECT_FALSE(nats::subject_covers("outbox.order.*", "outbox.*.*"));
+  EXPECT_FALSE(nats::subject_covers("outbox.*", "outbox.*.*"));
+  EXPECT_FALSE(nats::subject_covers("outbox.*.*", "outbox.>"));
+  EXPECT_FALSE(nats::subject_covers("other.>", "outbox.*.*"));
 }
 
 TEST(NatsOptions, BadServersPartitionsAndTimeoutsAreRefused) {
@@ -96,8 +104,8 @@ TEST(NatsOptions, BadServersPartitionsAndTimeoutsAreRefused) {
   NatsSinkOptions options;
   options.servers = "http://user:s3cret@127.0.0.1:4222";
   refused(options, "nats:// or tls://");
-  options.servers = "nats://127.0.0.1:4222,";
-  refused(options, "empty entry");
+  options.servers = "nats://user:s3cret@127.0.0.1:4222,";
+  refused(options, "is empty");
   options = NatsSinkOptions{};
   options.partitions = 0;
   refused(options, "partitions must be 1 to 4096");
