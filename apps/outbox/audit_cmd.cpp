@@ -76,9 +76,9 @@ std::pair<AuditReport, std::string> audit_destination(const AuditFlags& flags,
     window = options;
     return {audit_nats_stream(options), "stream " + options.stream};
   }
+  if (flags.topic.empty()) throw ConfigError("audit: --topic is required with --sink kafka");
   if (flags.kafka.brokers.empty())
     throw ConfigError("audit: --kafka-brokers host:port is required");
-  if (flags.topic.empty()) throw ConfigError("audit: --topic is required with --sink kafka");
   AuditOptions options;
   fill_window(flags, options);
   options.brokers = flags.kafka.brokers;
