@@ -347,7 +347,6 @@ class NatsInboxConsumer::Impl {
       if (effect_threw_) ++counters_.effect_failures;
       // Back whole and in order, before anything after it (max_ack_pending = the batch).
       for (int i = 0; i < list.Count; ++i) natsMsg_Nak(list.Msgs[i], nullptr);
-      nak_late_arrivals();
       throw;
     }
     OUTBOX_FAULT(fault::kConsumerAfterCommitBeforeOffset);
@@ -357,18 +356,6 @@ class NatsInboxConsumer::Impl {
     if (list.Count > 0 && natsMsg_AckSync(list.Msgs[list.Count - 1], nullptr, nullptr) != NATS_OK) {
       ++checks_wanted_;
     }
-  }
-
-  // A message the server sent for a fetch that had already timed out waits in the subscription's
-  // queue, and the next fetch would hand it out before the batch just nak'd: it is taken now and
-  // nak'd behind them, so they all come again in stream order.
-  void nak_late_arrivals() {
-    MessageList late;
-    if (natsSubscription_Fetch(&late.list, subscription_.get(), options_.batch, 1, nullptr) !=
-        NATS_OK) {
-      return;
-    }
-    for (int i = 0; i < late.list.Count; ++i) natsMsg_Nak(late.list.Msgs[i], nullptr);
   }
 
   NatsConsumerOptions options_;

@@ -160,17 +160,26 @@ TEST_F(NatsConsumerTest, ARedeliveryAfterTheInboxCommitIsADuplicateNotASecondEff
 // consumer must apply them before the events after them, not fetch past them.
 TEST_F(NatsConsumerTest, MessagesDeliveredAndNeverAcknowledgedAreAppliedBeforeLaterOnes) {
   publish(2, 5);
-  {
-    // Creates the durable consumer (with a batch of 3, so the first fetch below takes 3).
-    NatsInboxConsumer creates_the_durable(consumer_options(3), record());
-    creates_the_durable.poll(1ms);
-  }
-  // A consumer that died after its fetch: two messages delivered, never acknowledged; fewer than
-  // max_ack_pending (3), so the server would hand out a later one at once.
+  // The durable consumer as NatsInboxConsumer makes it (batch 3), made here so that nothing is
+  // delivered before the fetch below.
   natsConnection* raw_connection = nullptr;
   ASSERT_EQ(natsConnection_ConnectTo(&raw_connection, nats_server().url().c_str()), NATS_OK);
   jsCtx* js = nullptr;
   ASSERT_EQ(natsConnection_JetStream(&js, raw_connection, nullptr), NATS_OK);
+  jsConsumerConfig config;
+  jsConsumerConfig_Init(&config);
+  config.Durable = "test";
+  config.AckPolicy = js_AckExplicit;
+  config.AckWait = 1000000000;
+  config.MaxAckPending = 3;
+  config.MaxDeliver = -1;
+  const std::string filter = prefix_ + ".*.*";
+  config.FilterSubject = filter.c_str();
+  jsConsumerInfo* created = nullptr;
+  ASSERT_EQ(js_AddConsumer(&created, js, stream_.c_str(), &config, nullptr, nullptr), NATS_OK);
+  jsConsumerInfo_Destroy(created);
+  // A consumer that died after its fetch: two messages delivered, never acknowledged; fewer than
+  // max_ack_pending (3), so the server would hand out a later one at once.
   jsSubOptions bind;
   jsSubOptions_Init(&bind);
   bind.Stream = stream_.c_str();
