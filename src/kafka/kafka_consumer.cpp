@@ -11,6 +11,7 @@
 #include "common/fault.hpp"
 #include "common/log.hpp"
 #include "common/printable.hpp"
+#include "inbox/apply_batch.hpp"
 #include "kafka/kafka_consumer_impl.hpp"
 
 namespace outbox {
@@ -264,32 +265,11 @@ void KafkaInboxConsumer::Impl::handle(const std::vector<kafka::MessageHandle>& b
     }
     events.push_back(std::move(event));
   }
-  std::vector<EventId> ids;
-  ids.reserve(events.size());
-  for (const auto& event : events) ids.push_back(event.event_id);
-  effect_threw_ = false;
   try {
-    const auto results =
-        inbox_.process_batch(connection_.get(), ids, [&](PGconn* conn, std::size_t i) {
-          try {
-            effect_(conn, events[i]);
-          } catch (const DatabaseError& error) {
-            // A lost connection or a deadlock is the database's trouble, anything else the
-            // effect's own; run() retries both.
-            effect_threw_ = !error.retryable() && PQstatus(conn) == CONNECTION_OK;
-            throw;
-          } catch (...) {
-            effect_threw_ = PQstatus(conn) == CONNECTION_OK;
-            throw;
-          }
-        });
-    for (const InboxResult result : results) {
-      if (result == InboxResult::applied) {
-        ++counters_.applied;
-      } else {
-        ++counters_.duplicates;
-      }
-    }
+    const auto counts =
+        detail::apply_through_inbox(inbox_, connection_.get(), events, effect_, effect_threw_);
+    counters_.applied += counts.applied;
+    counters_.duplicates += counts.duplicates;
   } catch (...) {
     ++counters_.failed_batches;
     if (effect_threw_) ++counters_.effect_failures;

@@ -16,6 +16,7 @@
 #include "common/log.hpp"
 #include "common/printable.hpp"
 #include "common/stat_list.hpp"
+#include "inbox/apply_batch.hpp"
 #include "nats/nats_common.hpp"
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
@@ -320,28 +321,11 @@ class NatsInboxConsumer::Impl {
       }
       events.push_back(std::move(event));
     }
-    std::vector<EventId> ids;
-    for (const auto& event : events) ids.push_back(event.event_id);
     try {
-      const auto results =
-          inbox_.process_batch(database_.get(), ids, [&](PGconn* conn, std::size_t i) {
-            try {
-              effect_(conn, events[i]);
-            } catch (const DatabaseError& error) {
-              effect_threw_ = !error.retryable() && PQstatus(conn) == CONNECTION_OK;
-              throw;
-            } catch (...) {
-              effect_threw_ = PQstatus(conn) == CONNECTION_OK;
-              throw;
-            }
-          });
-      for (const InboxResult result : results) {
-        if (result == InboxResult::applied) {
-          ++counters_.applied;
-        } else {
-          ++counters_.duplicates;
-        }
-      }
+      const auto counts =
+          detail::apply_through_inbox(inbox_, database_.get(), events, effect_, effect_threw_);
+      counters_.applied += counts.applied;
+      counters_.duplicates += counts.duplicates;
     } catch (...) {
       ++counters_.failed_batches;
       if (effect_threw_) ++counters_.effect_failures;

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "common/fault.hpp"
+#include "nats/nats_common.hpp"
 #include "outbox/nats_audit.hpp"
 #include "outbox/nats_consumer.hpp"
 #include "outbox/nats_sink.hpp"
@@ -93,6 +94,33 @@ class NatsConsumerTest : public RelayFixture {
     }
     return bad;
   }
+  // A client of the test's own, for what happens behind the consumer's back.
+  struct RawClient {
+    nats::ConnectionHandle connection;
+    nats::ContextHandle js;
+  };
+  static RawClient raw_client() {
+    natsConnection* connection = nullptr;
+    EXPECT_EQ(natsConnection_ConnectTo(&connection, nats_server().url().c_str()), NATS_OK);
+    jsCtx* js = nullptr;
+    EXPECT_EQ(natsConnection_JetStream(&js, connection, nullptr), NATS_OK);
+    return RawClient{nats::ConnectionHandle(connection), nats::ContextHandle(js)};
+  }
+  // The durable consumer "test" made by someone else (explicit acks, ack_wait 1 s).
+  void add_durable(jsCtx* js, std::int64_t max_ack_pending, std::int64_t max_deliver) {
+    jsConsumerConfig config;
+    jsConsumerConfig_Init(&config);
+    config.Durable = "test";
+    config.AckPolicy = js_AckExplicit;
+    config.AckWait = 1000000000;
+    config.MaxAckPending = max_ack_pending;
+    config.MaxDeliver = max_deliver;
+    const std::string filter = prefix_ + ".*.*";
+    config.FilterSubject = filter.c_str();
+    jsConsumerInfo* info = nullptr;
+    ASSERT_EQ(js_AddConsumer(&info, js, stream_.c_str(), &config, nullptr, nullptr), NATS_OK);
+    jsConsumerInfo_Destroy(info);
+  }
   std::string stream_;
   std::string prefix_;
   std::string last_error_;  // what poll() threw last in poll_until
@@ -162,22 +190,9 @@ TEST_F(NatsConsumerTest, MessagesDeliveredAndNeverAcknowledgedAreAppliedBeforeLa
   publish(2, 5);
   // The durable consumer as NatsInboxConsumer makes it (batch 3), made here so that nothing is
   // delivered before the fetch below.
-  natsConnection* raw_connection = nullptr;
-  ASSERT_EQ(natsConnection_ConnectTo(&raw_connection, nats_server().url().c_str()), NATS_OK);
-  jsCtx* js = nullptr;
-  ASSERT_EQ(natsConnection_JetStream(&js, raw_connection, nullptr), NATS_OK);
-  jsConsumerConfig config;
-  jsConsumerConfig_Init(&config);
-  config.Durable = "test";
-  config.AckPolicy = js_AckExplicit;
-  config.AckWait = 1000000000;
-  config.MaxAckPending = 3;
-  config.MaxDeliver = -1;
-  const std::string filter = prefix_ + ".*.*";
-  config.FilterSubject = filter.c_str();
-  jsConsumerInfo* created = nullptr;
-  ASSERT_EQ(js_AddConsumer(&created, js, stream_.c_str(), &config, nullptr, nullptr), NATS_OK);
-  jsConsumerInfo_Destroy(created);
+  const RawClient client = raw_client();
+  jsCtx* js = client.js.get();
+  add_durable(js, 3, -1);
   // A consumer that died after its fetch: two messages delivered, never acknowledged; fewer than
   // max_ack_pending (3), so the server would hand out a later one at once.
   jsSubOptions bind;
@@ -193,8 +208,6 @@ TEST_F(NatsConsumerTest, MessagesDeliveredAndNeverAcknowledgedAreAppliedBeforeLa
   EXPECT_EQ(taken.Count, 2);
   natsMsgList_Destroy(&taken);
   natsSubscription_Destroy(dead);
-  jsCtx_Destroy(js);
-  natsConnection_Destroy(raw_connection);
 
   NatsInboxConsumer next(consumer_options(3), record());
   EXPECT_EQ(poll_until(next, 10, 30s), 10) << last_error_;
@@ -226,10 +239,8 @@ TEST_F(NatsConsumerTest, TheAuditFindsALostMessageAPhantomAndWhatTheInboxHasNotA
 
   // One message deleted from the stream, one announced that no transaction committed, one event
   // published that the consumer never applied.
-  natsConnection* connection = nullptr;
-  ASSERT_EQ(natsConnection_ConnectTo(&connection, nats_server().url().c_str()), NATS_OK);
-  jsCtx* js = nullptr;
-  ASSERT_EQ(natsConnection_JetStream(&js, connection, nullptr), NATS_OK);
+  const RawClient client = raw_client();
+  jsCtx* js = client.js.get();
   ASSERT_EQ(js_DeleteMsg(js, stream_.c_str(), 3, nullptr, nullptr), NATS_OK);
   natsMsg* forged = nullptr;
   ASSERT_EQ(natsMsg_Create(&forged, (prefix_ + ".order.0").c_str(), nullptr, "{}", 2), NATS_OK);
@@ -239,8 +250,6 @@ TEST_F(NatsConsumerTest, TheAuditFindsALostMessageAPhantomAndWhatTheInboxHasNotA
   ASSERT_EQ(js_PublishMsg(&ack, js, forged, nullptr, nullptr), NATS_OK);
   jsPubAck_Destroy(ack);
   natsMsg_Destroy(forged);
-  jsCtx_Destroy(js);
-  natsConnection_Destroy(connection);
   publish(1, 1, 5);  // agg-0 #6: published, not applied
 
   const AuditReport after = audit_nats_stream(audit);
@@ -275,24 +284,7 @@ TEST_F(NatsConsumerTest, AConsumerStartedBeforeItsStreamWaitsForIt) {
 // first: an existing durable consumer with one is refused by outbox's own check.
 TEST_F(NatsConsumerTest, AnExistingConsumerWithADeliveryLimitIsRefused) {
   publish(1, 1);
-  natsConnection* connection = nullptr;
-  ASSERT_EQ(natsConnection_ConnectTo(&connection, nats_server().url().c_str()), NATS_OK);
-  jsCtx* js = nullptr;
-  ASSERT_EQ(natsConnection_JetStream(&js, connection, nullptr), NATS_OK);
-  jsConsumerConfig config;
-  jsConsumerConfig_Init(&config);
-  config.Durable = "test";
-  config.AckPolicy = js_AckExplicit;
-  config.AckWait = 1000000000;
-  config.MaxAckPending = 10;
-  config.MaxDeliver = 5;
-  const std::string filter = prefix_ + ".*.*";
-  config.FilterSubject = filter.c_str();
-  jsConsumerInfo* info = nullptr;
-  ASSERT_EQ(js_AddConsumer(&info, js, stream_.c_str(), &config, nullptr, nullptr), NATS_OK);
-  jsConsumerInfo_Destroy(info);
-  jsCtx_Destroy(js);
-  natsConnection_Destroy(connection);
+  add_durable(raw_client().js.get(), 10, 5);
   NatsInboxConsumer consumer(consumer_options(10), record());
   try {
     consumer.poll(200ms);
