@@ -49,7 +49,8 @@ cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$we
 cmake --build "$build_dir" -j"$jobs" --target outbox_cli outbox_dev outbox_campaign outbox_pqxx
 cmake -S . -B "$sanitize_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
   -DOUTBOX_SANITIZE=address,undefined
-cmake --build "$sanitize_dir" -j"$jobs" --target outbox_unit_tests outbox_integration_tests
+cmake --build "$sanitize_dir" -j"$jobs" --target outbox_unit_tests outbox_integration_tests \
+  outbox_rabbitmq_tests
 echo "test.sh: both trees built in $((SECONDS - started)) s"
 
 # One test at a time in each tree, the two trees side by side: the load of `ctest -j2`. Each

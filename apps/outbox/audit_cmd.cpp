@@ -13,6 +13,7 @@
 #include "outbox/duration.hpp"
 #include "outbox/error.hpp"
 #include "outbox/nats_audit.hpp"
+#include "outbox/rabbitmq_audit.hpp"
 #include "outbox/text.hpp"
 
 namespace outbox::cli {
@@ -33,6 +34,14 @@ struct AuditFlags {
   bool from_beginning = false;
   std::string sink = "kafka";
   NatsAuditOptions nats;  // --nats-servers, --nats-stream, --nats-credentials-file, --nats-ca-file
+  RabbitMqAuditOptions rabbitmq;  // --rabbitmq-url, --rabbitmq-audit-queue
+
+  // What the report calls the destination: a Kafka topic, a NATS stream, a stream queue.
+  [[nodiscard]] std::pair<std::string, std::string> destination() const {
+    if (sink == "nats") return {"stream", nats.stream};
+    if (sink == "rabbitmq") return {"stream_queue", rabbitmq.stream_queue};
+    return {"topic", topic};
+  }
 };
 
 constexpr std::size_t kShown = 20;  // ids listed per finding in the text report
@@ -65,12 +74,18 @@ void fill_window(const AuditFlags& flags, AuditWindow& window) {
 // The audit of the destination --sink names, and what the report calls it.
 std::pair<AuditReport, std::string> audit_destination(const AuditFlags& flags,
                                                       AuditWindow& window) {
+  if (flags.sink != "kafka" && (!flags.topic.empty() || !flags.kafka.brokers.empty())) {
+    throw ConfigError(
+        "audit: --topic and --kafka-brokers are for --sink kafka; a NATS stream is "
+        "--nats-stream, a RabbitMQ stream queue --rabbitmq-audit-queue");
+  }
+  if (flags.sink == "rabbitmq") {
+    RabbitMqAuditOptions options = flags.rabbitmq;
+    fill_window(flags, options);
+    window = options;
+    return {audit_rabbitmq_stream(options), "stream queue " + options.stream_queue};
+  }
   if (flags.sink == "nats") {
-    if (!flags.topic.empty() || !flags.kafka.brokers.empty()) {
-      throw ConfigError(
-          "audit: --topic and --kafka-brokers are for --sink kafka; a NATS stream "
-          "is --nats-stream");
-    }
     NatsAuditOptions options = flags.nats;
     fill_window(flags, options);
     window = options;
@@ -105,8 +120,7 @@ int run_audit(const AuditFlags& flags) {
     for (const auto& [id, n] : r.duplicated)
       duplicated.push_back({{"event_id", id.to_string()}, {"copies", n}});
     const nlohmann::json out = {
-        {flags.sink == "nats" ? "stream" : "topic",
-         flags.sink == "nats" ? flags.nats.stream : flags.topic},
+        {flags.destination().first, flags.destination().second},
         {"since", options.since},
         {"until", options.until},
         {"rows", r.rows},
@@ -149,7 +163,7 @@ int run_audit(const AuditFlags& flags) {
   }
   if (r.rows == 0 && r.messages == 0) {
     // A misspelt topic or template must not read as a clean bill of health.
-    if (flags.sink == "nats") {
+    if (flags.sink != "kafka") {
       std::cerr << "audit: nothing to audit: no row occurred in the window and " << destination
                 << " holds no message from it" << std::endl;
     } else {
@@ -175,8 +189,9 @@ void register_audit(Commands& commands) {
   audit->add_option("--topic", flags->topic, "the topic to audit (--sink kafka)");
   audit
       ->add_option("--sink", flags->sink,
-                   "kafka (a topic) or nats (a JetStream stream, read by time without consuming)")
-      ->check(CLI::IsMember({"kafka", "nats"}))
+                   "kafka (a topic), nats (a JetStream stream, read by time without consuming) "
+                   "or rabbitmq (a stream queue bound to the exchange, read by time)")
+      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq"}))
       ->capture_default_str();
   audit->add_option("--nats-servers", flags->nats.servers, "with --sink nats: server URLs")
       ->capture_default_str();
@@ -186,6 +201,11 @@ void register_audit(Commands& commands) {
                     "with --sink nats: a .creds file");
   audit->add_option("--nats-ca-file", flags->nats.ca_file,
                     "with --sink nats: PEM bundle for tls:// servers");
+  audit->add_option("--rabbitmq-url", flags->rabbitmq.url, "with --sink rabbitmq: amqp://...")
+      ->capture_default_str();
+  audit->add_option("--rabbitmq-audit-queue", flags->rabbitmq.stream_queue,
+                    "with --sink rabbitmq: a stream queue (x-queue-type=stream) bound to the "
+                    "relays' exchange with #");
   audit->add_option("--topic-template", flags->topic_template,
                     "the relays' --topic-template: which rows belong to the topic");
   audit

@@ -28,7 +28,9 @@
 #include "outbox/log.hpp"
 #include "outbox/nats_sink.hpp"
 #include "outbox/observe.hpp"
+#include "outbox/rabbitmq_sink.hpp"
 #include "outbox/relay.hpp"
+#include "rabbitmq_flags.hpp"
 #include "relay_stats_format.hpp"
 
 namespace outbox::cli {
@@ -42,6 +44,7 @@ struct RelayFlags {
   KafkaFlags kafka;
   HttpFlags http;
   NatsFlags nats;
+  RabbitMqFlags rabbitmq;
   std::string topic_template = KafkaSinkOptions{}.topic_template;
   std::string kafka_cloudevents_source;  // empty: no ce_ headers
   std::string relay_id;
@@ -247,7 +250,15 @@ std::function<std::unique_ptr<Sink>()> sink_factory(const RelayFlags& flags,
   if (flags.sink != "nats" && any_nats_flag(flags.nats)) {
     throw ConfigError("relay: the --nats-* flags are for --sink nats");
   }
+  if (flags.sink != "rabbitmq" && any_rabbitmq_flag(flags.rabbitmq)) {
+    throw ConfigError("relay: the --rabbitmq-* flags are for --sink rabbitmq");
+  }
   if (flags.sink == "discard") return [] { return make_discard_sink(); };
+  if (flags.sink == "rabbitmq") {
+    const RabbitMqSinkOptions rabbitmq = rabbitmq_sink_options(flags.rabbitmq, relay.lease);
+    make_rabbitmq_sink(rabbitmq);  // refuses a bad option now, not in a relay's thread
+    return [rabbitmq] { return make_rabbitmq_sink(rabbitmq); };
+  }
   if (flags.sink == "nats") {
     const NatsSinkOptions nats = nats_sink_options(flags.nats, relay.lease, relay.backoff_max);
     make_nats_sink(nats);  // refuses a bad option now, not in a relay's thread
@@ -264,8 +275,8 @@ std::function<std::unique_ptr<Sink>()> sink_factory(const RelayFlags& flags,
     return [http] { return make_http_sink(http); };
   }
   if (flags.sink != "kafka") {
-    throw ConfigError("relay: --sink must be kafka, nats, http or discard, not \"" + flags.sink +
-                      "\"");
+    throw ConfigError("relay: --sink must be kafka, nats, rabbitmq, http or discard, not \"" +
+                      flags.sink + "\"");
   }
   if (flags.kafka.brokers.empty()) {
     throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
@@ -352,6 +363,7 @@ void register_relay(Commands& commands) {
   Commands::add_kafka_options(relay, flags->kafka);
   add_http_options(relay, flags->http);
   add_nats_options(relay, flags->nats);
+  add_rabbitmq_options(relay, flags->rabbitmq);
   relay->add_option("--topic-template", flags->topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
   relay->add_option("--kafka-cloudevents-source", flags->kafka_cloudevents_source,
@@ -362,7 +374,8 @@ void register_relay(Commands& commands) {
   add_relay_tuning(relay, *flags);
   relay
       ->add_option("--sink", flags->sink,
-                   "kafka; nats (a JetStream stream, --nats-*); http (one request per event to "
+                   "kafka; nats (a JetStream stream, --nats-*); rabbitmq (an exchange, with "
+                   "publisher confirms, --rabbitmq-*); http (one request per event to "
                    "--http-url); or discard: acknowledge "
                    "every event at once without sending it (measures the database side alone; "
                    "nothing reaches a broker)")

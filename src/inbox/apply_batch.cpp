@@ -1,5 +1,6 @@
 #include "inbox/apply_batch.hpp"
 
+#include "common/backoff.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::detail {
@@ -29,6 +30,39 @@ BatchApplied apply_through_inbox(const Inbox& inbox, PGconn* conn,
     ++(result == InboxResult::applied ? counts.applied : counts.duplicates);
   }
   return counts;
+}
+
+void run_until_stopped(HealthBoard& health, std::chrono::milliseconds backoff_base,
+                       std::chrono::milliseconds backoff_max, const std::atomic<bool>& stop,
+                       const bool& effect_threw, const std::function<void()>& poll_once) {
+  Backoff backoff(backoff_base, backoff_max);
+  health.set(Health::running);
+  while (!stop.load()) {
+    try {
+      poll_once();
+      backoff.reset();
+      if (health.health() != Health::running) health.set(Health::running);
+      continue;
+    } catch (const DatabaseError& error) {
+      if (effect_threw) {
+        health.set(Health::effect_failing, error.what());
+      } else if (error.retryable()) {
+        health.set(Health::database_unavailable, error.what());
+      } else {
+        health.set(Health::stopped, error.what());
+        throw;
+      }
+    } catch (const ConfigError& error) {
+      health.set(Health::stopped, error.what());
+      throw;
+    } catch (const BrokerError& error) {
+      health.set(Health::broker_unavailable, error.what());
+    } catch (const std::exception& error) {
+      health.set(Health::effect_failing, error.what());
+    }
+    backoff.wait([&stop] { return stop.load(); });
+  }
+  health.set(Health::stopped);
 }
 
 }  // namespace outbox::detail

@@ -4,10 +4,13 @@
 
 #include <libpq-fe.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "common/health_board.hpp"
 #include "outbox/consumed_event.hpp"
 #include "outbox/inbox.hpp"
 
@@ -26,5 +29,13 @@ BatchApplied apply_through_inbox(const Inbox& inbox, PGconn* conn,
                                  const std::vector<ConsumedEvent>& events,
                                  const std::function<void(PGconn*, const ConsumedEvent&)>& effect,
                                  bool& effect_threw);
+
+// A consumer's run(): calls `poll_once` until `stop`, between failures waiting a capped backoff
+// from `backoff_base` to `backoff_max`, and says on `health` what failed: the effect (when
+// `effect_threw` is set after a failure), PostgreSQL, the broker, or something no retry fixes
+// (a ConfigError, a DatabaseError that is not retryable: rethrown, health stopped).
+void run_until_stopped(HealthBoard& health, std::chrono::milliseconds backoff_base,
+                       std::chrono::milliseconds backoff_max, const std::atomic<bool>& stop,
+                       const bool& effect_threw, const std::function<void()>& poll_once);
 
 }  // namespace outbox::detail

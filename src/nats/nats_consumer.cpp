@@ -10,7 +10,6 @@
 #include <optional>
 #include <thread>
 
-#include "common/backoff.hpp"
 #include "common/fault.hpp"
 #include "common/health_board.hpp"
 #include "common/log.hpp"
@@ -138,35 +137,11 @@ class NatsInboxConsumer::Impl {
   }
 
   void run() {
-    detail::Backoff backoff(options_.retry_backoff_base, options_.retry_backoff_max);
-    health_.set(Health::running);
-    while (!stop_.load()) {
-      effect_threw_ = false;
-      try {
-        poll(std::chrono::milliseconds(200));
-        backoff.reset();
-        if (health_.health() != Health::running) health_.set(Health::running);
-        continue;
-      } catch (const DatabaseError& error) {
-        if (effect_threw_) {
-          health_.set(Health::effect_failing, error.what());
-        } else if (error.retryable()) {
-          health_.set(Health::database_unavailable, error.what());
-        } else {
-          health_.set(Health::stopped, error.what());
-          throw;
-        }
-      } catch (const ConfigError& error) {
-        health_.set(Health::stopped, error.what());
-        throw;
-      } catch (const BrokerError& error) {
-        health_.set(Health::broker_unavailable, error.what());
-      } catch (const std::exception& error) {
-        health_.set(Health::effect_failing, error.what());
-      }
-      backoff.wait([this] { return stop_.load(); });
-    }
-    health_.set(Health::stopped);
+    detail::run_until_stopped(health_, options_.retry_backoff_base, options_.retry_backoff_max,
+                              stop_, effect_threw_, [this] {
+                                effect_threw_ = false;
+                                poll(std::chrono::milliseconds(200));
+                              });
   }
 
   void request_stop() noexcept { stop_.store(true); }

@@ -14,8 +14,8 @@
 #include "nats/nats_common.hpp"
 #include "nats/nats_stream.hpp"
 #include "outbox/error.hpp"
-#include "outbox/partition.hpp"
 #include "sinks/cloudevents.hpp"
+#include "sinks/key_template.hpp"
 
 namespace outbox {
 namespace {
@@ -26,53 +26,15 @@ constexpr std::uint32_t kMaxPartitions = 4096;
 // nats.c times out a pending publish itself).
 constexpr std::chrono::seconds kBackstop{2};
 
-constexpr std::string_view kPlaceholders[] = {"{aggregate_type}", "{event_type}", "{partition}"};
-
-std::string render(const std::string& subject_template, const Event& event,
-                   std::uint32_t partitions) {
-  std::string subject;
-  subject.reserve(subject_template.size() + 16);
-  for (std::size_t i = 0; i < subject_template.size();) {
-    if (subject_template.compare(i, 16, "{aggregate_type}") == 0) {
-      subject += event.aggregate_type;
-      i += 16;
-    } else if (subject_template.compare(i, 12, "{event_type}") == 0) {
-      subject += event.event_type;
-      i += 12;
-    } else if (subject_template.compare(i, 11, "{partition}") == 0) {
-      subject += std::to_string(aggregate_partition(event.aggregate_id, partitions));
-      i += 11;
-    } else {
-      subject += subject_template[i++];
-    }
-  }
-  return subject;
-}
-
 void check_options(const NatsSinkOptions& options) {
   const std::string& tmpl = options.subject_template;
-  if (tmpl.find("{aggregate_id}") != std::string::npos) {
-    throw ConfigError(
-        "NATS subject template: {aggregate_id} is not allowed. An aggregate id may hold dots, "
-        "spaces and wildcards, which a subject token cannot, and a subject per aggregate costs "
-        "the server memory per subject; use {partition} (the aggregate's partition of "
-        "--nats-partitions, Kafka's murmur2 hash), e.g. outbox.{aggregate_type}.{partition}");
-  }
-  for (std::size_t open = tmpl.find('{'); open != std::string::npos;
-       open = tmpl.find('{', open + 1)) {
-    bool known = false;
-    for (const auto placeholder : kPlaceholders)
-      known = known || tmpl.compare(open, placeholder.size(), placeholder) == 0;
-    if (!known) {
-      throw ConfigError("NATS subject template \"" + detail::printable(tmpl, 300) +
-                        "\" has an unknown placeholder; use {aggregate_type}, {event_type} and "
-                        "{partition}");
-    }
-  }
+  detail::check_key_template(tmpl, "NATS subject", "--nats-partitions",
+                             "outbox.{aggregate_type}.{partition}");
   Event probe;
   probe.aggregate_type = "x";
   probe.event_type = "x";
-  if (const auto problem = nats::subject_problem(render(tmpl, probe, 1)); !problem.empty()) {
+  if (const auto problem = nats::subject_problem(detail::render_key(tmpl, probe, 1));
+      !problem.empty()) {
     throw ConfigError("NATS subject template \"" + detail::printable(tmpl, 300) +
                       "\" is not a subject to publish to: filled in, it " + problem +
                       "; e.g. outbox.{aggregate_type}.{partition}");
@@ -159,7 +121,8 @@ class NatsSink final : public Sink {
   }
 
   void send(const Event& event, std::uint64_t ticket) override {
-    const std::string subject = render(options_.subject_template, event, options_.partitions);
+    const std::string subject =
+        detail::render_key(options_.subject_template, event, options_.partitions);
     if (const std::string problem = nats::subject_problem(subject); !problem.empty()) {
       report(ticket, DeliveryOutcome::permanent_failure,
              fmt::format("NATS subject \"{}\" rendered from the event {}", subject, problem));
@@ -428,7 +391,7 @@ std::unique_ptr<Sink> make_nats_sink(const NatsSinkOptions& options) {
 }
 
 std::string render_nats_subject(const NatsSinkOptions& options, const Event& event) {
-  return render(options.subject_template, event, options.partitions);
+  return detail::render_key(options.subject_template, event, options.partitions);
 }
 
 }  // namespace outbox

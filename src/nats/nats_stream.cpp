@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <regex>
 
 #include "common/log.hpp"
 #include "nats/nats_common.hpp"
 #include "outbox/error.hpp"
+#include "sinks/key_template.hpp"
 
 namespace outbox::nats {
 namespace {
@@ -89,8 +89,7 @@ std::string create(jsCtx* js, const StreamRequirements& requirements) {
 }  // namespace
 
 std::string subject_filter(const std::string& subject_template) {
-  static const std::regex kPlaceholder(R"(\{[a-z_]+\})");
-  return std::regex_replace(subject_template, kPlaceholder, "*");
+  return detail::key_filter(subject_template, "*");
 }
 
 std::string ensure_stream(jsCtx* js, const StreamRequirements& requirements) {

@@ -114,12 +114,14 @@ void ServerProcess::start(std::chrono::milliseconds limit) {
 
 void ServerProcess::stop(bool kill) {
   if (pid_ <= 0) return;
-  ::kill(pid_, kill ? SIGKILL : SIGTERM);
+  // The whole process group (the child made it its own): a server started through a script
+  // (rabbitmq-server runs an Erlang node under a shell) stops with everything under it.
+  if (::kill(-pid_, kill ? SIGKILL : SIGTERM) != 0) ::kill(pid_, kill ? SIGKILL : SIGTERM);
   const auto until = Clock::now() + std::chrono::seconds(10);
   int status = 0;
   while (::waitpid(pid_, &status, WNOHANG) == 0) {
     if (Clock::now() > until) {
-      ::kill(pid_, SIGKILL);
+      if (::kill(-pid_, SIGKILL) != 0) ::kill(pid_, SIGKILL);
       ::waitpid(pid_, &status, 0);
       break;
     }

@@ -2,8 +2,8 @@
 # Scaffolding shared by the command-line tests in this folder: a work folder and background
 # processes cleaned up on exit, pass/fail counters, the closing summary, waiting for a
 # background process's first line of output, starting `outbox-dev postgres` and `outbox-dev
-# kafka-mock`, finding the port a process listens on, and the helpers every script uses
-# (show_log, sql against "$db", expect_failure).
+# kafka-mock` (and Debian's nats-server and rabbitmq-server), finding the port a process listens
+# on, and the helpers every script uses (show_log, sql against "$db", expect_failure).
 #
 # Usage, from a script running under `set -euo pipefail`:
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -17,6 +17,7 @@ passed=0
 failed=0
 background_pids=()
 background_names=()
+background_groups=()  # 1: the pid leads a process group of its own, signalled as a whole
 
 # The developer's program (the throwaway servers, the demo, bench): OUTBOX_DEV_BINARY, else the
 # outbox-dev beside "$outbox_binary".
@@ -42,6 +43,18 @@ track_background() {
   local pid="$1"
   background_pids+=("$pid")
   background_names+=("${2:-process $pid}")
+  background_groups+=(0)
+}
+
+# As track_background, for a process started as the leader of a process group of its own (setsid):
+# cleanup() signals the whole group, and waits until nothing in it is left. For a server started
+# through a script that runs it as a child (rabbitmq-server: a shell over an Erlang VM), where
+# stopping the script alone could leave the server running.
+track_background_group() {
+  local pid="$1"
+  background_pids+=("$pid")
+  background_names+=("${2:-process group $pid}")
+  background_groups+=(1)
 }
 
 # Stops what the test started: SIGTERM first, so `outbox-dev postgres` can stop its server and
@@ -49,20 +62,24 @@ track_background() {
 # work folder.
 # shellcheck disable=SC2317  # reached through the EXIT trap
 cleanup() {
-  local i pid waited
+  local i pid target waited
   for ((i = 0; i < ${#background_pids[@]}; i++)); do
-    kill -TERM "${background_pids[i]}" 2>/dev/null || true
+    target="${background_pids[i]}"
+    if ((background_groups[i])); then target="-$target"; fi
+    kill -TERM -- "$target" 2>/dev/null || true
   done
   for ((i = 0; i < ${#background_pids[@]}; i++)); do
     pid="${background_pids[i]}"
+    target="$pid"
+    if ((background_groups[i])); then target="-$pid"; fi
     waited=0
-    while kill -0 "$pid" 2>/dev/null && ((waited < 200)); do
+    while kill -0 -- "$target" 2>/dev/null && ((waited < 200)); do
       sleep 0.1
       waited=$((waited + 1))
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if kill -0 -- "$target" 2>/dev/null; then
       echo "$test_name: ${background_names[i]} ignored SIGTERM for 20 s; killing it" >&2
-      kill -KILL "$pid" 2>/dev/null || true
+      kill -KILL -- "$target" 2>/dev/null || true
     fi
     wait "$pid" 2>/dev/null || true
   done
@@ -168,6 +185,51 @@ start_nats() {
       fatal --log "$work_dir/nats/log" "nats-server did not start within ${timeout_s} s"
     fi
     sleep 0.1
+  done
+}
+
+# start_rabbitmq: starts Debian's rabbitmq-server as a node of its own (outbox-PORT@localhost) on
+# a free port of 127.0.0.1 in the background, in a process group of its own tracked for cleanup
+# (the script runs the Erlang VM as its child), every file it writes (database, logs, settings) in
+# "$work_dir/rabbitmq" and its output in "$work_dir/rabbitmq/log.txt". No plugins; the guest user
+# may connect from 127.0.0.1 (loopback_users = none). Sets rabbitmq_pid and rabbitmq_url
+# (amqp://guest:guest@127.0.0.1:PORT/). A prerequisite: fatal, with the log, when the node has not
+# started within "$rabbitmq_startup_timeout_s" s (90 unless the script sets it: an Erlang node
+# takes seconds, more on a busy machine).
+# shellcheck disable=SC2034  # rabbitmq_url is for the script
+start_rabbitmq() {
+  local timeout_s="${rabbitmq_startup_timeout_s:-90}" deadline script dir port dist_port
+  script="${OUTBOX_RABBITMQ_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}"
+  [[ -x "$script" ]] ||
+    fatal "$script not found: install Debian's rabbitmq-server (scripts/install-deps.sh)"
+  command -v setsid >/dev/null 2>&1 || fatal "setsid not found (util-linux)"
+  dir="$work_dir/rabbitmq"
+  mkdir -p "$dir"
+  printf '[].\n' >"$dir/enabled_plugins"
+  printf 'loopback_users = none\n' >"$dir/rabbitmq.conf"
+  : >"$dir/rabbitmq-env.conf"
+  : >"$dir/log.txt"
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  dist_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  # Through env(1), the script's only source of settings besides the files named here: otherwise
+  # it reads /etc/rabbitmq and /var/lib/rabbitmq. setsid: the script leads a new process group (a
+  # background job of this non-interactive shell leads none, so setsid does not fork and $! is
+  # the script), which cleanup() stops as a whole, Erlang VM included.
+  setsid /usr/bin/env HOME="$dir" RABBITMQ_NODENAME="outbox-$port@localhost" \
+    RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT="$port" RABBITMQ_DIST_PORT="$dist_port" \
+    RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" RABBITMQ_LOGS=- \
+    RABBITMQ_PID_FILE="$dir/pid" RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
+    RABBITMQ_CONFIG_FILE="$dir/rabbitmq" RABBITMQ_ADVANCED_CONFIG_FILE="$dir/advanced.config" \
+    RABBITMQ_CONF_ENV_FILE="$dir/rabbitmq-env.conf" "$script" >"$dir/log.txt" 2>&1 </dev/null &
+  rabbitmq_pid=$!
+  track_background_group "$rabbitmq_pid" "rabbitmq-server"
+  rabbitmq_url="amqp://guest:guest@127.0.0.1:$port/"
+  deadline=$((SECONDS + timeout_s))
+  until grep -q "Server startup complete" "$dir/log.txt" 2>/dev/null; do
+    if ! kill -0 "$rabbitmq_pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      fatal --log "$dir/log.txt" "rabbitmq-server did not start within ${timeout_s} s"
+    fi
+    sleep 0.2
   done
 }
 

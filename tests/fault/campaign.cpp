@@ -537,13 +537,27 @@ int main(int argc, char** argv) {
   auto* nats_consumer = app.add_subcommand("nats-consumer", "worker: apply the NATS stream");
   nats_consumer->add_option("--db", worker.database_url)->required();
   nats_consumer->add_option("--nats", worker.nats_url)->required();
+  auto* rabbitmq = app.add_subcommand(
+      "rabbitmq",
+      "RabbitMQ sink and consumer: relays killed between the confirm and the mark, "
+      "rabbitmq-server killed and restarted, the consumer killed after its inbox commit");
+  rabbitmq->add_option("--outbox", scenario.outbox_binary)->required();
+  rabbitmq->add_option("--trials-per-fault", scenario.trials_per_fault)
+      ->check(CLI::Range(1, 10000));
+  rabbitmq->add_flag("--verbose", scenario.verbose);
+  rabbitmq->add_flag("--keep", scenario.keep);
+  auto* rabbitmq_consumer =
+      app.add_subcommand("rabbitmq-consumer", "worker: apply the RabbitMQ queue");
+  rabbitmq_consumer->add_option("--db", worker.database_url)->required();
+  rabbitmq_consumer->add_option("--rabbitmq", worker.rabbitmq_url)->required();
   CLI11_PARSE(app, argc, argv);
   try {
     outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
     if (*producer) return run_producer(worker);
     if (*consumer) return run_consumer(worker);
     if (*nats_consumer) return run_nats_consumer(worker);
-    if (*stalled || *hot || *kill || *cdc || *paused || *gap || *http || *nats) {
+    if (*rabbitmq_consumer) return run_rabbitmq_consumer(worker);
+    if (*stalled || *hot || *kill || *cdc || *paused || *gap || *http || *nats || *rabbitmq) {
       scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
       if (*kill) return run_relay_kill(scenario);
@@ -555,6 +569,7 @@ int main(int argc, char** argv) {
       if (*gap) return run_retention_gap(scenario);
       if (*http) return run_http_faults(scenario, http_reconcile, http_blind);
       if (*nats) return run_nats_faults(scenario);
+      if (*rabbitmq) return run_rabbitmq_faults(scenario);
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,

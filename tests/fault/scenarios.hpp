@@ -64,5 +64,8 @@ int run_http_faults(const ScenarioOptions& options, bool reconcile, bool blind);
 // The NATS sink and consumer: relays killed between the PubAck and the mark, nats-server killed
 // and restarted, the consumer killed after its inbox commit.
 int run_nats_faults(const ScenarioOptions& options);
+// The same for RabbitMQ: relays killed between the confirm and the mark, rabbitmq-server killed
+// and restarted, the consumer killed after its inbox commit (tests/fault/broker_campaign.cpp).
+int run_rabbitmq_faults(const ScenarioOptions& options);
 
 }  // namespace outbox::campaign

@@ -17,6 +17,7 @@
 #include "outbox/nats_consumer.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/producer.hpp"
+#include "outbox/rabbitmq_consumer.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
 
@@ -282,22 +283,17 @@ int run_consumer(const WorkerOptions& options) {
   return 0;
 }
 
-int run_nats_consumer(const WorkerOptions& options) {
+namespace {
+
+// Runs a broker's inbox consumer (made by `make`, retried while the broker or PostgreSQL is not
+// there yet) until SIGTERM.
+template <typename Consumer, typename Make>
+int run_broker_consumer(Make make) {
   stop_on_sigterm();
-  NatsConsumerOptions consumer_options;
-  consumer_options.servers = options.nats_url;
-  consumer_options.stream = kNatsStream;
-  consumer_options.durable = "campaign";
-  consumer_options.filter_subject = "outbox.*.*";
-  consumer_options.database_url = options.database_url;
-  consumer_options.schema = SchemaName(kSchema);
-  consumer_options.consumer_name = "projection";
-  consumer_options.ack_wait = 2s;
-  consumer_options.retry_backoff_max = 1000ms;
-  std::unique_ptr<NatsInboxConsumer> consumer;
+  std::unique_ptr<Consumer> consumer;
   while (!consumer && !g_stop) {
     try {
-      consumer = std::make_unique<NatsInboxConsumer>(consumer_options, &apply_campaign_effect);
+      consumer = make();
     } catch (const Error& e) {
       if (!e.retryable()) throw;
       std::this_thread::sleep_for(200ms);
@@ -317,6 +313,38 @@ int run_nats_consumer(const WorkerOptions& options) {
   }
   stopper.join();
   return 0;
+}
+
+}  // namespace
+
+int run_nats_consumer(const WorkerOptions& options) {
+  NatsConsumerOptions consumer_options;
+  consumer_options.servers = options.nats_url;
+  consumer_options.stream = kNatsStream;
+  consumer_options.durable = "campaign";
+  consumer_options.filter_subject = "outbox.*.*";
+  consumer_options.database_url = options.database_url;
+  consumer_options.schema = SchemaName(kSchema);
+  consumer_options.consumer_name = "projection";
+  consumer_options.ack_wait = 2s;
+  consumer_options.retry_backoff_max = 1000ms;
+  return run_broker_consumer<NatsInboxConsumer>([&] {
+    return std::make_unique<NatsInboxConsumer>(consumer_options, &apply_campaign_effect);
+  });
+}
+
+int run_rabbitmq_consumer(const WorkerOptions& options) {
+  RabbitMqConsumerOptions consumer_options;
+  consumer_options.url = options.rabbitmq_url;
+  consumer_options.queue = "campaign";
+  consumer_options.exchange = kRabbitMqExchange;
+  consumer_options.database_url = options.database_url;
+  consumer_options.schema = SchemaName(kSchema);
+  consumer_options.consumer_name = "projection";
+  consumer_options.retry_backoff_max = 1000ms;
+  return run_broker_consumer<RabbitMqInboxConsumer>([&] {
+    return std::make_unique<RabbitMqInboxConsumer>(consumer_options, &apply_campaign_effect);
+  });
 }
 
 }  // namespace outbox::campaign

@@ -8,7 +8,8 @@ namespace outbox::campaign {
 
 inline constexpr const char* kSchema = "campaign";
 inline constexpr const char* kTopic = "outbox.account";
-inline constexpr const char* kNatsStream = "CAMPAIGN";  // subjects outbox.*.*
+inline constexpr const char* kNatsStream = "CAMPAIGN";        // subjects outbox.*.*
+inline constexpr const char* kRabbitMqExchange = "campaign";  // a topic exchange
 
 // The campaign topic's partitions, and its aggregates' names. librdkafka's mock keeps at most
 // 5 MiB per partition and drops the oldest messages beyond that, as a broker does past
@@ -33,7 +34,8 @@ struct WorkerOptions {
   std::string topic = kTopic;
   std::string metrics_listen;
   std::string on_offset_gap = "stop";
-  std::string nats_url;  // nats-consumer: the server
+  std::string nats_url;      // nats-consumer: the server
+  std::string rabbitmq_url;  // rabbitmq-consumer: the broker
 };
 
 // Writes one line per step of each transaction to log_path, flushed by write(2) before the step
@@ -47,6 +49,10 @@ int run_consumer(const WorkerOptions& options);
 // Applies every event of the NATS stream kNatsStream through the inbox into campaign.effects
 // (durable consumer "campaign").
 int run_nats_consumer(const WorkerOptions& options);
+
+// Applies every event of the exchange kRabbitMqExchange through the inbox into campaign.effects
+// (quorum queue "campaign" with single active consumer, bound with "#").
+int run_rabbitmq_consumer(const WorkerOptions& options);
 
 // Creates the consumer's tables (idempotent).
 void create_campaign_tables(const std::string& database_url);

@@ -22,6 +22,11 @@ NatsServer& nats_server() {
   return instance;
 }
 
+RabbitMqServer& rabbitmq_server() {
+  static RabbitMqServer instance;
+  return instance;
+}
+
 std::string database_url() { return postgres().connection_string(); }
 
 pg::Connection connect() { return pg::Connection::open(database_url(), "outbox-test"); }

@@ -11,13 +11,15 @@
 #include "outbox/testing/embedded_postgres.hpp"
 #include "outbox/testing/kafka_mock.hpp"
 #include "outbox/testing/nats_server.hpp"
+#include "outbox/testing/rabbitmq_server.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox::testing {
 
 EmbeddedPostgres& postgres();
 KafkaMockCluster& kafka();
-NatsServer& nats_server();  // Debian's nats-server with JetStream
+NatsServer& nats_server();          // Debian's nats-server with JetStream
+RabbitMqServer& rabbitmq_server();  // Debian's rabbitmq-server, a node of its own
 std::string database_url();
 pg::Connection connect();
 
