@@ -22,6 +22,7 @@
 #include "outbox/error.hpp"
 #include "outbox/testing/http_receiver.hpp"
 #include "outbox/testing/nats_server.hpp"
+#include "outbox/testing/rabbitmq_server.hpp"
 #include "servers.hpp"
 #include "svg_plot.hpp"
 
@@ -133,6 +134,8 @@ int run_bench(const BenchOptions& options) {
   if (options.sink == "http") receiver.emplace(HttpReceiver::Options{.keep_requests = false});
   std::optional<NatsServer> nats;  // with --sink nats: Debian's nats-server, file storage
   if (options.sink == "nats") nats.emplace();
+  std::optional<RabbitMqServer> rabbitmq;  // with --sink rabbitmq: a rabbitmq-server node
+  if (options.sink == "rabbitmq") rabbitmq.emplace();
   const Setup setup{options,
                     servers.database_url(),
                     servers.brokers(),
@@ -140,7 +143,8 @@ int run_bench(const BenchOptions& options) {
                     options.out_dir,
                     servers.kafka(),
                     receiver ? receiver->url() : "",
-                    nats ? nats->url() : ""};
+                    nats ? nats->url() : "",
+                    rabbitmq ? &*rabbitmq : nullptr};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;
@@ -237,9 +241,10 @@ void register_bench(Commands& commands) {
   bench
       ->add_option("--sink", options->sink,
                    "the relays' destination: kafka; nats (an embedded nats-server with JetStream, "
-                   "file storage); or http (a webhook receiver in this process "
+                   "file storage); rabbitmq (an embedded rabbitmq-server node, a quorum queue); "
+                   "or http (a webhook receiver in this process "
                    "that deduplicates by Idempotency-Key; ceiling and drain, live)")
-      ->check(CLI::IsMember({"kafka", "nats", "http"}))
+      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "http"}))
       ->capture_default_str();
   bench->add_option("--only", options->only, "producer, ceiling, drain, live (comma list)")
       ->delimiter(',');

@@ -21,6 +21,10 @@
 #include "outbox/testing/kafka_mock.hpp"
 #include "pg/connection.hpp"
 
+namespace outbox {
+class RabbitMqServer;
+}
+
 namespace outbox::cli::bench {
 
 struct BenchOptions {
@@ -70,8 +74,9 @@ struct Setup {
   std::string self;
   std::filesystem::path out;
   std::optional<KafkaMockCluster>& kafka;
-  std::string http_url{};  // with --sink http: the receiver's base URL
-  std::string nats_url{};  // with --sink nats: the embedded nats-server
+  std::string http_url{};                    // with --sink http: the receiver's base URL
+  std::string nats_url{};                    // with --sink nats: the embedded nats-server
+  const RabbitMqServer* rabbitmq = nullptr;  // with --sink rabbitmq: the embedded node
 
   [[nodiscard]] pg::Connection connect() const;
 

@@ -181,11 +181,15 @@ json machine(const Setup& setup) {
           {"librdkafka", rd_kafka_version_str()},
           {"sink", !setup.http_url.empty()   ? "http"
                    : !setup.nats_url.empty() ? "nats"
+                   : setup.rabbitmq          ? "rabbitmq"
                                              : "kafka"},
           {"kafka", !setup.http_url.empty()
                         ? "not used: --sink http, to a receiver in the bench process (cpp-httplib)"
                     : !setup.nats_url.empty()
                         ? "not used: --sink nats, to Debian's nats-server (JetStream, file storage)"
+                    : setup.rabbitmq
+                        ? "not used: --sink rabbitmq, to a node of Debian's rabbitmq-server (a "
+                          "quorum queue)"
                     : setup.kafka ? "librdkafka mock cluster, 1 broker, in the bench process"
                                   : setup.brokers}};
 }

@@ -8,6 +8,7 @@
 #include "bench.hpp"
 #include "bench_processes.hpp"
 #include "outbox/error.hpp"
+#include "outbox/testing/rabbitmq_server.hpp"
 #include "workload.hpp"
 
 namespace outbox::cli::bench {
@@ -145,6 +146,13 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
                 {"--sink", "nats", "--nats-servers", nats_url, "--nats-stream",
                  "BENCH_" + schema.name(), "--nats-subject-template",
                  schema.name() + ".{aggregate_type}.{partition}", "--nats-create-stream"});
+  } else if (rabbitmq != nullptr) {
+    // An exchange per scenario's schema with a quorum queue bound to it (no consumer: the bench
+    // measures the relay's side, the queue keeps what it confirmed).
+    const std::string exchange = "bench." + schema.name();
+    rabbitmq->declare_queue(exchange, exchange + ".all", "#");
+    args.insert(args.end(), {"--sink", "rabbitmq", "--rabbitmq-url", rabbitmq->url(),
+                             "--rabbitmq-exchange", exchange});
   } else if (!http_url.empty()) {
     args.insert(args.end(), {"--sink", "http", "--http-url",
                              http_url + "/hooks/{aggregate_type}/{aggregate_id}",

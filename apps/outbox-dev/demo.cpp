@@ -24,9 +24,12 @@
 #include "outbox/nats_consumer.hpp"
 #include "outbox/nats_sink.hpp"
 #include "outbox/producer.hpp"
+#include "outbox/rabbitmq_consumer.hpp"
+#include "outbox/rabbitmq_sink.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/testing/http_receiver.hpp"
 #include "outbox/testing/nats_server.hpp"
+#include "outbox/testing/rabbitmq_server.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "servers.hpp"
@@ -49,7 +52,7 @@ struct DemoOptions {
   bool json = false;
   bool quiet = false;
   std::string source = "both";  // polling, cdc, or both (one after the other)
-  std::string sink = "kafka";   // kafka, nats (embedded nats-server), or http (a receiver)
+  std::string sink = "kafka";   // kafka, nats, rabbitmq (embedded servers), or http (a receiver)
 };
 
 const SchemaName kSchema("outbox_demo");
@@ -385,7 +388,7 @@ Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
 // The consumer side of a run on one broker: the sink the relays publish with, and the broker's
 // inbox consumer applying apply_effect.
 struct DemoBroker {
-  std::string name;  // for the report: "kafka", "nats"
+  std::string name;  // for the report: "kafka", "nats", "rabbitmq"
   std::function<std::unique_ptr<Sink>()> make_sink;
   std::function<void()> run_consumer;   // until stop_consumer()
   std::function<void()> stop_consumer;  // from another thread
@@ -465,6 +468,42 @@ DemoBroker nats_broker(const std::string& url, const std::string& servers, Relay
                       NatsConsumerOptions again = options;
                       again.durable += "-replay";
                       NatsInboxConsumer replay(again, apply_effect);
+                      const auto deadline = Clock::now() + 30s;
+                      while (replay.stats().received < committed && Clock::now() < deadline)
+                        replay.poll(200ms);
+                      return replay.stats().duplicates;
+                    }};
+}
+
+// RabbitMQ: an exchange per run, declared up front with the consumer's quorum queue and the
+// replay's (a queue holds only what was routed after it was bound).
+DemoBroker rabbitmq_broker(const std::string& url, const RabbitMqServer& server,
+                           RelaySource source) {
+  const std::string prefix = topic_prefix(source);
+  RabbitMqSinkOptions sink;
+  sink.url = server.url();
+  sink.exchange = prefix;
+  sink.routing_key_template = "{aggregate_type}.{partition}";
+  server.declare_queue(prefix, prefix + ".projection", "#");
+  server.declare_queue(prefix, prefix + ".projection-replay", "#");
+  RabbitMqConsumerOptions options;
+  options.url = server.url();
+  options.queue = prefix + ".projection";
+  options.exchange = prefix;
+  options.database_url = url;
+  options.schema = kSchema;
+  options.consumer_name = "projection";
+  auto consumer = std::make_shared<RabbitMqInboxConsumer>(options, apply_effect);
+  return DemoBroker{"rabbitmq",
+                    [sink] { return make_rabbitmq_sink(sink); },
+                    [consumer] { consumer->run(); },
+                    [consumer] { consumer->request_stop(); },
+                    [consumer] { return consumer->stats().applied; },
+                    [consumer] { return consumer->stats().duplicates; },
+                    [options](std::uint64_t committed) {
+                      RabbitMqConsumerOptions again = options;
+                      again.queue += "-replay";
+                      RabbitMqInboxConsumer replay(again, apply_effect);
                       const auto deadline = Clock::now() + 30s;
                       while (replay.stats().received < committed && Clock::now() < deadline)
                         replay.poll(200ms);
@@ -597,6 +636,11 @@ int run_demo(const DemoOptions& options) {
   std::vector<RelaySource> sources;
   if (options.source != "cdc") sources.push_back(RelaySource::polling);
   if (options.source != "polling") sources.push_back(RelaySource::cdc);
+  std::optional<RabbitMqServer> rabbitmq;
+  if (options.sink == "rabbitmq") {
+    rabbitmq.emplace();
+    say("rabbitmq: " + rabbitmq->url() + " (a rabbitmq-server node, embedded)");
+  }
   std::optional<NatsServer> nats;
   if (options.sink == "nats") {
     nats.emplace();
@@ -613,8 +657,9 @@ int run_demo(const DemoOptions& options) {
       auto admin = pg::Connection::open(url, "outbox-demo");
       reset(admin.get());
     }
-    const DemoBroker broker =
-        nats ? nats_broker(url, nats->url(), source) : kafka_broker(url, servers, source);
+    const DemoBroker broker = nats       ? nats_broker(url, nats->url(), source)
+                              : rabbitmq ? rabbitmq_broker(url, *rabbitmq, source)
+                                         : kafka_broker(url, servers, source);
     ok = run_once(options, url, broker, source, say) && ok;
   }
   return ok ? 0 : 1;
@@ -643,11 +688,13 @@ void register_demo(Commands& commands) {
       ->capture_default_str();
   demo->add_option("--sink", options->sink,
                    "kafka; nats: a JetStream stream on an embedded nats-server, applied by the "
-                   "NATS inbox consumer; or http: the relays deliver to a webhook receiver in "
+                   "NATS inbox consumer; rabbitmq: an exchange on an embedded rabbitmq-server "
+                   "node, a quorum queue with single active consumer applied by the RabbitMQ "
+                   "inbox consumer; or http: the relays deliver to a webhook receiver in "
                    "this process "
                    "(Idempotency-Key, signatures' headers, CloudEvents), whose effects the report "
                    "checks")
-      ->check(CLI::IsMember({"kafka", "nats", "http"}))
+      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "http"}))
       ->capture_default_str();
   demo->add_flag("--json", options->json, "print the report as one JSON object");
   demo->add_flag("--quiet", options->quiet, "no progress lines");

@@ -42,4 +42,11 @@ struct ConsumedEvent {
   X(effect_failures, counter, when_set, "outbox_consumer_effect_failures_total",                 \
     "effect failures {}", "Batches rolled back because the effect threw.")
 
+// The counter of brokers that deliver a message again after it was not acknowledged (NATS,
+// RabbitMQ; a Kafka consumer rewinds instead), in their lists after OUTBOX_CONSUMER_STATS.
+#define OUTBOX_CONSUMER_REDELIVERY_STATS(X)                                                   \
+  X(redeliveries, counter, when_set, "outbox_consumer_redeliveries_total", "redeliveries {}", \
+    "Messages the broker delivered more than once (not acknowledged in time or before a "     \
+    "connection closed, or after a failed batch).")
+
 }  // namespace outbox

@@ -52,9 +52,7 @@ struct NatsConsumerOptions {
 // What the NATS consumer counts (outbox/stats.hpp says how a list reads).
 #define OUTBOX_NATS_CONSUMER_STATS(X)                                                         \
   OUTBOX_CONSUMER_STATS(X)                                                                    \
-  X(redeliveries, counter, when_set, "outbox_consumer_redeliveries_total", "redeliveries {}", \
-    "Messages the broker delivered more than once (not acknowledged in time, or after a "     \
-    "failed batch).")                                                                         \
+  OUTBOX_CONSUMER_REDELIVERY_STATS(X)                                                         \
   X(redelivery_waits, counter, when_set, "outbox_consumer_redelivery_waits_total",            \
     "redelivery waits {}",                                                                    \
     "Times the consumer fetched nothing new until messages delivered and never acknowledged " \

@@ -50,11 +50,9 @@ struct RabbitMqConsumerOptions {
 };
 
 // What the RabbitMQ consumer counts (outbox/stats.hpp says how a list reads).
-#define OUTBOX_RABBITMQ_CONSUMER_STATS(X)                                                      \
-  OUTBOX_CONSUMER_STATS(X)                                                                     \
-  X(redeliveries, counter, when_set, "outbox_consumer_redeliveries_total", "redeliveries {}",  \
-    "Messages the broker delivered more than once (not acknowledged before a channel closed, " \
-    "or after a failed batch).")
+#define OUTBOX_RABBITMQ_CONSUMER_STATS(X) \
+  OUTBOX_CONSUMER_STATS(X)                \
+  OUTBOX_CONSUMER_REDELIVERY_STATS(X)
 
 struct RabbitMqConsumerStats {
   OUTBOX_RABBITMQ_CONSUMER_STATS(OUTBOX_STAT_FIELD)

@@ -13,6 +13,8 @@
 // again. RabbitMQ deduplicates nothing: such a resend can be a second copy in the queue, which
 // the consumer's inbox recognises by message_id (= the event id) and applies once.
 //
+// An event whose headers do not fit one AMQP frame (128 KiB) is refused for good (quarantined).
+//
 // Routing keys: the template may hold {aggregate_type}, {event_type} and {partition}, never the
 // aggregate id (outbox/partition.hpp; the NATS sink has the same rule). Per-aggregate order to
 // consumers: bind one quorum queue with single active consumer per partition range (or one for
@@ -51,8 +53,15 @@ struct RabbitMqSinkOptions {
   // The relay's lease: a send must end before it. 0: not checked.
   std::chrono::milliseconds max_confirm_timeout{0};
   std::chrono::milliseconds connect_timeout{2000};
-  std::chrono::seconds heartbeat{10};  // a silent broker is given up after two of these
-  std::string cloudevents_source{};    // non-empty: the CloudEvents AMQP binding's properties
+  // No AMQP heartbeats: rabbitmq-c sends them only from inside its calls, and the relay calls
+  // the sink only while it has something to send, so an idle relay would be disconnected for
+  // missing them. A silent broker is found by the confirm timeout instead.
+  std::chrono::seconds heartbeat{0};
+  // A send waits at most this long for room in the connection's socket buffer (a broker that
+  // stopped reading: flow control, an alarm, a stalled node); then it fails, retried later,
+  // rather than block the relay. rabbitmq-c's own writes wait for ever.
+  std::chrono::milliseconds send_room_wait{300};
+  std::string cloudevents_source{};  // non-empty: the CloudEvents AMQP binding's properties
 };
 
 // Throws ConfigError for an unusable URL, template, partition count or timeout. Does not wait for

@@ -31,6 +31,12 @@ Endpoint parse_url(const std::string& url) {
     throw ConfigError("RabbitMQ URL \"" + detail::printable(url, 200) +
                       "\" must look like amqp://user:password@host:5672/vhost");
   }
+  if (const auto at = url.find('@');
+      at != std::string::npos && url.substr(7, at - 7).find(':') == std::string::npos) {
+    // rabbitmq-c would log in with the password "guest".
+    throw ConfigError("RabbitMQ URL for user " + detail::printable(url.substr(7, at - 7), 100) +
+                      " has no password: amqp://user:password@host:5672/vhost");
+  }
   std::string copy = url;
   amqp_connection_info info{};
   if (amqp_parse_url(copy.data(), &info) != AMQP_STATUS_OK || info.host == nullptr ||
@@ -107,6 +113,7 @@ std::string to_string(const amqp_bytes_t& value) {
 }
 
 amqp_bytes_t Table::keep(std::string text) {
+  encoded_size_ += text.size() + 5;  // a key's length byte, a value's kind and length
   texts_.push_back(std::make_unique<std::string>(std::move(text)));
   return bytes(*texts_.back());
 }
@@ -123,6 +130,7 @@ void Table::add_int64(const std::string& key, std::int64_t value) {
   amqp_table_entry_t entry{};
   entry.key = keep(key);
   entry.value.kind = AMQP_FIELD_KIND_I64;
+  encoded_size_ += 8;
   entry.value.value.i64 = value;
   entries_.push_back(entry);
 }
@@ -139,6 +147,7 @@ void Table::add_timestamp(const std::string& key, std::uint64_t seconds) {
   amqp_table_entry_t entry{};
   entry.key = keep(key);
   entry.value.kind = AMQP_FIELD_KIND_TIMESTAMP;
+  encoded_size_ += 8;
   entry.value.value.u64 = seconds;
   entries_.push_back(entry);
 }
@@ -148,6 +157,7 @@ void Table::add_table(const std::string& key, Table& inner) {
   entry.key = keep(key);
   entry.value.kind = AMQP_FIELD_KIND_TABLE;
   entry.value.value.table = inner.get();
+  encoded_size_ += inner.encoded_size();
   entries_.push_back(entry);
 }
 
@@ -241,7 +251,9 @@ Connection::Connection(const Endpoint& endpoint, const std::string& name,
   amqp_channel_open(state_, kChannel);
   const amqp_rpc_reply_t opened = amqp_get_rpc_reply(state_);
   if (opened.reply_type != AMQP_RESPONSE_NORMAL) {
-    throw BrokerError("RabbitMQ: cannot open a channel: " + reply_text(opened), 0, true);
+    const std::string text = reply_text(opened);
+    amqp_destroy_connection(state_);  // the destructor does not run for a throwing constructor
+    throw BrokerError("RabbitMQ: cannot open a channel: " + text, 0, true);
   }
 }
 
@@ -254,6 +266,12 @@ Connection::~Connection() {
     amqp_connection_close(state_, AMQP_REPLY_SUCCESS);
   }
   amqp_destroy_connection(state_);
+}
+
+void Connection::acknowledge_connection_close() {
+  amqp_connection_close_ok_t ok{};
+  amqp_send_method(state_, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+  open_ = false;  // nothing more to say: the destructor only frees
 }
 
 void Connection::acknowledge_channel_close() {
@@ -275,6 +293,10 @@ void Connection::check(const amqp_rpc_reply_t& reply, const std::string& what, b
   if (reply.reply_type == AMQP_RESPONSE_NORMAL) return;
   const std::string message = "RabbitMQ: " + what + ": " + reply_text(reply);
   if (reply.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) open_ = false;
+  if (reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+      reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+    acknowledge_connection_close();
+  }
   if (closes_channel(reply)) acknowledge_channel_close();
   if (config && reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION) throw ConfigError(message);
   throw BrokerError(message, 0, true);

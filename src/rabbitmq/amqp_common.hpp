@@ -53,10 +53,13 @@ class Table {
   void add_table(const std::string& key, Table& inner);
   [[nodiscard]] amqp_table_t get();  // valid while this Table lives and is not changed
   [[nodiscard]] bool empty() const { return entries_.empty(); }
+  // About the bytes it takes on the wire (an upper bound for the kinds it holds).
+  [[nodiscard]] std::size_t encoded_size() const { return encoded_size_; }
 
  private:
   std::vector<std::unique_ptr<std::string>> texts_;
   std::vector<amqp_table_entry_t> entries_;
+  std::size_t encoded_size_ = 4;  // the table's length
   amqp_bytes_t keep(std::string text);
 };
 
@@ -81,6 +84,8 @@ class Connection {
   void reopen_channel();
   // Answers the server's channel.close (which has already arrived) and reopens the channel.
   void acknowledge_channel_close();
+  // Answers the server's connection.close (which has already arrived): the connection is over.
+  void acknowledge_connection_close();
   // Throws BrokerError (retryable) or ConfigError (`config`) with `what` and the reply's text
   // when `reply` is not normal; a channel the server closed is reopened first.
   void check(const amqp_rpc_reply_t& reply, const std::string& what, bool config = false);

@@ -14,6 +14,14 @@ constexpr std::uint16_t kPrefetch = 1000;
 // The stream is read until nothing more arrives for this long (a stream consumer never ends).
 constexpr std::chrono::milliseconds kQuiet{1500};
 
+bool has_key(const amqp_table_t& table, std::string_view key) {
+  for (int i = 0; i < table.num_entries; ++i) {
+    const amqp_bytes_t& name = table.entries[i].key;
+    if (std::string_view(static_cast<const char*>(name.bytes), name.len) == key) return true;
+  }
+  return false;
+}
+
 // Starts reading the stream queue from `from_ms` (whole seconds: the x-stream-offset timestamp).
 void consume_from(rabbitmq::Connection& connection, const RabbitMqAuditOptions& options,
                   std::int64_t from_ms) {
@@ -36,8 +44,14 @@ void consume_from(rabbitmq::Connection& connection, const RabbitMqAuditOptions& 
                           static_cast<std::uint64_t>(std::max<std::int64_t>(from_ms / 1000, 0)));
   amqp_basic_consume(state, channel, rabbitmq::bytes(options.stream_queue), amqp_empty_bytes, 0, 0,
                      0, arguments.get());
-  connection.check(amqp_get_rpc_reply(state),
-                   "cannot read " + options.stream_queue + " (is it a stream queue?)", true);
+  const amqp_rpc_reply_t consuming = amqp_get_rpc_reply(state);
+  if (rabbitmq::reply_code(consuming) == AMQP_PRECONDITION_FAILED) {
+    // RabbitMQ 3.10 refuses x-stream-offset on a classic or quorum queue.
+    throw InvalidArgument(
+        "audit: " + options.stream_queue +
+        " is not a stream queue (x-queue-type=stream): " + rabbitmq::reply_text(consuming));
+  }
+  connection.check(consuming, "cannot read " + options.stream_queue);
 }
 
 // Every message of the stream queue from `from_ms`, each with whether its timestamp is in the
@@ -50,6 +64,11 @@ detail::AuditedMessages read_stream(const RabbitMqAuditOptions& options, std::in
   amqp_connection_state_t state = connection.get();
   detail::AuditedMessages messages;
   const auto deadline = std::chrono::steady_clock::now() + options.read_timeout;
+  // Read until a message sent after the read began (a live stream never goes quiet), or until
+  // nothing comes for kQuiet (the end of a stream no relay publishes to now).
+  const std::int64_t started_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count();
   for (;;) {
     if (std::chrono::steady_clock::now() > deadline) {
       throw BrokerError(fmt::format("audit: stream queue {} not read to its end within {} ms",
@@ -69,6 +88,16 @@ detail::AuditedMessages read_stream(const RabbitMqAuditOptions& options, std::in
           "audit: reading " + options.stream_queue + ": " + rabbitmq::reply_text(reply), 0, true);
     }
     const amqp_basic_properties_t& properties = envelope.message.properties;
+    if ((properties._flags & AMQP_BASIC_HEADERS_FLAG) == 0 ||
+        !has_key(properties.headers, "x-stream-offset")) {
+      // A classic or quorum queue ignores x-stream-offset and hands out its messages: taking
+      // them would take them from their consumers. Nothing is acknowledged; closing the
+      // connection gives them back.
+      amqp_destroy_envelope(&envelope);
+      throw InvalidArgument("audit: " + options.stream_queue +
+                            " is not a stream queue (x-queue-type=stream): its messages are its "
+                            "consumers', and the audit gave back the one it was handed");
+    }
     const std::string id = (properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0
                                ? rabbitmq::to_string(properties.message_id)
                                : std::string();
@@ -77,10 +106,12 @@ detail::AuditedMessages read_stream(const RabbitMqAuditOptions& options, std::in
                                    : -1;
     messages.emplace_back(EventId::parse(id).value_or(EventId{}),
                           at_ms >= begin_ms && at_ms < end_ms);
+    const bool past_start = at_ms >= started_ms + 1000;  // timestamps are whole seconds
     // Acknowledging a stream's message removes nothing; it lets the next ones come.
     amqp_basic_ack(state, rabbitmq::Connection::kChannel, envelope.delivery_tag, 0);
     amqp_destroy_envelope(&envelope);
     amqp_maybe_release_buffers(state);
+    if (past_start) break;
   }
   return messages;
 }

@@ -195,6 +195,9 @@ class RabbitMqInboxConsumer::Impl {
         why = frame.payload.method.id == AMQP_BASIC_CANCEL_METHOD
                   ? "the broker cancelled the consumer (queue deleted?)"
                   : fmt::format("the broker sent method 0x{:08x}", frame.payload.method.id);
+        if (frame.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD) {
+          connection_->acknowledge_connection_close();
+        }
       }
     }
     connection_.reset();

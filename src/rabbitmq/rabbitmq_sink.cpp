@@ -6,6 +6,9 @@
 #include "outbox/rabbitmq_sink.hpp"
 
 #include <fmt/format.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <ctime>
@@ -29,6 +32,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::uint32_t kMaxPartitions = 4096;
 constexpr std::size_t kMaxRoutingKey = 255;  // an AMQP short string
+// The headers table rides in the content header frame (frame_max 128 KiB) with the other
+// properties; rabbitmq-c fails a publish whose properties do not fit, after its method frame.
+constexpr std::size_t kMaxHeaderBytes = 120 * 1024;
+// A publish's frames beside its body and headers: method, content header, frame ends.
+constexpr std::size_t kFrameOverhead = 1024;
 
 void check_options(const RabbitMqSinkOptions& options) {
   rabbitmq::parse_url(options.url);
@@ -83,6 +91,10 @@ timeval to_timeval(std::chrono::milliseconds duration) {
     "{} RabbitMQ confirm timeout(s)",                                                              \
     "Sends with no confirm within the confirm timeout, or unconfirmed when the connection was "    \
     "lost: unknown outcomes, sent again (the consumer's inbox absorbs a second copy).")            \
+  X(rabbitmq_send_stalls, counter, when_set, "outbox_relay_rabbitmq_send_stalls_total",            \
+    "{} RabbitMQ send stall(s)",                                                                   \
+    "Sends refused because the broker stopped reading the connection (its socket buffer stayed "   \
+    "full): flow control, an alarm, a stalled broker. Retried.")                                   \
   X(rabbitmq_reconnects, counter, when_set, "outbox_relay_rabbitmq_reconnects_total",              \
     "RabbitMQ reconnected {} time(s)", "New connections to the broker after a lost one.")          \
   X(rabbitmq_blocked, flag, when_set, "outbox_relay_rabbitmq_blocked",                             \
@@ -126,6 +138,18 @@ class RabbitMqSink final : public Sink {
     const std::string id = event.event_id.to_string();
     rabbitmq::Table headers;
     add_headers(headers, event, id);
+    if (headers.encoded_size() > kMaxHeaderBytes) {
+      report(ticket, DeliveryOutcome::permanent_failure,
+             fmt::format("the event's headers take {} bytes, more than the {} an AMQP frame "
+                         "holds beside the message's properties",
+                         headers.encoded_size(), kMaxHeaderBytes));
+      return;
+    }
+    if (const std::string full = wait_for_room(event.payload.size() + headers.encoded_size());
+        !full.empty()) {
+      report(ticket, DeliveryOutcome::retryable_failure, full);
+      return;
+    }
     amqp_basic_properties_t properties{};
     properties._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
                         AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_APP_ID_FLAG |
@@ -141,6 +165,14 @@ class RabbitMqSink final : public Sink {
                                           rabbitmq::bytes(options_.exchange), rabbitmq::bytes(key),
                                           /*mandatory=*/1, /*immediate=*/0, &properties,
                                           rabbitmq::bytes(event.payload));
+    if (status == AMQP_STATUS_TABLE_TOO_BIG) {
+      // The method frame went out without its content: the channel is unusable. This event can
+      // never be sent as it is; what was unconfirmed before it is unknown.
+      report(ticket, DeliveryOutcome::permanent_failure,
+             "the event's headers do not fit an AMQP frame");
+      lose_connection("publish of an event with oversized headers");
+      return;
+    }
     pending_.emplace(next_tag_++,
                      Pending{ticket, id, key, Clock::now() + options_.confirm_timeout});
     if (status != AMQP_STATUS_OK) {
@@ -183,6 +215,42 @@ class RabbitMqSink final : public Sink {
     std::string routing_key;
     Clock::time_point deadline{};
   };
+
+  // Empty when the socket's buffer has room for `bytes` more (and their frames' overhead), after
+  // reading the broker's frames for up to send_room_wait while it has not; else why not.
+  // rabbitmq-c writes a publish waiting for ever, so a broker that stopped reading (a memory or
+  // disk alarm blocks publishers' connections; a stalled node) would hold the relay's thread.
+  std::string wait_for_room(std::size_t bytes) {
+    const auto until = Clock::now() + options_.send_room_wait;
+    for (;;) {
+      const int fd = amqp_get_sockfd(connection_->get());
+      int queued = 0;
+      int buffer = 0;
+      socklen_t size = sizeof(buffer);
+      if (fd < 0 || ::ioctl(fd, SIOCOUTQ, &queued) != 0 ||
+          ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer, &size) != 0) {
+        return {};  // cannot tell: write, as rabbitmq-c would
+      }
+      // Bytes the broker has not acknowledged at the TCP level yet: 0 when it keeps up. The
+      // kernel reports twice the payload room it grants (the rest is its book-keeping). A
+      // message larger than the room goes when nothing is queued: it blocks only while the
+      // broker reads it.
+      if (queued == 0 || static_cast<std::size_t>(queued) + bytes + kFrameOverhead <=
+                             static_cast<std::size_t>(buffer / 2)) {
+        return {};
+      }
+      const auto now = Clock::now();
+      if (now >= until) break;
+      read_frame(std::chrono::duration_cast<std::chrono::milliseconds>(until - now) / 4 +
+                 std::chrono::milliseconds(1));
+      if (connection_ == nullptr) return last_connect_error_;
+    }
+    counters_.rabbitmq_send_stalls.fetch_add(1, std::memory_order_relaxed);
+    return fmt::format(
+        "RabbitMQ is not reading from the connection (its socket buffer stayed full for {} ms): "
+        "flow control, a memory or disk alarm, or a stalled broker",
+        options_.send_room_wait.count());
+  }
 
   // Empty when a confirm-mode channel is open; else why not. Connects at most once a second.
   std::string ensure_connected() {
@@ -307,6 +375,7 @@ class RabbitMqSink final : public Sink {
       }
       case AMQP_CONNECTION_CLOSE_METHOD: {
         const auto* close = static_cast<const amqp_connection_close_t*>(method.decoded);
+        connection_->acknowledge_connection_close();
         lose_connection(fmt::format("the broker closed the connection: {} {}", close->reply_code,
                                     detail::printable(rabbitmq::to_string(close->reply_text))));
         break;
@@ -382,13 +451,12 @@ class RabbitMqSink final : public Sink {
     last_connect_error_ = "RabbitMQ: " + why;
   }
 
+  // Deadlines grow with the tag: the first pending send's is the earliest.
   std::chrono::milliseconds time_to_next_deadline(Clock::time_point now) const {
-    auto earliest = std::chrono::milliseconds::max();
-    for (const auto& [tag, sent] : pending_) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(sent.deadline - now);
-      earliest = std::min(earliest, std::max(left, std::chrono::milliseconds(0)));
-    }
-    return earliest;
+    if (pending_.empty()) return std::chrono::milliseconds::max();
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        pending_.begin()->second.deadline - now),
+                    std::chrono::milliseconds(0));
   }
 
   void expire_overdue(Clock::time_point now) {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "outbox/error.hpp"
+#include "rabbitmq/amqp_common.hpp"
 #include "testing/server_process.hpp"
 
 namespace outbox {
@@ -57,8 +58,9 @@ RabbitMqServer::RabbitMqServer() : impl_(std::make_unique<Impl>()) {
   args.push_back(script.string());
   // Through env(1): the script takes its settings from the environment only. ServerProcess
   // signals the whole process group, the script and the Erlang node under it.
-  impl_->process = std::make_unique<detail::ServerProcess>(
-      "/usr/bin/env", std::move(args), impl_->dir / "rabbitmq.log", impl_->port);
+  impl_->process = std::make_unique<detail::ServerProcess>("/usr/bin/env", std::move(args),
+                                                           impl_->dir / "rabbitmq.log", impl_->port,
+                                                           "Server startup complete");
   impl_->process->start(std::chrono::seconds(90));
 }
 
@@ -72,7 +74,30 @@ std::string RabbitMqServer::url() const {
   return "amqp://guest:guest@127.0.0.1:" + std::to_string(impl_->port) + "/";
 }
 std::uint16_t RabbitMqServer::port() const { return impl_->port; }
+void RabbitMqServer::declare_queue(const std::string& exchange, const std::string& queue,
+                                   const std::string& binding, bool classic) const {
+  rabbitmq::Connection connection(rabbitmq::parse_url(url()), "outbox-testing",
+                                  std::chrono::seconds(5), std::chrono::seconds(0));
+  amqp_connection_state_t state = connection.get();
+  const amqp_channel_t channel = rabbitmq::Connection::kChannel;
+  amqp_exchange_declare(state, channel, rabbitmq::bytes(exchange), rabbitmq::bytes("topic"), 0, 1,
+                        0, 0, amqp_empty_table);
+  connection.check(amqp_get_rpc_reply(state), "cannot declare exchange " + exchange);
+  rabbitmq::Table arguments;
+  if (!classic) {
+    arguments.add_text("x-queue-type", "quorum");
+    arguments.add_bool("x-single-active-consumer", true);
+  }
+  amqp_queue_declare(state, channel, rabbitmq::bytes(queue), 0, 1, 0, 0, arguments.get());
+  connection.check(amqp_get_rpc_reply(state), "cannot declare queue " + queue);
+  amqp_queue_bind(state, channel, rabbitmq::bytes(queue), rabbitmq::bytes(exchange),
+                  rabbitmq::bytes(binding), amqp_empty_table);
+  connection.check(amqp_get_rpc_reply(state), "cannot bind queue " + queue);
+}
+
 void RabbitMqServer::stop(bool kill) { impl_->process->stop(kill); }
+void RabbitMqServer::pause() { impl_->process->pause(); }
+void RabbitMqServer::resume() { impl_->process->resume(); }
 void RabbitMqServer::start() { impl_->process->start(std::chrono::seconds(90)); }
 
 }  // namespace outbox

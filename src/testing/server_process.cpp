@@ -69,8 +69,12 @@ std::filesystem::path find_program(const std::string& name, const char* env,
 }
 
 ServerProcess::ServerProcess(std::filesystem::path program, std::vector<std::string> args,
-                             std::filesystem::path log, std::uint16_t port)
-    : program_(std::move(program)), args_(std::move(args)), log_(std::move(log)), port_(port) {}
+                             std::filesystem::path log, std::uint16_t port, std::string ready)
+    : program_(std::move(program)),
+      args_(std::move(args)),
+      log_(std::move(log)),
+      port_(port),
+      ready_(std::move(ready)) {}
 
 ServerProcess::~ServerProcess() { stop(); }
 
@@ -103,7 +107,13 @@ void ServerProcess::start(std::chrono::milliseconds limit) {
       throw ConfigError(program_.filename().string() + " exited at start; its log ends:\n" +
                         tail_lines(read_file_from(log_, static_cast<std::streamoff>(offset))));
     }
-    if (accepts(port_)) return;
+    // A RabbitMQ node listens before it has finished booting: a quorum queue declared then can
+    // stay without a leader.
+    if (accepts(port_) &&
+        (ready_.empty() || read_file_from(log_, static_cast<std::streamoff>(offset)).find(ready_) !=
+                               std::string::npos)) {
+      return;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   stop(true);
@@ -112,10 +122,19 @@ void ServerProcess::start(std::chrono::milliseconds limit) {
                     tail_lines(read_file_from(log_, static_cast<std::streamoff>(offset))));
 }
 
+void ServerProcess::pause() {
+  if (pid_ > 0) ::kill(-pid_, SIGSTOP);
+}
+
+void ServerProcess::resume() {
+  if (pid_ > 0) ::kill(-pid_, SIGCONT);
+}
+
 void ServerProcess::stop(bool kill) {
   if (pid_ <= 0) return;
   // The whole process group (the child made it its own): a server started through a script
   // (rabbitmq-server runs an Erlang node under a shell) stops with everything under it.
+  ::kill(-pid_, SIGCONT);  // a paused server would not act on SIGTERM
   if (::kill(-pid_, kill ? SIGKILL : SIGTERM) != 0) ::kill(pid_, kill ? SIGKILL : SIGTERM);
   const auto until = Clock::now() + std::chrono::seconds(10);
   int status = 0;

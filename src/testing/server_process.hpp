@@ -24,8 +24,9 @@ std::filesystem::path find_program(const std::string& name, const char* env,
 
 class ServerProcess {
  public:
+  // `ready`: a line the server writes to its log once it serves (empty: listening is enough).
   ServerProcess(std::filesystem::path program, std::vector<std::string> args,
-                std::filesystem::path log, std::uint16_t port);
+                std::filesystem::path log, std::uint16_t port, std::string ready = {});
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -35,6 +36,10 @@ class ServerProcess {
   void start(std::chrono::milliseconds limit = std::chrono::seconds(20));
   // SIGTERM and a wait (then SIGKILL), or SIGKILL at once (`kill`): a crash.
   void stop(bool kill = false);
+  // SIGSTOP / SIGCONT to the whole group: a server that stalls (stops reading its sockets) and
+  // comes back.
+  void pause();
+  void resume();
   [[nodiscard]] bool running() const { return pid_ > 0; }
   [[nodiscard]] std::uint16_t port() const { return port_; }
 
@@ -43,6 +48,7 @@ class ServerProcess {
   std::vector<std::string> args_;
   std::filesystem::path log_;
   std::uint16_t port_;
+  std::string ready_;
   pid_t pid_ = -1;
 };
 

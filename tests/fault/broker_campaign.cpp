@@ -22,8 +22,10 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "fault/process.hpp"
 #include "fault/scenarios.hpp"
@@ -53,9 +55,9 @@ struct BrokerUnderTest {
   std::vector<std::string> consumer_command;  // the worker and its broker flags (after --db)
   std::function<void(bool kill)> stop;
   std::function<void()> start;
-  // Copies of events the broker holds beyond one each (-1: not counted: the broker keeps none
-  // to count, or deduplicates nothing by design).
-  std::function<long long(long long committed)> stored_duplicates;
+  // Messages the broker holds less the events committed, which must be 0 (none: not counted,
+  // for a broker that deduplicates nothing by design).
+  std::function<std::optional<long long>(long long committed)> stored_duplicates;
 };
 
 std::string name(BrokerFault fault, const BrokerUnderTest& broker) {
@@ -222,18 +224,18 @@ int run_broker_faults(const ScenarioOptions& options, const std::string& url,
   for (const std::string& id : writer.committed()) {
     if (!applied.contains(id)) ++lost;
   }
-  const long long stored_duplicates = broker.stored_duplicates(committed);
+  const std::optional<long long> stored_duplicates = broker.stored_duplicates(committed);
   std::cout << fmt::format(
                    "{} trials={} per_fault={} not_fired={} committed={} applied={} lost={} "
                    "phantom={} duplicate_effects={} stored_duplicates={} inversions={} stuck={} "
                    "{:.0f} s",
                    broker.name, schedule.size(), options.trials_per_fault, c.not_fired, committed,
                    applied.size(), lost, phantom, duplicates,
-                   stored_duplicates < 0 ? std::string("n/a") : std::to_string(stored_duplicates),
+                   stored_duplicates ? std::to_string(*stored_duplicates) : std::string("n/a"),
                    inversions, stuck, std::chrono::duration<double>(Clock::now() - started).count())
             << std::endl;
   const bool ok = lost == 0 && phantom == 0 && duplicates == 0 && inversions == 0 &&
-                  stored_duplicates <= 0 && stuck == 0 && committed > 0;
+                  stored_duplicates.value_or(0) == 0 && stuck == 0 && committed > 0;
   if (ok && !options.keep) std::filesystem::remove_all(c.dir);
   if (!ok) std::cout << "  logs in " << c.dir.string() << "\n";
   std::cout << broker.name << (ok ? ": 1 passed, 0 failed" : ": 0 passed, 1 failed") << std::endl;
@@ -248,15 +250,16 @@ int run_nats_faults(const ScenarioOptions& options) {
   migrate(url, SchemaName(kSchema));
   create_campaign_tables(url);
   NatsServer server;
-  const BrokerUnderTest nats{
-      "nats",
-      "PubAck",
-      {"--sink", "nats", "--nats-servers", server.url(), "--nats-stream", kNatsStream,
-       "--nats-create-stream", "--nats-ack-timeout", "1s"},
-      {"nats-consumer", "--nats", server.url()},
-      [&](bool kill) { server.stop(kill); },
-      [&] { server.start(); },
-      [&](long long committed) { return stream_messages(server.url()) - committed; }};
+  const BrokerUnderTest nats{"nats",
+                             "PubAck",
+                             {"--sink", "nats", "--nats-servers", server.url(), "--nats-stream",
+                              kNatsStream, "--nats-create-stream", "--nats-ack-timeout", "1s"},
+                             {"nats-consumer", "--nats", server.url()},
+                             [&](bool kill) { server.stop(kill); },
+                             [&] { server.start(); },
+                             [&](long long committed) -> std::optional<long long> {
+                               return stream_messages(server.url()) - committed;
+                             }};
   return run_broker_faults(options, url, nats);
 }
 
@@ -266,6 +269,12 @@ int run_rabbitmq_faults(const ScenarioOptions& options) {
   migrate(url, SchemaName(kSchema));
   create_campaign_tables(url);
   RabbitMqServer server;
+  // The topology first, settled: a node killed within about 2 s of a declaration can lose it
+  // (Mnesia's log writes are delayed), and a quorum queue whose record went while its Raft log
+  // stayed gets no leader when the node comes back: nothing is ever delivered from it again.
+  // Production declares its topology long before a crash; so does the campaign.
+  server.declare_queue(kRabbitMqExchange, "campaign", "#");
+  std::this_thread::sleep_for(std::chrono::seconds(3));
   const BrokerUnderTest rabbitmq{
       "rabbitmq",
       "confirm",
@@ -274,7 +283,7 @@ int run_rabbitmq_faults(const ScenarioOptions& options) {
       {"rabbitmq-consumer", "--rabbitmq", server.url()},
       [&](bool kill) { server.stop(kill); },
       [&] { server.start(); },
-      [](long long) { return -1LL; }};
+      [](long long) -> std::optional<long long> { return std::nullopt; }};
   return run_broker_faults(options, url, rabbitmq);
 }
 

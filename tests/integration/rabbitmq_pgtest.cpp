@@ -224,6 +224,43 @@ TEST(RabbitMqSink, BadOptionsAreRefusedWithWhatToChange) {
   refused(options, "partitions must be 1 to 4096");
 }
 
+// A broker that stops reading (here: SIGSTOP) must not hold the relay's thread: rabbitmq-c writes
+// a publish waiting for ever, so the sink writes only while the socket has room, and otherwise
+// fails the send at once, to be retried.
+TEST(RabbitMqSink, ABrokerThatStopsReadingFailsSendsInsteadOfBlockingThem) {
+  Admin().exchange("ex.stall");
+  Admin().queue("q.stall", "ex.stall", "#");
+  RabbitMqSinkOptions options = to_exchange("ex.stall");
+  options.confirm_timeout = 2000ms;
+  auto sink = make_rabbitmq_sink(options);
+  ASSERT_EQ(deliver(*sink, one_event("order-1", 1)).outcome, DeliveryOutcome::published);
+  rabbitmq_server().pause();
+  Event big = one_event("order-2", 1);
+  big.payload = R"({"pad":")" + std::string(200 * 1024, 'x') + R"("})";
+  std::vector<DeliveryReport> reports;
+  const auto started = std::chrono::steady_clock::now();
+  std::uint64_t sent = 0;
+  for (; sent < 400 && stat(*sink, "rabbitmq_send_stalls") < 1; ++sent) {
+    big.event_id = EventId::generate();
+    sink->send(big, sent);
+    sink->poll(0ms, reports);
+  }
+  const auto took = std::chrono::steady_clock::now() - started;
+  rabbitmq_server().resume();
+  EXPECT_GE(stat(*sink, "rabbitmq_send_stalls"), 1) << sent << " sends of 200 KiB all written";
+  EXPECT_LT(took, 20s) << "sends blocked on a broker that does not read";
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  while (reports.size() < sent && std::chrono::steady_clock::now() < until) {
+    sink->poll(100ms, reports);
+  }
+  EXPECT_EQ(reports.size(), sent) << "every send reported";
+  bool stalled = false;
+  for (const auto& report : reports) {
+    stalled = stalled || report.error.find("not reading") != std::string::npos;
+  }
+  EXPECT_TRUE(stalled);
+}
+
 // Last of its suite: the node is killed and started again (the tests after it find it up).
 TEST(RabbitMqSink, ABrokerKilledMakesUnconfirmedSendsUnknownAndTheSinkReconnects) {
   Admin().exchange("ex.restart");
@@ -447,6 +484,16 @@ TEST_F(RabbitMqTest, TheAuditReadsAStreamQueueWithoutTakingItsMessages) {
   EXPECT_EQ(report.lost.size(), 1U);
   audit.stream_queue = "no.such.queue";
   EXPECT_THROW(audit_rabbitmq_stream(audit), InvalidArgument);
+  // A queue that is not a stream is not read: its messages stay its consumers'.
+  admin.queue(queue_ + ".classic", exchange_, "#");
+  publish(1, 2, 200);
+  audit.stream_queue = queue_ + ".classic";
+  EXPECT_THROW(audit_rabbitmq_stream(audit), InvalidArgument);
+  std::uint32_t depth = 0;
+  for (int i = 0; i < 40 && (depth = admin.depth(queue_ + ".classic")) != 2U; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(depth, 2U) << "nothing taken from the queue";
 }
 
 }  // namespace

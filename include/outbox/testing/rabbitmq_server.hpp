@@ -22,7 +22,16 @@ class RabbitMqServer {
   [[nodiscard]] std::string url() const;  // "amqp://guest:guest@127.0.0.1:<port>/"
   [[nodiscard]] std::uint16_t port() const;
 
+  // Declares `exchange` (durable, topic) and `queue` (durable; a quorum queue with single active
+  // consumer unless `classic`) bound to it with `binding`: the topology a consumer would make,
+  // for the demo and the bench, whose relays publish before (or without) any consumer. Throws
+  // BrokerError.
+  void declare_queue(const std::string& exchange, const std::string& queue,
+                     const std::string& binding, bool classic = false) const;
+
   void stop(bool kill = false);  // SIGTERM to the node (or SIGKILL: a crash)
+  void pause();                  // SIGSTOP: a node that stops reading its connections
+  void resume();                 // SIGCONT
   void start();                  // again, same port, node name and data
 
  private:
