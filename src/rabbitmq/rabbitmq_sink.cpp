@@ -11,19 +11,16 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
-#include <ctime>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <thread>
 #include <unordered_set>
 
-#include "common/ascii_case.hpp"
 #include "common/log.hpp"
 #include "common/printable.hpp"
 #include "common/stat_list.hpp"
 #include "outbox/error.hpp"
 #include "rabbitmq/amqp_common.hpp"
-#include "sinks/cloudevents.hpp"
+#include "rabbitmq/rabbitmq_message.hpp"
 #include "sinks/key_template.hpp"
 
 namespace outbox {
@@ -64,14 +61,6 @@ void check_options(const RabbitMqSinkOptions& options) {
         "--rabbitmq-confirm-timeout or raise --lease-ms",
         options.confirm_timeout.count(), options.max_confirm_timeout.count()));
   }
-}
-
-bool is_reserved_header(const std::string& name) {
-  const std::string lower = detail::ascii_lower(name);
-  return lower.starts_with("x-") || lower == "event_id" || lower == "event_type" ||
-         lower == "aggregate_type" || lower == "aggregate_id" || lower == "aggregate_sequence" ||
-         lower == "schema_version" || lower.starts_with("cloudevents_") ||
-         lower.starts_with("cloudevents:");
 }
 
 timeval to_timeval(std::chrono::milliseconds duration) {
@@ -136,8 +125,7 @@ class RabbitMqSink final : public Sink {
       return;
     }
     const std::string id = event.event_id.to_string();
-    rabbitmq::Table headers;
-    add_headers(headers, event, id);
+    rabbitmq::Table headers = rabbitmq::message_headers(event, id, options_.cloudevents_source);
     if (headers.encoded_size() > kMaxHeaderBytes) {
       report(ticket, DeliveryOutcome::permanent_failure,
              fmt::format("the event's headers take {} bytes, more than the {} an AMQP frame "
@@ -150,17 +138,7 @@ class RabbitMqSink final : public Sink {
       report(ticket, DeliveryOutcome::retryable_failure, full);
       return;
     }
-    amqp_basic_properties_t properties{};
-    properties._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
-                        AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_APP_ID_FLAG |
-                        AMQP_BASIC_HEADERS_FLAG | AMQP_BASIC_TIMESTAMP_FLAG;
-    properties.content_type = rabbitmq::bytes("application/json");
-    properties.delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    properties.message_id = rabbitmq::bytes(id);
-    properties.type = rabbitmq::bytes(event.event_type);
-    properties.app_id = rabbitmq::bytes("outbox");
-    properties.timestamp = static_cast<std::uint64_t>(std::time(nullptr));  // the audit's clock
-    properties.headers = headers.get();
+    const amqp_basic_properties_t properties = rabbitmq::message_properties(event, id, headers);
     const int status = amqp_basic_publish(connection_->get(), rabbitmq::Connection::kChannel,
                                           rabbitmq::bytes(options_.exchange), rabbitmq::bytes(key),
                                           /*mandatory=*/1, /*immediate=*/0, &properties,
@@ -298,30 +276,6 @@ class RabbitMqSink final : public Sink {
       return;
     }
     connection.check(reply, "cannot check exchange " + options_.exchange);
-  }
-
-  void add_headers(rabbitmq::Table& headers, const Event& event, const std::string& id) const {
-    headers.add_text("event_id", id);
-    headers.add_text("event_type", event.event_type);
-    headers.add_text("aggregate_type", event.aggregate_type);
-    headers.add_text("aggregate_id", event.aggregate_id);
-    headers.add_int64("aggregate_sequence", event.aggregate_sequence);
-    headers.add_int64("schema_version", event.schema_version);
-    if (!options_.cloudevents_source.empty()) {
-      for (const auto& [name, value] :
-           detail::cloudevents_attributes(event, options_.cloudevents_source)) {
-        headers.add_text("cloudEvents_" + name, value);
-      }
-    }
-    if (event.headers.empty() || event.headers == "{}") return;
-    const auto extra = nlohmann::json::parse(event.headers, nullptr, false);
-    if (!extra.is_object()) return;
-    for (const auto& [key, value] : extra.items()) {
-      if (!value.is_string() || key.empty() || key.size() > 128 || is_reserved_header(key)) {
-        continue;
-      }
-      headers.add_text(key, value.get<std::string>());
-    }
   }
 
   // Reads one frame, waiting up to `wait`; false when none came (or the connection was lost).
