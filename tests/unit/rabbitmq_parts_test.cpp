@@ -38,6 +38,13 @@ TEST(RabbitMqUrl, ATrailingSlashIsTheDefaultVhostAndEncodedPartsAreDecoded) {
   EXPECT_THROW(rabbitmq::parse_url("amqps://broker/"), ConfigError);
   EXPECT_THROW(rabbitmq::parse_url("broker:5672"), ConfigError);
   EXPECT_THROW(rabbitmq::parse_url("amqp://bob@broker/"), ConfigError) << "not bob:guest";
+  try {
+    rabbitmq::parse_url("amqp://bob:s3cret@broker:notaport/");
+    ADD_FAILURE() << "a port that is not a number was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()).find("s3cret"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("bob:***@broker"), std::string::npos) << error.what();
+  }
   EXPECT_EQ(rabbitmq::parse_url("amqp://").host, "localhost") << "rabbitmq-c's default, as pika's";
   EXPECT_THROW(rabbitmq::parse_url("amqp://broker:notaport/"), ConfigError);
 }
