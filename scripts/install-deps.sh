@@ -9,6 +9,7 @@ packages=(
   libcurl4-openssl-dev libssl-dev  # outbox::http, the HTTP sink (libcurl; HMAC for webhook signatures)
   libnats-dev nats-server  # outbox::nats, the NATS JetStream sink (nats.c); the tests start nats-server -js
   librabbitmq-dev rabbitmq-server  # outbox::rabbitmq, the RabbitMQ sink (rabbitmq-c); the tests start their own node
+  libhiredis-dev redis-server  # outbox::redis, the Redis Streams sink (hiredis); the tests start their own redis-server
   libpqxx-dev  # outbox::pqxx, the producer in a libpqxx transaction (include/outbox/pqxx.hpp)
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP

@@ -50,7 +50,7 @@ cmake --build "$build_dir" -j"$jobs" --target outbox_cli outbox_dev outbox_campa
 cmake -S . -B "$sanitize_dir" -DCMAKE_BUILD_TYPE="$build_type" -DOUTBOX_WERROR="$werror" \
   -DOUTBOX_SANITIZE=address,undefined
 cmake --build "$sanitize_dir" -j"$jobs" --target outbox_unit_tests outbox_integration_tests \
-  outbox_rabbitmq_tests
+  outbox_rabbitmq_tests outbox_redis_tests
 echo "test.sh: both trees built in $((SECONDS - started)) s"
 
 # One test at a time in each tree, the two trees side by side: the load of `ctest -j2`. Each

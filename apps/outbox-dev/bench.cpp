@@ -23,6 +23,7 @@
 #include "outbox/testing/http_receiver.hpp"
 #include "outbox/testing/nats_server.hpp"
 #include "outbox/testing/rabbitmq_server.hpp"
+#include "outbox/testing/redis_server.hpp"
 #include "servers.hpp"
 #include "svg_plot.hpp"
 
@@ -136,6 +137,8 @@ int run_bench(const BenchOptions& options) {
   if (options.sink == "nats") nats.emplace();
   std::optional<RabbitMqServer> rabbitmq;  // with --sink rabbitmq: a rabbitmq-server node
   if (options.sink == "rabbitmq") rabbitmq.emplace();
+  std::optional<RedisServer> redis;  // with --sink redis: Debian's redis-server, AOF always
+  if (options.sink == "redis") redis.emplace();
   const Setup setup{options,
                     servers.database_url(),
                     servers.brokers(),
@@ -144,7 +147,8 @@ int run_bench(const BenchOptions& options) {
                     servers.kafka(),
                     receiver ? receiver->url() : "",
                     nats ? nats->url() : "",
-                    rabbitmq ? &*rabbitmq : nullptr};
+                    rabbitmq ? &*rabbitmq : nullptr,
+                    redis ? redis->url() : ""};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;
@@ -242,9 +246,10 @@ void register_bench(Commands& commands) {
       ->add_option("--sink", options->sink,
                    "the relays' destination: kafka; nats (an embedded nats-server with JetStream, "
                    "file storage); rabbitmq (an embedded rabbitmq-server node, a quorum queue); "
+                   "redis (an embedded redis-server, appendfsync always); "
                    "or http (a webhook receiver in this process "
                    "that deduplicates by Idempotency-Key; ceiling and drain, live)")
-      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "http"}))
+      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "redis", "http"}))
       ->capture_default_str();
   bench->add_option("--only", options->only, "producer, ceiling, drain, live (comma list)")
       ->delimiter(',');

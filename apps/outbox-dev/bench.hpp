@@ -77,6 +77,7 @@ struct Setup {
   std::string http_url{};                    // with --sink http: the receiver's base URL
   std::string nats_url{};                    // with --sink nats: the embedded nats-server
   const RabbitMqServer* rabbitmq = nullptr;  // with --sink rabbitmq: the embedded node
+  std::string redis_url{};                   // with --sink redis: the embedded redis-server
 
   [[nodiscard]] pg::Connection connect() const;
 

@@ -179,10 +179,11 @@ json machine(const Setup& setup) {
           {"synchronous_commit", std::string(settings.text(0, 2))},
           {"shared_buffers", std::string(settings.text(0, 3))},
           {"librdkafka", rd_kafka_version_str()},
-          {"sink", !setup.http_url.empty()   ? "http"
-                   : !setup.nats_url.empty() ? "nats"
-                   : setup.rabbitmq          ? "rabbitmq"
-                                             : "kafka"},
+          {"sink", !setup.http_url.empty()    ? "http"
+                   : !setup.nats_url.empty()  ? "nats"
+                   : setup.rabbitmq           ? "rabbitmq"
+                   : !setup.redis_url.empty() ? "redis"
+                                              : "kafka"},
           {"kafka", !setup.http_url.empty()
                         ? "not used: --sink http, to a receiver in the bench process (cpp-httplib)"
                     : !setup.nats_url.empty()
@@ -190,6 +191,9 @@ json machine(const Setup& setup) {
                     : setup.rabbitmq
                         ? "not used: --sink rabbitmq, to a node of Debian's rabbitmq-server (a "
                           "quorum queue)"
+                    : !setup.redis_url.empty()
+                        ? "not used: --sink redis, to Debian's redis-server (appendonly yes, "
+                          "appendfsync always)"
                     : setup.kafka ? "librdkafka mock cluster, 1 broker, in the bench process"
                                   : setup.brokers}};
 }

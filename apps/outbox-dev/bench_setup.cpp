@@ -153,6 +153,11 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
     rabbitmq->declare_queue(exchange, exchange + ".all", "#");
     args.insert(args.end(), {"--sink", "rabbitmq", "--rabbitmq-url", rabbitmq->url(),
                              "--rabbitmq-exchange", exchange});
+  } else if (!redis_url.empty()) {
+    // Streams per scenario's schema (no consumer group: nothing to trim, the streams keep what
+    // was acknowledged).
+    args.insert(args.end(), {"--sink", "redis", "--redis-url", redis_url, "--redis-stream-template",
+                             schema.name() + ":{aggregate_type}:{partition}"});
   } else if (!http_url.empty()) {
     args.insert(args.end(), {"--sink", "http", "--http-url",
                              http_url + "/hooks/{aggregate_type}/{aggregate_id}",

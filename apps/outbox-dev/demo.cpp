@@ -19,17 +19,15 @@
 
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
+#include "demo_brokers.hpp"
 #include "outbox/http_sink.hpp"
 #include "outbox/kafka.hpp"
-#include "outbox/nats_consumer.hpp"
-#include "outbox/nats_sink.hpp"
 #include "outbox/producer.hpp"
-#include "outbox/rabbitmq_consumer.hpp"
-#include "outbox/rabbitmq_sink.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/testing/http_receiver.hpp"
 #include "outbox/testing/nats_server.hpp"
 #include "outbox/testing/rabbitmq_server.hpp"
+#include "outbox/testing/redis_server.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 #include "servers.hpp"
@@ -52,7 +50,7 @@ struct DemoOptions {
   bool json = false;
   bool quiet = false;
   std::string source = "both";  // polling, cdc, or both (one after the other)
-  std::string sink = "kafka";   // kafka, nats, rabbitmq (embedded servers), or http (a receiver)
+  std::string sink = "kafka";   // kafka, nats, rabbitmq, redis (embedded servers), or http
 };
 
 const SchemaName kSchema("outbox_demo");
@@ -385,132 +383,6 @@ Clock::time_point watch(DemoWriters& writers, const DemoRelays& relays,
   return last_commit;
 }
 
-// The consumer side of a run on one broker: the sink the relays publish with, and the broker's
-// inbox consumer applying apply_effect.
-struct DemoBroker {
-  std::string name;  // for the report: "kafka", "nats", "rabbitmq"
-  std::function<std::unique_ptr<Sink>()> make_sink;
-  std::function<void()> run_consumer;   // until stop_consumer()
-  std::function<void()> stop_consumer;  // from another thread
-  std::function<std::uint64_t()> applied;
-  std::function<std::uint64_t()> duplicates;
-  // Reads everything again under the same inbox name (a new group or durable consumer); every
-  // message must be a no-op. Returns that replay's duplicates.
-  std::function<std::uint64_t(std::uint64_t committed)> replay;
-};
-
-DemoBroker kafka_broker(const std::string& url, Servers& servers, RelaySource source) {
-  const std::string prefix = topic_prefix(source);
-  if (auto& kafka = servers.kafka()) {
-    kafka->create_topic(prefix + ".order", 6, 3);
-    kafka->create_topic(prefix + ".customer", 3, 3);
-  }
-  KafkaConsumerOptions options;
-  options.brokers = servers.brokers();
-  options.group_id = "outbox-demo-projection-" + prefix;
-  options.topics = {prefix + ".order", prefix + ".customer"};
-  options.database_url = url;
-  options.schema = kSchema;
-  options.consumer_name = "projection";
-  auto consumer = std::make_shared<KafkaInboxConsumer>(options, apply_effect);
-  const std::string brokers = servers.brokers();
-  return DemoBroker{
-      "kafka",
-      [brokers, prefix] {
-        return make_kafka_sink(KafkaSinkOptions{brokers, prefix + ".{aggregate_type}", {}});
-      },
-      [consumer] { consumer->run(); },
-      [consumer] { consumer->request_stop(); },
-      [consumer] { return consumer->stats().applied; },
-      [consumer] { return consumer->stats().duplicates; },
-      [options](std::uint64_t committed) {
-        KafkaConsumerOptions again = options;
-        again.group_id += "-replay";
-        KafkaInboxConsumer replay(again, apply_effect);
-        const auto deadline = Clock::now() + 30s;
-        while (replay.stats().received < committed && Clock::now() < deadline) replay.poll(200ms);
-        return replay.stats().duplicates;
-      }};
-}
-
-// NATS JetStream: a stream per run (created by the relays), a durable pull consumer.
-DemoBroker nats_broker(const std::string& url, const std::string& servers, RelaySource source) {
-  const std::string prefix = topic_prefix(source);
-  const std::string stream = source == RelaySource::cdc ? "OUTBOX_DEMO_CDC" : "OUTBOX_DEMO";
-  NatsSinkOptions sink;
-  sink.servers = servers;
-  sink.stream = stream;
-  sink.subject_template = prefix + ".{aggregate_type}.{partition}";
-  sink.create_stream = true;
-  NatsConsumerOptions options;
-  options.servers = servers;
-  options.stream = stream;
-  options.durable = "projection";
-  options.filter_subject = prefix + ".*.*";
-  options.database_url = url;
-  options.schema = kSchema;
-  options.consumer_name = "projection";
-  auto consumer = std::make_shared<std::unique_ptr<NatsInboxConsumer>>();
-  return DemoBroker{"nats",
-                    [sink] { return make_nats_sink(sink); },
-                    [consumer, options] {
-                      // The stream exists once a relay published: until then the consumer cannot
-                      // bind.
-                      *consumer = std::make_unique<NatsInboxConsumer>(options, apply_effect);
-                      (*consumer)->run();
-                    },
-                    [consumer] {
-                      if (*consumer) (*consumer)->request_stop();
-                    },
-                    [consumer] { return *consumer ? (*consumer)->stats().applied : 0; },
-                    [consumer] { return *consumer ? (*consumer)->stats().duplicates : 0; },
-                    [options](std::uint64_t committed) {
-                      NatsConsumerOptions again = options;
-                      again.durable += "-replay";
-                      NatsInboxConsumer replay(again, apply_effect);
-                      const auto deadline = Clock::now() + 30s;
-                      while (replay.stats().received < committed && Clock::now() < deadline)
-                        replay.poll(200ms);
-                      return replay.stats().duplicates;
-                    }};
-}
-
-// RabbitMQ: an exchange per run, declared up front with the consumer's quorum queue and the
-// replay's (a queue holds only what was routed after it was bound).
-DemoBroker rabbitmq_broker(const std::string& url, const RabbitMqServer& server,
-                           RelaySource source) {
-  const std::string prefix = topic_prefix(source);
-  RabbitMqSinkOptions sink;
-  sink.url = server.url();
-  sink.exchange = prefix;
-  sink.routing_key_template = "{aggregate_type}.{partition}";
-  server.declare_queue(prefix, prefix + ".projection", "#");
-  server.declare_queue(prefix, prefix + ".projection-replay", "#");
-  RabbitMqConsumerOptions options;
-  options.url = server.url();
-  options.queue = prefix + ".projection";
-  options.exchange = prefix;
-  options.database_url = url;
-  options.schema = kSchema;
-  options.consumer_name = "projection";
-  auto consumer = std::make_shared<RabbitMqInboxConsumer>(options, apply_effect);
-  return DemoBroker{"rabbitmq",
-                    [sink] { return make_rabbitmq_sink(sink); },
-                    [consumer] { consumer->run(); },
-                    [consumer] { consumer->request_stop(); },
-                    [consumer] { return consumer->stats().applied; },
-                    [consumer] { return consumer->stats().duplicates; },
-                    [options](std::uint64_t committed) {
-                      RabbitMqConsumerOptions again = options;
-                      again.queue += "-replay";
-                      RabbitMqInboxConsumer replay(again, apply_effect);
-                      const auto deadline = Clock::now() + 30s;
-                      while (replay.stats().received < committed && Clock::now() < deadline)
-                        replay.poll(200ms);
-                      return replay.stats().duplicates;
-                    }};
-}
-
 // The demo's schema and slot, fresh: a slot left from an earlier run would hold WAL of the
 // dropped table.
 void reset(PGconn* admin) {
@@ -641,6 +513,11 @@ int run_demo(const DemoOptions& options) {
     rabbitmq.emplace();
     say("rabbitmq: " + rabbitmq->url() + " (a rabbitmq-server node, embedded)");
   }
+  std::optional<RedisServer> redis;
+  if (options.sink == "redis") {
+    redis.emplace();
+    say("redis: " + redis->url() + " (a redis-server, append-only file fsynced on each write)");
+  }
   std::optional<NatsServer> nats;
   if (options.sink == "nats") {
     nats.emplace();
@@ -657,9 +534,13 @@ int run_demo(const DemoOptions& options) {
       auto admin = pg::Connection::open(url, "outbox-demo");
       reset(admin.get());
     }
-    const DemoBroker broker = nats       ? nats_broker(url, nats->url(), source)
-                              : rabbitmq ? rabbitmq_broker(url, *rabbitmq, source)
-                                         : kafka_broker(url, servers, source);
+    const DemoRun run{topic_prefix(source),
+                      source == RelaySource::cdc ? "OUTBOX_DEMO_CDC" : "OUTBOX_DEMO", kSchema,
+                      &apply_effect};
+    const DemoBroker broker = nats       ? nats_broker(url, nats->url(), run)
+                              : rabbitmq ? rabbitmq_broker(url, *rabbitmq, run)
+                              : redis    ? redis_broker(url, *redis, run)
+                                         : kafka_broker(url, servers, run);
     ok = run_once(options, url, broker, source, say) && ok;
   }
   return ok ? 0 : 1;
@@ -690,11 +571,13 @@ void register_demo(Commands& commands) {
                    "kafka; nats: a JetStream stream on an embedded nats-server, applied by the "
                    "NATS inbox consumer; rabbitmq: an exchange on an embedded rabbitmq-server "
                    "node, a quorum queue with single active consumer applied by the RabbitMQ "
-                   "inbox consumer; or http: the relays deliver to a webhook receiver in "
+                   "inbox consumer; redis: streams on an embedded redis-server applied by the "
+                   "Redis inbox consumer (a consumer group); or http: the relays deliver to a "
+                   "webhook receiver in "
                    "this process "
                    "(Idempotency-Key, signatures' headers, CloudEvents), whose effects the report "
                    "checks")
-      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "http"}))
+      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "redis", "http"}))
       ->capture_default_str();
   demo->add_flag("--json", options->json, "print the report as one JSON object");
   demo->add_flag("--quiet", options->quiet, "no progress lines");

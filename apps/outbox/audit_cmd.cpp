@@ -14,6 +14,7 @@
 #include "outbox/error.hpp"
 #include "outbox/nats_audit.hpp"
 #include "outbox/rabbitmq_audit.hpp"
+#include "outbox/redis_audit.hpp"
 #include "outbox/text.hpp"
 
 namespace outbox::cli {
@@ -35,11 +36,13 @@ struct AuditFlags {
   std::string sink = "kafka";
   NatsAuditOptions nats;  // --nats-servers, --nats-stream, --nats-credentials-file, --nats-ca-file
   RabbitMqAuditOptions rabbitmq;  // --rabbitmq-url, --rabbitmq-audit-queue
+  RedisAuditOptions redis;        // --redis-url, --redis-stream-template
 
   // What the report calls the destination: a Kafka topic, a NATS stream, a stream queue.
   [[nodiscard]] std::pair<std::string, std::string> destination() const {
     if (sink == "nats") return {"stream", nats.stream};
     if (sink == "rabbitmq") return {"stream_queue", rabbitmq.stream_queue};
+    if (sink == "redis") return {"streams", redis.stream_template};
     return {"topic", topic};
   }
 };
@@ -78,6 +81,12 @@ std::pair<AuditReport, std::string> audit_destination(const AuditFlags& flags,
     throw ConfigError(
         "audit: --topic and --kafka-brokers are for --sink kafka; a NATS stream is "
         "--nats-stream, a RabbitMQ stream queue --rabbitmq-audit-queue");
+  }
+  if (flags.sink == "redis") {
+    RedisAuditOptions options = flags.redis;
+    fill_window(flags, options);
+    window = options;
+    return {audit_redis_streams(options), "streams " + options.stream_template};
   }
   if (flags.sink == "rabbitmq") {
     RabbitMqAuditOptions options = flags.rabbitmq;
@@ -190,8 +199,9 @@ void register_audit(Commands& commands) {
   audit
       ->add_option("--sink", flags->sink,
                    "kafka (a topic), nats (a JetStream stream, read by time without consuming) "
-                   "or rabbitmq (a stream queue bound to the exchange, read by time)")
-      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq"}))
+                   "rabbitmq (a stream queue bound to the exchange, read by time) or redis (the "
+                   "streams of --redis-stream-template, read by range)")
+      ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "redis"}))
       ->capture_default_str();
   audit->add_option("--nats-servers", flags->nats.servers, "with --sink nats: server URLs")
       ->capture_default_str();
@@ -206,6 +216,12 @@ void register_audit(Commands& commands) {
   audit->add_option("--rabbitmq-audit-queue", flags->rabbitmq.stream_queue,
                     "with --sink rabbitmq: a stream queue (x-queue-type=stream) bound to the "
                     "relays' exchange with #");
+  audit->add_option("--redis-url", flags->redis.url, "with --sink redis: redis://...")
+      ->capture_default_str();
+  audit
+      ->add_option("--redis-stream-template", flags->redis.stream_template,
+                   "with --sink redis: the relays' stream template (every stream it names is read)")
+      ->capture_default_str();
   audit->add_option("--topic-template", flags->topic_template,
                     "the relays' --topic-template: which rows belong to the topic");
   audit

@@ -29,8 +29,10 @@
 #include "outbox/nats_sink.hpp"
 #include "outbox/observe.hpp"
 #include "outbox/rabbitmq_sink.hpp"
+#include "outbox/redis_sink.hpp"
 #include "outbox/relay.hpp"
 #include "rabbitmq_flags.hpp"
+#include "redis_flags.hpp"
 #include "relay_stats_format.hpp"
 
 namespace outbox::cli {
@@ -45,6 +47,7 @@ struct RelayFlags {
   HttpFlags http;
   NatsFlags nats;
   RabbitMqFlags rabbitmq;
+  RedisFlags redis;
   std::string topic_template = KafkaSinkOptions{}.topic_template;
   std::string kafka_cloudevents_source;  // empty: no ce_ headers
   std::string relay_id;
@@ -253,7 +256,15 @@ std::function<std::unique_ptr<Sink>()> sink_factory(const RelayFlags& flags,
   if (flags.sink != "rabbitmq" && any_rabbitmq_flag(flags.rabbitmq)) {
     throw ConfigError("relay: the --rabbitmq-* flags are for --sink rabbitmq");
   }
+  if (flags.sink != "redis" && any_redis_flag(flags.redis)) {
+    throw ConfigError("relay: the --redis-* flags are for --sink redis");
+  }
   if (flags.sink == "discard") return [] { return make_discard_sink(); };
+  if (flags.sink == "redis") {
+    const RedisSinkOptions redis = redis_sink_options(flags.redis, relay.lease, relay.backoff_max);
+    make_redis_sink(redis);  // refuses a bad option now, not in a relay's thread
+    return [redis] { return make_redis_sink(redis); };
+  }
   if (flags.sink == "rabbitmq") {
     const RabbitMqSinkOptions rabbitmq = rabbitmq_sink_options(flags.rabbitmq, relay.lease);
     make_rabbitmq_sink(rabbitmq);  // refuses a bad option now, not in a relay's thread
@@ -275,8 +286,9 @@ std::function<std::unique_ptr<Sink>()> sink_factory(const RelayFlags& flags,
     return [http] { return make_http_sink(http); };
   }
   if (flags.sink != "kafka") {
-    throw ConfigError("relay: --sink must be kafka, nats, rabbitmq, http or discard, not \"" +
-                      flags.sink + "\"");
+    throw ConfigError(
+        "relay: --sink must be kafka, nats, rabbitmq, redis, http or discard, not \"" + flags.sink +
+        "\"");
   }
   if (flags.kafka.brokers.empty()) {
     throw ConfigError("relay: --kafka-brokers host:port[,host:port] is required");
@@ -364,6 +376,7 @@ void register_relay(Commands& commands) {
   add_http_options(relay, flags->http);
   add_nats_options(relay, flags->nats);
   add_rabbitmq_options(relay, flags->rabbitmq);
+  add_redis_options(relay, flags->redis);
   relay->add_option("--topic-template", flags->topic_template,
                     "topic per event; {aggregate_type} and {event_type} are replaced");
   relay->add_option("--kafka-cloudevents-source", flags->kafka_cloudevents_source,
@@ -375,7 +388,8 @@ void register_relay(Commands& commands) {
   relay
       ->add_option("--sink", flags->sink,
                    "kafka; nats (a JetStream stream, --nats-*); rabbitmq (an exchange, with "
-                   "publisher confirms, --rabbitmq-*); http (one request per event to "
+                   "publisher confirms, --rabbitmq-*); redis (streams, --redis-*); http (one "
+                   "request per event to "
                    "--http-url); or discard: acknowledge "
                    "every event at once without sending it (measures the database side alone; "
                    "nothing reaches a broker)")

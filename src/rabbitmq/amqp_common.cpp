@@ -12,6 +12,12 @@
 namespace outbox::rabbitmq {
 namespace {
 
+// True when the reply is the server closing the channel (so the channel is gone).
+bool closes_channel(const amqp_rpc_reply_t& reply) {
+  return reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+         reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD;
+}
+
 timeval to_timeval(std::chrono::milliseconds duration) {
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(duration.count() / 1000);
@@ -95,11 +101,6 @@ std::string reply_text(const amqp_rpc_reply_t& reply) {
       return fmt::format("unexpected method 0x{:08x} from the server", reply.reply.id);
   }
   return "unknown reply";
-}
-
-bool closes_channel(const amqp_rpc_reply_t& reply) {
-  return reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-         reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD;
 }
 
 int reply_code(const amqp_rpc_reply_t& reply) {

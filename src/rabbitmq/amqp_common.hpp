@@ -35,8 +35,6 @@ std::string describe(const Endpoint& endpoint);
 // The text of a rabbitmq-c status, or of an RPC reply (the server's reply code and text).
 std::string status_text(int status);
 std::string reply_text(const amqp_rpc_reply_t& reply);
-// True when the reply is the server closing the channel or connection (so the channel is gone).
-bool closes_channel(const amqp_rpc_reply_t& reply);
 // The AMQP reply code of a server exception (404 NOT_FOUND, 406 PRECONDITION_FAILED ...), or 0.
 int reply_code(const amqp_rpc_reply_t& reply);
 
@@ -79,9 +77,6 @@ class Connection {
   [[nodiscard]] amqp_connection_state_t get() const { return state_; }
   static constexpr amqp_channel_t kChannel = 1;
 
-  // Opens channel 1 again after the server closed it (a refused declare, a publish to a missing
-  // exchange). Throws BrokerError when it cannot.
-  void reopen_channel();
   // Answers the server's channel.close (which has already arrived) and reopens the channel.
   void acknowledge_channel_close();
   // Answers the server's connection.close (which has already arrived): the connection is over.
@@ -91,6 +86,10 @@ class Connection {
   void check(const amqp_rpc_reply_t& reply, const std::string& what, bool config = false);
 
  private:
+  // Opens channel 1 again after the server closed it (a refused declare, a publish to a missing
+  // exchange). Throws BrokerError when it cannot.
+  void reopen_channel();
+
   amqp_connection_state_t state_ = nullptr;
   bool open_ = false;
 };

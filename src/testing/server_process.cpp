@@ -95,6 +95,11 @@ void ServerProcess::start(std::chrono::milliseconds limit) {
     ::dup2(out, STDOUT_FILENO);
     ::dup2(out, STDERR_FILENO);
     ::setpgid(0, 0);  // a terminal's ^C goes to the tests, which stop it in order
+    // outbox-dev blocks TERM, INT and HUP for its signal thread; exec keeps a blocked mask, and
+    // the server would ignore stop()'s SIGTERM until the SIGKILL after it.
+    sigset_t no_signals;
+    sigemptyset(&no_signals);
+    sigprocmask(SIG_SETMASK, &no_signals, nullptr);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }

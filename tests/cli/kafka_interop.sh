@@ -41,34 +41,13 @@ start_postgres
 # Three partitions a topic: six aggregates share them, so per-key order is the partition's order.
 start_kafka_mock --topic outbox.order --topic outbox.customer --topic outbox.audit --partitions 3
 "$outbox_binary" migrate --db "$db" --schema "$schema" >/dev/null 2>&1 || fatal "migrate failed"
-pending() { sql -c "SELECT count(*) FROM $schema.outbox_events WHERE published_at IS NULL"; }
-
 # run_relay NAME [FLAG...]: `outbox relay --sink kafka` with FLAG... until no row is pending (or
 # "$publish_timeout_s" s), then SIGTERM; it must have published everything and exit 0.
 run_relay() {
-  local name="$1" pid rc=0 deadline
+  local name="$1"
   shift
-  "$outbox_binary" relay --db "$db" --schema "$schema" --sink kafka --kafka-brokers "$brokers" \
-    --topic-template 'outbox.{aggregate_type}' "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" &
-  pid=$!
-  track_background "$pid" "relay $name"
-  deadline=$((SECONDS + publish_timeout_s))
-  while ((SECONDS < deadline)) && [[ "$(pending)" != 0 ]] && kill -0 "$pid" 2>/dev/null; do
-    sleep 0.2
-  done
-  local left
-  left="$(pending)"
-  if [[ "$left" == 0 ]]; then
-    pass
-  else
-    show_log "$name stderr" "$work_dir/$name.err"
-    fail "$name should publish every event; $left are not published"
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  deadline=$((SECONDS + 20))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-  wait "$pid" || rc=$?
-  if ((rc == 0)); then pass; else fail "$name should exit 0 after SIGTERM, got $rc"; fi
+  relay_until_published "$name" --sink kafka --kafka-brokers "$brokers" \
+    --topic-template 'outbox.{aggregate_type}' "$@"
 }
 
 # read_topics NAME COUNT TOPIC...: the node reader, its lines in "$work_dir/NAME.jsonl".

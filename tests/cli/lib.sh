@@ -2,8 +2,10 @@
 # Scaffolding shared by the command-line tests in this folder: a work folder and background
 # processes cleaned up on exit, pass/fail counters, the closing summary, waiting for a
 # background process's first line of output, starting `outbox-dev postgres` and `outbox-dev
-# kafka-mock` (and Debian's nats-server and rabbitmq-server), finding the port a process listens
-# on, and the helpers every script uses (show_log, sql against "$db", expect_failure).
+# kafka-mock` (and Debian's nats-server, rabbitmq-server and redis-server), finding the port a
+# process listens on, and the helpers every script uses (show_log, sql against "$db",
+# expect_failure). Python helpers shared by the scripts sit beside this file (murmur2.py):
+# `PYTHONPATH="$cli_dir" python3 - <<'PY'` imports them.
 #
 # Usage, from a script running under `set -euo pipefail`:
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -15,6 +17,9 @@
 
 passed=0
 failed=0
+# This folder, absolute: the Python helpers beside lib.sh (murmur2.py) are imported from it.
+# shellcheck disable=SC2034  # cli_dir is for the scripts
+cli_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 background_pids=()
 background_names=()
 background_groups=()  # 1: the pid leads a process group of its own, signalled as a whole
@@ -233,6 +238,36 @@ start_rabbitmq() {
   done
 }
 
+# start_redis: starts Debian's redis-server on a free port of 127.0.0.1 in the background, tracked
+# for cleanup, durable as the Redis sink requires (appendonly yes, appendfsync always; no RDB
+# snapshots), its append-only file in "$work_dir/redis" and its log in "$work_dir/redis/log.txt".
+# No configuration file: nothing of /etc/redis is read. Sets redis_pid and redis_url
+# (redis://127.0.0.1:PORT/0). A prerequisite: fatal, with the log, when it is not ready within
+# "$startup_timeout_s" s.
+# shellcheck disable=SC2034  # redis_url is for the script
+start_redis() {
+  local timeout_s="${startup_timeout_s:-30}" deadline server dir port
+  server="${OUTBOX_REDIS_SERVER:-/usr/bin/redis-server}"
+  [[ -x "$server" ]] || fatal "$server not found: install Debian's redis-server (scripts/install-deps.sh)"
+  dir="$work_dir/redis"
+  mkdir -p "$dir"
+  : >"$dir/log.txt"
+  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  "$server" --bind 127.0.0.1 --port "$port" --protected-mode no --daemonize no \
+    --appendonly yes --appendfsync always --save '' --dir "$dir" --logfile '' \
+    >"$dir/log.txt" 2>&1 </dev/null &
+  redis_pid=$!
+  track_background "$redis_pid" "redis-server"
+  redis_url="redis://127.0.0.1:$port/0"
+  deadline=$((SECONDS + timeout_s))
+  until grep -q "Ready to accept connections" "$dir/log.txt" 2>/dev/null; do
+    if ! kill -0 "$redis_pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      fatal --log "$dir/log.txt" "redis-server did not start within ${timeout_s} s"
+    fi
+    sleep 0.1
+  done
+}
+
 # listening_port LOG [PID [TIMEOUT_S]]: waits until LOG holds the line a process writes once it
 # listens ("serving /metrics ... on 127.0.0.1:PORT" from a relay, "serving on port PORT" from
 # `outbox admin`) and prints PORT. Returns 1 when TIMEOUT_S (default "$startup_timeout_s", else
@@ -266,6 +301,37 @@ show_log() {
 
 # psql against "$db", quiet, unaligned, stopping at the first error.
 sql() { psql "$db" -X -q -A -t -v ON_ERROR_STOP=1 "$@"; }
+
+# relay_until_published NAME FLAG...: `outbox relay --db "$db" --schema "$schema" FLAG...` in the
+# background, its output in "$work_dir/NAME.out" and ".err", until no row of the schema's outbox
+# is unpublished (or "${publish_timeout_s:-60}" s), then SIGTERM: it must have published
+# everything (one check) and exit 0 within 20 s (another).
+# shellcheck disable=SC2154  # schema: the calling script's
+relay_until_published() {
+  local name="$1" pid rc=0 deadline left
+  shift
+  "$outbox_binary" relay --db "$db" --schema "$schema" "$@" \
+    >"$work_dir/$name.out" 2>"$work_dir/$name.err" &
+  pid=$!
+  track_background "$pid" "relay $name"
+  unpublished() { sql -c "SELECT count(*) FROM $schema.outbox_events WHERE published_at IS NULL"; }
+  deadline=$((SECONDS + ${publish_timeout_s:-60}))
+  while ((SECONDS < deadline)) && [[ "$(unpublished)" != 0 ]] && kill -0 "$pid" 2>/dev/null; do
+    sleep 0.2
+  done
+  left="$(unpublished)"
+  if [[ "$left" == 0 ]]; then
+    pass
+  else
+    show_log "$name stderr" "$work_dir/$name.err"
+    fail "$name should publish every event; $left are not published"
+  fi
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + 20))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  wait "$pid" || rc=$?
+  if ((rc == 0)); then pass; else fail "$name should exit 0 after SIGTERM, got $rc"; fi
+}
 
 # Runs a command expected to fail; checks the exit status is non-zero and stderr+stdout contain
 # `expected`.

@@ -4,8 +4,9 @@
 # to Debian's nats-server, creating the stream; nats.js 2.29.3 (tests/interop/nats_reader.js,
 # the NATS maintainers' JavaScript client) reads every stored message and consumes the stream.
 # Every event must be stored once, with Nats-Msg-Id = event_id = the table's id, the subject
-# outbox.<type>.<partition> (Kafka's murmur2 of the aggregate id, as computed here in Python), the
-# payload and headers the table holds, each aggregate's sequence going up by one in stream order.
+# outbox.<type>.<partition> (Kafka's murmur2 of the aggregate id, computed in Python by
+# murmur2.py), the payload and headers the table holds, each aggregate's sequence going up by one
+# in stream order.
 # A second relay over the same events (marks reset in the table) stores nothing new: the server
 # drops the repeats by Nats-Msg-Id; `outbox audit --sink nats` reads the stream back and finds
 # each event once. Also: a stream that does not exist stops the relay with what to do, and
@@ -39,27 +40,11 @@ pending() { sql -c "SELECT count(*) FROM $schema.outbox_events WHERE published_a
 
 # run_relay NAME [FLAG...]: `outbox relay --sink nats` until nothing is pending, then SIGTERM.
 run_relay() {
-  local name="$1" pid rc=0 deadline left
+  local name="$1"
   shift
-  "$outbox_binary" relay --db "$db" --schema "$schema" --sink nats --nats-servers "$nats_url" \
-    --nats-stream SHOP --nats-subject-template 'outbox.{aggregate_type}.{partition}' \
-    --nats-partitions 4 --stats-format json "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" &
-  pid=$!
-  track_background "$pid" "relay $name"
-  deadline=$((SECONDS + publish_timeout_s))
-  while ((SECONDS < deadline)) && [[ "$(pending)" != 0 ]] && kill -0 "$pid" 2>/dev/null; do
-    sleep 0.2
-  done
-  left="$(pending)"
-  if [[ "$left" == 0 ]]; then
-    pass
-  else
-    show_log "$name stderr" "$work_dir/$name.err"
-    fail "$name should publish every event; $left are not published"
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" || rc=$?
-  if ((rc == 0)); then pass; else fail "$name should exit 0 after SIGTERM, got $rc"; fi
+  relay_until_published "$name" --sink nats --nats-servers "$nats_url" --nats-stream SHOP \
+    --nats-subject-template 'outbox.{aggregate_type}.{partition}' --nats-partitions 4 \
+    --stats-format json "$@"
 }
 
 # --- 1. refusals before anything is sent -----------------------------------------------------------
@@ -109,20 +94,9 @@ sql -c "SELECT json_build_object('id', event_id, 'type', event_type, 'aggregate_
     'headers', headers) FROM $schema.outbox_events" >"$work_dir/expected.jsonl"
 
 check_stream() {
-  python3 - "$work_dir/expected.jsonl" "$work_dir/reader.jsonl" <<'PY'
+  PYTHONPATH="$cli_dir" python3 - "$work_dir/expected.jsonl" "$work_dir/reader.jsonl" <<'PY'
 import json, sys
-def murmur2(data):
-    m, h = 0x5bd1e995, (0x9747b28c ^ len(data)) & 0xffffffff
-    for i in range(0, len(data) - len(data) % 4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * m) & 0xffffffff; k ^= k >> 24; k = (k * m) & 0xffffffff
-        h = (h * m) & 0xffffffff; h ^= k
-    tail = len(data) % 4; base = len(data) - tail
-    if tail >= 3: h ^= data[base + 2] << 16
-    if tail >= 2: h ^= data[base + 1] << 8
-    if tail >= 1: h ^= data[base]; h = (h * m) & 0xffffffff
-    h ^= h >> 13; h = (h * m) & 0xffffffff; h ^= h >> 15
-    return h
+from murmur2 import partition  # tests/cli/murmur2.py: Kafka's partitioner
 expected = {e["id"]: e for e in map(json.loads, open(sys.argv[1]))}
 lines = [json.loads(l) for l in open(sys.argv[2])]
 summary = [l for l in lines if l.get("summary")]
@@ -140,7 +114,7 @@ problems, last = [], {}
 for g in got:
     e = expected.get(g["headers"].get("event_id"), {})
     h = g["headers"]
-    want_subject = f'outbox.{e.get("aggregate_type")}.{(murmur2(e.get("aggregate_id", "").encode()) & 0x7fffffff) % 4}'
+    want_subject = f'outbox.{e.get("aggregate_type")}.{partition(e.get("aggregate_id", ""), 4)}'
     checks = {"subject": (g["subject"], want_subject),
               "payload": (json.loads(g["data"]), json.loads(e.get("payload", "null"))),
               "aggregate_id": (h.get("aggregate_id"), e.get("aggregate_id")),

@@ -6,8 +6,8 @@
 # client) declared: a quorum queue with a single active consumer and a stream queue, both bound
 # with "#". amqplib (tests/interop/rabbitmq_reader.js) consumes the quorum queue. Every event must
 # arrive once, persistent, as application/json, with message-id = event_id = the table's id, the
-# routing key <type>.<partition> (Kafka's murmur2 of the aggregate id, as computed here in
-# Python), the payload and headers the table holds (aggregate_sequence an AMQP integer, the
+# routing key <type>.<partition> (Kafka's murmur2 of the aggregate id, computed in
+# Python: murmur2.py), the payload and headers the table holds (aggregate_sequence an AMQP integer, the
 # event's own x- header dropped, the CloudEvents AMQP binding's cloudEvents_ headers), each
 # aggregate's sequence going up by one in the order the consumer received them. `outbox audit
 # --sink rabbitmq` reads the stream queue back by time and finds each event once. Also: an
@@ -49,26 +49,9 @@ relay_flags=(--sink rabbitmq --rabbitmq-url "$rabbitmq_url"
 # run_relay NAME [FLAG...]: `outbox relay --sink rabbitmq` to exchange shop until nothing is
 # pending, then SIGTERM.
 run_relay() {
-  local name="$1" pid rc=0 deadline left
+  local name="$1"
   shift
-  "$outbox_binary" relay --db "$db" --schema "$schema" "${relay_flags[@]}" \
-    --rabbitmq-exchange shop "$@" >"$work_dir/$name.out" 2>"$work_dir/$name.err" &
-  pid=$!
-  track_background "$pid" "relay $name"
-  deadline=$((SECONDS + publish_timeout_s))
-  while ((SECONDS < deadline)) && [[ "$(pending)" != 0 ]] && kill -0 "$pid" 2>/dev/null; do
-    sleep 0.2
-  done
-  left="$(pending)"
-  if [[ "$left" == 0 ]]; then
-    pass
-  else
-    show_log "$name stderr" "$work_dir/$name.err"
-    fail "$name should publish every event; $left are not published"
-  fi
-  kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" || rc=$?
-  if ((rc == 0)); then pass; else fail "$name should exit 0 after SIGTERM, got $rc"; fi
+  relay_until_published "$name" "${relay_flags[@]}" --rabbitmq-exchange shop "$@"
 }
 
 # --- 1. refusals before anything is sent -----------------------------------------------------------
@@ -124,20 +107,9 @@ sql -c "SELECT json_build_object('id', event_id, 'type', event_type, 'aggregate_
     'headers', headers) FROM $schema.outbox_events" >"$work_dir/expected.jsonl"
 
 check_queue() {
-  python3 - "$work_dir/expected.jsonl" "$work_dir/reader.jsonl" <<'PY'
+  PYTHONPATH="$cli_dir" python3 - "$work_dir/expected.jsonl" "$work_dir/reader.jsonl" <<'PY'
 import json, sys, time
-def murmur2(data):
-    m, h = 0x5bd1e995, (0x9747b28c ^ len(data)) & 0xffffffff
-    for i in range(0, len(data) - len(data) % 4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
-        k = (k * m) & 0xffffffff; k ^= k >> 24; k = (k * m) & 0xffffffff
-        h = (h * m) & 0xffffffff; h ^= k
-    tail = len(data) % 4; base = len(data) - tail
-    if tail >= 3: h ^= data[base + 2] << 16
-    if tail >= 2: h ^= data[base + 1] << 8
-    if tail >= 1: h ^= data[base]; h = (h * m) & 0xffffffff
-    h ^= h >> 13; h = (h * m) & 0xffffffff; h ^= h >> 15
-    return h
+from murmur2 import partition  # tests/cli/murmur2.py: Kafka's partitioner
 expected = {e["id"]: e for e in map(json.loads, open(sys.argv[1]))}
 lines = [json.loads(l) for l in open(sys.argv[2])]
 summary = [l for l in lines if l.get("summary")]
@@ -156,7 +128,7 @@ problems, last, now = [], {}, time.time()
 for n, g in enumerate(got):
     p, h = g["properties"], g["headers"]
     e = expected.get(p.get("messageId"), {})
-    want_key = f'{e.get("aggregate_type")}.{(murmur2(e.get("aggregate_id", "").encode()) & 0x7fffffff) % 4}'
+    want_key = f'{e.get("aggregate_type")}.{partition(e.get("aggregate_id", ""), 4)}'
     checks = {"routing key": (g["routing_key"], want_key),
               "deliveryMode": (p.get("deliveryMode"), 2),
               "contentType": (p.get("contentType"), "application/json"),

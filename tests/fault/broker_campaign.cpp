@@ -10,7 +10,8 @@
 // Then: every committed event applied (lost 0), nothing applied that was not committed (phantom
 // 0), nothing applied twice (duplicate effects 0), each aggregate applied in sequence order
 // (inversions 0: an effect's previous sequence is its own minus one), nothing left unpublished;
-// for NATS also every event stored in the stream once (stream duplicates 0: Nats-Msg-Id).
+// for NATS and Redis also every event stored once (stream duplicates 0: Nats-Msg-Id, the Redis
+// sink's dedup script).
 // RabbitMQ deduplicates nothing: copies in its queue are the inbox's to absorb.
 
 #include <fmt/format.h>
@@ -31,11 +32,14 @@
 #include "fault/scenarios.hpp"
 #include "fault/steady_writer.hpp"
 #include "fault/workers.hpp"
+#include "outbox/redis_consumer.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/testing/embedded_postgres.hpp"
 #include "outbox/testing/nats_server.hpp"
 #include "outbox/testing/rabbitmq_server.hpp"
+#include "outbox/testing/redis_server.hpp"
 #include "pg/connection.hpp"
+#include "redis/redis_common.hpp"
 
 namespace outbox::campaign {
 namespace {
@@ -285,6 +289,33 @@ int run_rabbitmq_faults(const ScenarioOptions& options) {
       [&] { server.start(); },
       [](long long) -> std::optional<long long> { return std::nullopt; }};
   return run_broker_faults(options, url, rabbitmq);
+}
+
+int run_redis_faults(const ScenarioOptions& options) {
+  EmbeddedPostgres postgres;
+  const std::string url = postgres.connection_string();
+  migrate(url, SchemaName(kSchema));
+  create_campaign_tables(url);
+  RedisServer server;
+  const auto stored = [&server]() -> long long {
+    redis::Connection connection(redis::parse_url(server.url()), std::chrono::seconds(5));
+    long long entries = 0;
+    for (const auto& stream : redis_streams(kRedisStreamTemplate, "account", kRedisPartitions)) {
+      entries += connection.command({"XLEN", stream})->integer;
+    }
+    return entries;
+  };
+  const BrokerUnderTest redis{
+      "redis",
+      "reply",
+      {"--sink", "redis", "--redis-url", server.url(), "--redis-stream-template",
+       kRedisStreamTemplate, "--redis-partitions", std::to_string(kRedisPartitions),
+       "--redis-reply-timeout", "1s"},
+      {"redis-consumer", "--redis", server.url()},
+      [&](bool kill) { server.stop(kill); },
+      [&] { server.start(); },
+      [&](long long committed) -> std::optional<long long> { return stored() - committed; }};
+  return run_broker_faults(options, url, redis);
 }
 
 }  // namespace outbox::campaign

@@ -550,6 +550,17 @@ int main(int argc, char** argv) {
       app.add_subcommand("rabbitmq-consumer", "worker: apply the RabbitMQ queue");
   rabbitmq_consumer->add_option("--db", worker.database_url)->required();
   rabbitmq_consumer->add_option("--rabbitmq", worker.rabbitmq_url)->required();
+  auto* redis = app.add_subcommand(
+      "redis",
+      "Redis Streams sink and consumer: relays killed between the reply and the mark, "
+      "redis-server killed and restarted, the consumer killed after its inbox commit");
+  redis->add_option("--outbox", scenario.outbox_binary)->required();
+  redis->add_option("--trials-per-fault", scenario.trials_per_fault)->check(CLI::Range(1, 10000));
+  redis->add_flag("--verbose", scenario.verbose);
+  redis->add_flag("--keep", scenario.keep);
+  auto* redis_consumer = app.add_subcommand("redis-consumer", "worker: apply the Redis streams");
+  redis_consumer->add_option("--db", worker.database_url)->required();
+  redis_consumer->add_option("--redis", worker.redis_url)->required();
   CLI11_PARSE(app, argc, argv);
   try {
     outbox::fault::arm_from_environment();  // the workers' faults, set by the campaign
@@ -557,7 +568,9 @@ int main(int argc, char** argv) {
     if (*consumer) return run_consumer(worker);
     if (*nats_consumer) return run_nats_consumer(worker);
     if (*rabbitmq_consumer) return run_rabbitmq_consumer(worker);
-    if (*stalled || *hot || *kill || *cdc || *paused || *gap || *http || *nats || *rabbitmq) {
+    if (*redis_consumer) return run_redis_consumer(worker);
+    if (*stalled || *hot || *kill || *cdc || *paused || *gap || *http || *nats || *rabbitmq ||
+        *redis) {
       scenario.outbox_binary = std::filesystem::absolute(scenario.outbox_binary).string();
       scenario.self_binary = std::filesystem::canonical("/proc/self/exe").string();
       if (*kill) return run_relay_kill(scenario);
@@ -570,6 +583,7 @@ int main(int argc, char** argv) {
       if (*http) return run_http_faults(scenario, http_reconcile, http_blind);
       if (*nats) return run_nats_faults(scenario);
       if (*rabbitmq) return run_rabbitmq_faults(scenario);
+      if (*redis) return run_redis_faults(scenario);
       return *stalled ? run_stalled_relay(scenario) : run_hot_aggregates(scenario);
     }
     return run(std::filesystem::absolute(outbox_binary).string(), seed, trials, keep, verbose,

@@ -67,5 +67,8 @@ int run_nats_faults(const ScenarioOptions& options);
 // The same for RabbitMQ: relays killed between the confirm and the mark, rabbitmq-server killed
 // and restarted, the consumer killed after its inbox commit (tests/fault/broker_campaign.cpp).
 int run_rabbitmq_faults(const ScenarioOptions& options);
+// The same for Redis Streams: relays killed between the reply and the mark, redis-server killed
+// (its AOF fsynced on each write) and restarted, the consumer killed after its inbox commit.
+int run_redis_faults(const ScenarioOptions& options);
 
 }  // namespace outbox::campaign

@@ -18,6 +18,7 @@
 #include "outbox/observe.hpp"
 #include "outbox/producer.hpp"
 #include "outbox/rabbitmq_consumer.hpp"
+#include "outbox/redis_consumer.hpp"
 #include "outbox/transaction.hpp"
 #include "pg/connection.hpp"
 
@@ -344,6 +345,22 @@ int run_rabbitmq_consumer(const WorkerOptions& options) {
   consumer_options.retry_backoff_max = 1000ms;
   return run_broker_consumer<RabbitMqInboxConsumer>([&] {
     return std::make_unique<RabbitMqInboxConsumer>(consumer_options, &apply_campaign_effect);
+  });
+}
+
+int run_redis_consumer(const WorkerOptions& options) {
+  RedisConsumerOptions consumer_options;
+  consumer_options.url = options.redis_url;
+  consumer_options.streams = redis_streams(kRedisStreamTemplate, "account", kRedisPartitions);
+  consumer_options.group = "campaign";
+  consumer_options.consumer = "campaign-consumer";
+  consumer_options.database_url = options.database_url;
+  consumer_options.schema = SchemaName(kSchema);
+  consumer_options.consumer_name = "projection";
+  consumer_options.lease = 5s;
+  consumer_options.retry_backoff_max = 1000ms;
+  return run_broker_consumer<RedisInboxConsumer>([&] {
+    return std::make_unique<RedisInboxConsumer>(consumer_options, &apply_campaign_effect);
   });
 }
 

@@ -10,6 +10,9 @@ inline constexpr const char* kSchema = "campaign";
 inline constexpr const char* kTopic = "outbox.account";
 inline constexpr const char* kNatsStream = "CAMPAIGN";        // subjects outbox.*.*
 inline constexpr const char* kRabbitMqExchange = "campaign";  // a topic exchange
+// The Redis sink's streams: 16 per aggregate type (the sink's default partitions).
+inline constexpr const char* kRedisStreamTemplate = "campaign:{aggregate_type}:{partition}";
+inline constexpr unsigned kRedisPartitions = 16;
 
 // The campaign topic's partitions, and its aggregates' names. librdkafka's mock keeps at most
 // 5 MiB per partition and drops the oldest messages beyond that, as a broker does past
@@ -36,6 +39,7 @@ struct WorkerOptions {
   std::string on_offset_gap = "stop";
   std::string nats_url;      // nats-consumer: the server
   std::string rabbitmq_url;  // rabbitmq-consumer: the broker
+  std::string redis_url;     // redis-consumer: the server
 };
 
 // Writes one line per step of each transaction to log_path, flushed by write(2) before the step
@@ -53,6 +57,10 @@ int run_nats_consumer(const WorkerOptions& options);
 // Applies every event of the exchange kRabbitMqExchange through the inbox into campaign.effects
 // (quorum queue "campaign" with single active consumer, bound with "#").
 int run_rabbitmq_consumer(const WorkerOptions& options);
+
+// Applies every event of the streams of kRedisStreamTemplate ("account") through the inbox into
+// campaign.effects (group "campaign", a consumer name that survives its restarts, as a pod's).
+int run_redis_consumer(const WorkerOptions& options);
 
 // Creates the consumer's tables (idempotent).
 void create_campaign_tables(const std::string& database_url);

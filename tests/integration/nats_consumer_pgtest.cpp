@@ -6,13 +6,13 @@
 #include <nats/nats.h>
 
 #include <atomic>
-#include <map>
 
 #include "common/fault.hpp"
 #include "nats/nats_common.hpp"
 #include "outbox/nats_audit.hpp"
 #include "outbox/nats_consumer.hpp"
 #include "outbox/nats_sink.hpp"
+#include "support/consumer_effects.hpp"
 #include "support/relay_fixture.hpp"
 
 namespace outbox::testing {
@@ -24,9 +24,7 @@ class NatsConsumerTest : public RelayFixture {
     RelayFixture::SetUp();
     stream_ = "C" + schema_.name();
     prefix_ = "c" + schema_.name();
-    pg::exec(conn(),
-             "CREATE TABLE " + schema_.table("effects") +
-                 " (n bigserial PRIMARY KEY, event_id uuid, aggregate_id text, seq bigint)");
+    effects_ = std::make_unique<ConsumerEffects>(conn(), schema_);
   }
   void TearDown() override { fault::arm(""); }
 
@@ -56,44 +54,15 @@ class NatsConsumerTest : public RelayFixture {
     o.retry_backoff_max = 50ms;
     return o;
   }
-  NatsInboxConsumer::Effect record() {
-    return [this](PGconn* c, const ConsumedEvent& e) {
-      const std::string id = e.event_id.to_string();
-      const std::string seq = std::to_string(e.aggregate_sequence);
-      pg::exec(c,
-               "INSERT INTO " + schema_.table("effects") +
-                   " (event_id, aggregate_id, seq) VALUES ($1, $2, $3)",
-               {id.c_str(), e.aggregate_id.c_str(), seq.c_str()});
-    };
-  }
+  NatsInboxConsumer::Effect record() { return effects_->record(); }
   // Polls until `want` effects exist or `limit` passes; failures of poll() are swallowed.
   long long poll_until(NatsInboxConsumer& consumer, long long want, std::chrono::seconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (effects() < want && std::chrono::steady_clock::now() < until) {
-      try {
-        consumer.poll(200ms);
-      } catch (const std::exception& error) {
-        last_error_ = error.what();
-        std::this_thread::sleep_for(20ms);
-      }
-    }
-    return effects();
+    const long long applied = effects_->poll_until([&] { consumer.poll(200ms); }, want, limit);
+    last_error_ = effects_->last_error();
+    return applied;
   }
-  long long effects() { return count(conn(), "SELECT count(*) FROM " + schema_.table("effects")); }
-  // Effects whose aggregate's sequence does not go up by one in the order they were applied.
-  long long out_of_order() {
-    const auto rows = pg::exec(
-        conn(), "SELECT aggregate_id, seq FROM " + schema_.table("effects") + " ORDER BY n");
-    std::map<std::string, long long> last;
-    long long bad = 0;
-    for (int i = 0; i < rows.rows(); ++i) {
-      const std::string aggregate(rows.text(i, 0));
-      const long long seq = std::stoll(std::string(rows.text(i, 1)));
-      if (seq != last[aggregate] + 1) ++bad;
-      last[aggregate] = seq;
-    }
-    return bad;
-  }
+  long long effects() { return effects_->all(); }
+  long long out_of_order() { return effects_->out_of_order(); }
   // A client of the test's own, for what happens behind the consumer's back.
   struct RawClient {
     nats::ConnectionHandle connection;
@@ -124,6 +93,7 @@ class NatsConsumerTest : public RelayFixture {
   std::string stream_;
   std::string prefix_;
   std::string last_error_;  // what poll() threw last in poll_until
+  std::unique_ptr<ConsumerEffects> effects_;
 };
 
 TEST_F(NatsConsumerTest, AppliesEveryEventOnceInOrderAndAcknowledgesAfterTheCommit) {

@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
 #include <thread>
 
 #include "common/fault.hpp"
@@ -15,6 +14,7 @@
 #include "outbox/rabbitmq_consumer.hpp"
 #include "outbox/rabbitmq_sink.hpp"
 #include "rabbitmq/amqp_common.hpp"
+#include "support/consumer_effects.hpp"
 #include "support/relay_fixture.hpp"
 
 namespace outbox::testing {
@@ -292,9 +292,7 @@ class RabbitMqTest : public RelayFixture {
     RelayFixture::SetUp();
     exchange_ = "ex." + schema_.name();
     queue_ = "q." + schema_.name();
-    pg::exec(conn(), "CREATE TABLE " + schema_.table("effects") +
-                         " (n bigserial PRIMARY KEY, event_id uuid, aggregate_id text, seq bigint, "
-                         "consumer text)");
+    effects_ = std::make_unique<ConsumerEffects>(conn(), schema_);
   }
 
   // Publishes `aggregates` x `per_aggregate` events to this test's exchange through a relay.
@@ -319,52 +317,24 @@ class RabbitMqTest : public RelayFixture {
     return o;
   }
   RabbitMqInboxConsumer::Effect record(const std::string& who = "a") {
-    return [this, who](PGconn* c, const ConsumedEvent& e) {
-      const std::string id = e.event_id.to_string();
-      const std::string seq = std::to_string(e.aggregate_sequence);
-      pg::exec(c,
-               "INSERT INTO " + schema_.table("effects") +
-                   " (event_id, aggregate_id, seq, consumer) VALUES ($1, $2, $3, $4)",
-               {id.c_str(), e.aggregate_id.c_str(), seq.c_str(), who.c_str()});
-    };
+    return effects_->record(who);
   }
   long long poll_until(RabbitMqInboxConsumer& consumer, long long want,
                        std::chrono::seconds limit) {
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (effects() < want && std::chrono::steady_clock::now() < until) {
-      try {
-        consumer.poll(200ms);
-      } catch (const std::exception& error) {
-        last_error_ = error.what();
-        std::this_thread::sleep_for(20ms);
-      }
-    }
-    return effects();
+    const long long applied = effects_->poll_until([&] { consumer.poll(200ms); }, want, limit);
+    last_error_ = effects_->last_error();
+    return applied;
   }
-  long long effects() { return count(conn(), "SELECT count(*) FROM " + schema_.table("effects")); }
-  long long distinct_effects() {
-    return count(conn(), "SELECT count(DISTINCT event_id) FROM " + schema_.table("effects"));
-  }
-  // Effects whose aggregate's sequence does not go up by one in the order they were applied.
-  long long out_of_order() {
-    const auto rows = pg::exec(
-        conn(), "SELECT aggregate_id, seq FROM " + schema_.table("effects") + " ORDER BY n");
-    std::map<std::string, long long> last;
-    long long bad = 0;
-    for (int i = 0; i < rows.rows(); ++i) {
-      const std::string aggregate(rows.text(i, 0));
-      const long long seq = std::stoll(std::string(rows.text(i, 1)));
-      if (seq != last[aggregate] + 1) ++bad;
-      last[aggregate] = seq;
-    }
-    return bad;
-  }
+  long long effects() { return effects_->all(); }
+  long long distinct_effects() { return effects_->distinct(); }
+  long long out_of_order() { return effects_->out_of_order(); }
 
   void TearDown() override { fault::arm(""); }
 
   std::string exchange_;
   std::string queue_;
   std::string last_error_;
+  std::unique_ptr<ConsumerEffects> effects_;
 };
 
 TEST_F(RabbitMqTest, EventsARelayPublishedAreAppliedOnceEachInOrderAndAcknowledged) {
@@ -425,9 +395,7 @@ TEST_F(RabbitMqTest, TwoConsumersOnOneQueueTakeTurnsWithoutReorderingAnAggregate
   EXPECT_EQ(poll_until(second, 200, 30s), 200) << last_error_;
   EXPECT_EQ(out_of_order(), 0);
   EXPECT_EQ(distinct_effects(), 200);
-  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("effects") +
-                              " WHERE consumer = 'second'"),
-            200 - committed_by_first);
+  EXPECT_EQ(effects_->by("second"), 200 - committed_by_first);
   EXPECT_GE(second.stats().duplicates, 1U) << "the batch committed and not acknowledged";
 }
 

@@ -27,6 +27,11 @@ RabbitMqServer& rabbitmq_server() {
   return instance;
 }
 
+RedisServer& redis_server() {
+  static RedisServer instance;
+  return instance;
+}
+
 std::string database_url() { return postgres().connection_string(); }
 
 pg::Connection connect() { return pg::Connection::open(database_url(), "outbox-test"); }

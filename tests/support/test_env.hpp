@@ -12,6 +12,7 @@
 #include "outbox/testing/kafka_mock.hpp"
 #include "outbox/testing/nats_server.hpp"
 #include "outbox/testing/rabbitmq_server.hpp"
+#include "outbox/testing/redis_server.hpp"
 #include "pg/connection.hpp"
 
 namespace outbox::testing {
@@ -20,6 +21,7 @@ EmbeddedPostgres& postgres();
 KafkaMockCluster& kafka();
 NatsServer& nats_server();          // Debian's nats-server with JetStream
 RabbitMqServer& rabbitmq_server();  // Debian's rabbitmq-server, a node of its own
+RedisServer& redis_server();        // Debian's redis-server, AOF fsynced on each write
 std::string database_url();
 pg::Connection connect();
 
