@@ -148,7 +148,11 @@ int run_bench(const BenchOptions& options) {
                     receiver ? receiver->url() : "",
                     nats ? nats->url() : "",
                     rabbitmq ? &*rabbitmq : nullptr,
-                    redis ? redis->url() : ""};
+                    redis ? redis->url() : "",
+                    nats       ? nats->process_group()
+                    : rabbitmq ? rabbitmq->process_group()
+                    : redis    ? redis->process_group()
+                               : 0};
   std::vector<json> results;
   auto report = [&](json r) {
     std::cout << r.dump() << std::endl;

@@ -78,6 +78,7 @@ struct Setup {
   std::string nats_url{};                    // with --sink nats: the embedded nats-server
   const RabbitMqServer* rabbitmq = nullptr;  // with --sink rabbitmq: the embedded node
   std::string redis_url{};                   // with --sink redis: the embedded redis-server
+  int broker_group = 0;  // the embedded server's process group (its CPU is the broker's); 0: none
 
   [[nodiscard]] pg::Connection connect() const;
 

@@ -127,20 +127,20 @@ double producers_alone_here(const LiveRun& live) {
 
 // What the relay costs the machine while producers run: its process, its PostgreSQL sessions
 // (a CDC relay's walsender among them; embedded database only: a server elsewhere has its own
-// process ids) and the embedded mock broker (in this process; a real one's CPU is on another
-// machine), in cores.
+// process ids) and the embedded broker (the mock in this process, or the server it started; a
+// broker of the user's has its CPU on another machine), in cores.
 class CpuMeter {
  public:
   CpuMeter(const Setup& setup, const Child& relay)
       : setup_(setup),
         relay_(relay.pid()),
         relay_before_(cpu_seconds_of(relay_)),
-        broker_before_(mock_broker_cpu_seconds()),
+        broker_before_(broker_cpu_seconds(setup_.broker_group)),
         sessions_(setup),
         started_(Clock::now()) {}
 
   // {relay_cores, relay_postgres_session_cores (all its sessions), relay_walsender_cores (of
-  // those), mock_broker_cores}, null where unknown.
+  // those), broker_cores}, null where unknown.
   json cores() {
     const double elapsed = seconds_since(started_);
     sessions_.sample();
@@ -151,7 +151,7 @@ class CpuMeter {
     json result = {{"relay_cores", nullptr},
                    {"relay_postgres_session_cores", nullptr},
                    {"relay_walsender_cores", nullptr},
-                   {"mock_broker_cores", nullptr}};
+                   {"broker_cores", nullptr}};
     if (relay_before_ && relay_after)
       result["relay_cores"] = per_second(*relay_after - *relay_before_);
     if (sessions_.known()) {
@@ -159,7 +159,7 @@ class CpuMeter {
       result["relay_walsender_cores"] = per_second(sessions_.walsender_seconds());
     }
     if (setup_.options.kafka_brokers.empty()) {
-      result["mock_broker_cores"] = per_second(mock_broker_cpu_seconds() - broker_before_);
+      result["broker_cores"] = per_second(broker_cpu_seconds(setup_.broker_group) - broker_before_);
     }
     return result;
   }
@@ -176,7 +176,7 @@ class CpuMeter {
 // Relay, sessions and broker together, per event the relay published: microseconds of CPU.
 json relay_side_us_per_event(const json& cores, double events_per_s) {
   double total = 0;
-  for (const char* key : {"relay_cores", "relay_postgres_session_cores", "mock_broker_cores"}) {
+  for (const char* key : {"relay_cores", "relay_postgres_session_cores", "broker_cores"}) {
     if (!cores[key].is_number()) return nullptr;
     total += cores[key].get<double>();
   }

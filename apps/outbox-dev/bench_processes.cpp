@@ -57,9 +57,26 @@ std::optional<double> cpu_seconds_of(pid_t pid) {
   return cpu_seconds_in("/proc/" + std::to_string(pid) + "/stat");
 }
 
-double mock_broker_cpu_seconds() {
+double broker_cpu_seconds(int server_group) {
   double total = 0;
   std::error_code error;
+  if (server_group > 0) {
+    for (const auto& process : std::filesystem::directory_iterator("/proc", error)) {
+      const std::string name = process.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(process.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      const auto after_name = line.rfind(')');
+      std::istringstream fields(after_name == std::string::npos ? "" : line.substr(after_name + 2));
+      std::string state;
+      long long parent = 0;
+      long long group = 0;
+      if ((fields >> state >> parent >> group) && group == server_group) {
+        total += cpu_seconds_in((process.path() / "stat").string()).value_or(0);
+      }
+    }
+  }
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
     std::ifstream comm(task.path() / "comm");
     std::string name;

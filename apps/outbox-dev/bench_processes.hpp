@@ -19,8 +19,10 @@ namespace outbox::cli::bench {
 // CPU seconds (user + system) a local process has used so far; nullopt if it cannot be read.
 std::optional<double> cpu_seconds_of(pid_t pid);
 
-// CPU seconds of the embedded Kafka mock cluster: librdkafka names its threads "rdk:mock".
-double mock_broker_cpu_seconds();
+// CPU seconds of the embedded broker: the Kafka mock cluster's threads in this process
+// (librdkafka names them "rdk:mock"), and every process of `server_group` (an embedded
+// nats-server, rabbitmq-server or redis-server; 0: none).
+double broker_cpu_seconds(int server_group);
 
 // A child process with stdout and stderr in `log_path`; killed if still running when destroyed.
 class Child {

@@ -60,8 +60,8 @@ std::string backlog_cpu_text(const json& r) {
   if (r.value("source", "") == "cdc") {
     text += fmt::format(" of which walsender {}", number(r["walsender_cpu_s_per_10k"]));
   }
-  if (r["mock_broker_cpu_s_per_10k"].is_number()) {
-    text += fmt::format(", broker {}", number(r["mock_broker_cpu_s_per_10k"]));
+  if (r["broker_cpu_s_per_10k"].is_number()) {
+    text += fmt::format(", broker {}", number(r["broker_cpu_s_per_10k"]));
   }
   return text + ")";
 }
@@ -84,7 +84,7 @@ std::string backlog_text(const json& r) {
   return text;
 }
 
-// "; relay used 0.10 cores, its PostgreSQL sessions 0.20 (walsender 0.08), the mock broker 0.03:
+// "; relay used 0.10 cores, its PostgreSQL sessions 0.20 (walsender 0.08), the broker 0.03:
 // 95 µs of CPU per event" as far as known.
 std::string live_cpu_text(const json& r) {
   if (!r["relay_cores"].is_number() || !r["relay_postgres_session_cores"].is_number()) return {};
@@ -94,8 +94,8 @@ std::string live_cpu_text(const json& r) {
   if (r.value("source", "") == "cdc" && r["relay_walsender_cores"].is_number()) {
     text += fmt::format(" (walsender {:.2f})", r["relay_walsender_cores"].get<double>());
   }
-  if (r["mock_broker_cores"].is_number()) {
-    text += fmt::format(", the mock broker {:.2f}", r["mock_broker_cores"].get<double>());
+  if (r["broker_cores"].is_number()) {
+    text += fmt::format(", the broker {:.2f}", r["broker_cores"].get<double>());
   }
   if (r.value("relay_side_cpu_us_per_event", json()).is_number()) {
     text +=

@@ -144,7 +144,7 @@ double backlog_seconds(const Setup& setup, const std::string& name, const Schema
 }
 
 // What the relay side used draining `events`: the relay processes (rusage), their PostgreSQL
-// sessions with a CDC relay's walsender, and the embedded mock broker; CPU seconds per 10,000.
+// sessions with a CDC relay's walsender, and the embedded broker; CPU seconds per 10,000.
 json backlog_cpu(const Setup& setup, const Child::End& relays, const RelaySessionsCpu& sessions,
                  double broker_seconds) {
   const double per_10k = 10000.0 / static_cast<double>(setup.options.events);
@@ -152,14 +152,14 @@ json backlog_cpu(const Setup& setup, const Child::End& relays, const RelaySessio
               {"relay_cpu_s", relays.cpu_seconds},
               {"postgres_sessions_cpu_s_per_10k", nullptr},
               {"walsender_cpu_s_per_10k", nullptr},
-              {"mock_broker_cpu_s_per_10k", nullptr},
+              {"broker_cpu_s_per_10k", nullptr},
               {"relay_side_cpu_s_per_10k", nullptr}};
   if (!sessions.known()) return cpu;
   cpu["postgres_sessions_cpu_s_per_10k"] = sessions.seconds() * per_10k;
   cpu["walsender_cpu_s_per_10k"] = sessions.walsender_seconds() * per_10k;
   double total = relays.cpu_seconds + sessions.seconds();
   if (setup.options.kafka_brokers.empty()) {
-    cpu["mock_broker_cpu_s_per_10k"] = broker_seconds * per_10k;
+    cpu["broker_cpu_s_per_10k"] = broker_seconds * per_10k;
     total += broker_seconds;
   }
   cpu["relay_side_cpu_s_per_10k"] = total * per_10k;
@@ -179,7 +179,7 @@ json bench_backlog(const Setup& setup, bool discard, RelaySource source,
   setup.load_backlog(schema);
   // One CDC relay: a second would wait for the slot as a standby.
   const int relay_count = cdc ? 1 : o.relays;
-  const double broker_before = mock_broker_cpu_seconds();
+  const double broker_before = broker_cpu_seconds(setup.broker_group);
   RelaySessionsCpu sessions(setup);
   const double start_wall = wall_now();
   const auto started = Clock::now();
@@ -197,7 +197,7 @@ json bench_backlog(const Setup& setup, bool discard, RelaySource source,
     end.cpu_seconds += one.cpu_seconds;
     end.peak_rss_mib = std::max(end.peak_rss_mib, one.peak_rss_mib);
   }
-  const double broker_seconds = mock_broker_cpu_seconds() - broker_before;
+  const double broker_seconds = broker_cpu_seconds(setup.broker_group) - broker_before;
   const double seconds = backlog_seconds(setup, label, schema, start_wall);
   const double rate = seconds > 0 ? static_cast<double>(o.events) / seconds : 0;
   // The backlog's own tables are large: drop them so later scenarios run on a quiet database.

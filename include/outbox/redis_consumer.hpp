@@ -4,22 +4,29 @@
 //
 // A consumer group hands each entry of a stream to one of its consumers, whichever asks: two
 // consumers reading one stream would split an aggregate's events and apply them in any order.
-// So each stream is read by one consumer of the group at a time: a consumer holds a lock per
-// stream ("<stream>:outbox-lock:<group>", renewed every lease/4, taken over when it lapses for
-// the lease) and reads only the streams it holds. Give several consumers the same list: they
-// share the streams out by who takes which lock first, and a dead one's streams are taken over
-// after the lease.
+// So each stream is read by one process of the group at a time: a process holds a lock per
+// stream ("<stream>:outbox-lock:<group>", its value a token of the process, renewed every
+// lease/4, free again when not renewed for the lease) and reads only the streams it holds, by a
+// script that reads a stream only while the server holds its lock for this process: a process
+// paused past its lease takes nothing when it wakes. Give several processes the same list: they
+// share the streams out by who takes which lock first; a dead one's streams are taken over after
+// the lease, a stopped one's (destructor) at once. A restarted process is a new holder too: it
+// takes its streams back after the lease.
 //
-// Per stream, in order: a consumer that takes a stream first claims every entry the group's
-// other consumers had been handed and not acknowledged (XAUTOCLAIM: their holder is gone, its
-// lock lapsed), then reads its own unacknowledged entries (a crash of this same consumer, a
-// failed batch), and only then new ones. What arrives in a poll (up to `batch` entries) is applied
-// in one inbox transaction; after the commit the entries are acknowledged (XACK). A crash before
-// the XACK leaves them pending: read again first, and the inbox makes the repeat a no-op. A
-// consumer whose lock has lapsed (a paused process) drops its batch instead of committing it.
+// Per stream, in order: a process that takes a stream first claims every entry the group had
+// handed out and not seen acknowledged (XAUTOCLAIM: their holder is gone), then reads those again,
+// and only then new ones; a failed batch is read again the same way. What arrives in a poll (up
+// to `batch` entries) is applied in one inbox transaction; after the commit the entries are
+// acknowledged (XACK). A crash before the XACK leaves them pending: read again first, and the
+// inbox makes the repeat a no-op. A process that finds its lock may have lapsed (by its own clock,
+// a quarter of the lease early) before it begins the inbox transaction throws the batch away
+// unapplied; one that lapses during the transaction commits it, and its new holder's repeat is a
+// no-op (a transaction longer than a quarter of the lease can apply a batch after the new
+// holder applied later entries: keep batches short).
 //
 // The group is created at the start of each stream when missing (XGROUP CREATE ... 0 MKSTREAM).
-// The sink's retention never trims an entry a group has not acknowledged.
+// The sink's retention never trims an entry a group has not acknowledged; a group created later
+// starts from what the retention left.
 
 #include <chrono>
 #include <functional>

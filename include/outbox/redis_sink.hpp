@@ -30,7 +30,9 @@
 // schema_version, occurred_at, headers (the event's JSON object, traceparent included), payload.
 //
 // Redis Cluster is not supported (hiredis 0.14 has no cluster client): one server, or a
-// Sentinel-managed primary named by its address.
+// Sentinel-managed primary named by its address. hiredis writes with write(2): a program that
+// embeds the sink (or RedisInboxConsumer) should ignore SIGPIPE, as outbox's programs do, or a
+// server that closes the connection kills it.
 
 #include <chrono>
 #include <cstdint>

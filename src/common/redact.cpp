@@ -256,4 +256,20 @@ bool is_secret_kafka_property(std::string_view key) {
                      [&](std::string_view mark) { return lower.find(mark) != std::string::npos; });
 }
 
+namespace detail {
+
+std::string redact_url_password(const std::string& url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  const std::size_t start = scheme + 3;
+  // The last '@' of all: a password may hold '/' and '@' unencoded; a path with '@' in it is
+  // rare, and hiding too much of an error's URL costs less than showing a password.
+  const auto at = url.rfind('@');
+  if (at == std::string::npos || at < start) return url;
+  const auto colon = url.find(':', start);
+  const std::size_t secret = colon != std::string::npos && colon < at ? colon + 1 : start;
+  return url.substr(0, secret) + "***" + url.substr(at);
+}
+
+}  // namespace detail
 }  // namespace outbox

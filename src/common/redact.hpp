@@ -16,4 +16,9 @@ using outbox::kShortestScrubbed;
 using outbox::redact_connection_string;
 using outbox::scrub;
 
+// A broker URL (amqp://, redis://) for an error message: the password of its user information
+// ("user:password@" -> "user:***@"; a bare "secret@", which some clients read as a password,
+// -> "***@"). The last '@' of the URL ends it, as a password may hold '@' and '/' unencoded.
+std::string redact_url_password(const std::string& url);
+
 }  // namespace outbox::detail

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/printable.hpp"
+#include "common/redact.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::rabbitmq {
@@ -25,16 +26,6 @@ timeval to_timeval(std::chrono::milliseconds duration) {
   return tv;
 }
 
-// The URL for an error message: a password in it (user:password@) as "***".
-std::string redacted(const std::string& url) {
-  const auto scheme = url.find("://");
-  const auto at = url.find('@');
-  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
-  const auto colon = url.find(':', scheme + 3);
-  if (colon == std::string::npos || colon > at) return url;
-  return url.substr(0, colon + 1) + "***" + url.substr(at);
-}
-
 }  // namespace
 
 Endpoint parse_url(const std::string& url) {
@@ -44,7 +35,7 @@ Endpoint parse_url(const std::string& url) {
         "through a TLS-terminating proxy (stunnel, HAProxy) in front of the broker");
   }
   if (!url.starts_with("amqp://")) {
-    throw ConfigError("RabbitMQ URL \"" + detail::printable(redacted(url), 200) +
+    throw ConfigError("RabbitMQ URL \"" + detail::printable(detail::redact_url_password(url), 200) +
                       "\" must look like amqp://user:password@host:5672/vhost");
   }
   if (const auto at = url.find('@');
@@ -57,7 +48,7 @@ Endpoint parse_url(const std::string& url) {
   amqp_connection_info info{};
   if (amqp_parse_url(copy.data(), &info) != AMQP_STATUS_OK || info.host == nullptr ||
       *info.host == '\0') {
-    throw ConfigError("RabbitMQ URL \"" + detail::printable(redacted(url), 200) +
+    throw ConfigError("RabbitMQ URL \"" + detail::printable(detail::redact_url_password(url), 200) +
                       "\" is malformed; e.g. amqp://guest:guest@127.0.0.1:5672/ (a password "
                       "with '@', ':' or '/' must be percent-encoded)");
   }

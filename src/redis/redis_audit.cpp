@@ -13,11 +13,26 @@ namespace {
 
 constexpr const char* kPage = "1000";
 
+// The template as a SCAN pattern: its text literal (glob characters escaped), each placeholder
+// "*".
+std::string scan_pattern(const std::string& stream_template) {
+  std::string escaped;
+  for (const char c : stream_template) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') escaped += '\\';
+    escaped += c;
+  }
+  return detail::key_filter(escaped, "*");
+}
+
 // Every stream whose name the template's pattern matches.
-std::vector<std::string> find_streams(redis::Connection& connection, const std::string& pattern) {
+std::vector<std::string> find_streams(redis::Connection& connection, const std::string& pattern,
+                                      std::chrono::steady_clock::time_point deadline) {
   std::vector<std::string> streams;
   std::string cursor = "0";
   do {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw BrokerError("audit: the streams were not all found within the read timeout", 0, true);
+    }
     const redis::Reply reply = connection.checked(
         {"SCAN", cursor, "MATCH", pattern, "COUNT", kPage, "TYPE", "stream"}, "audit: SCAN");
     cursor = redis::text(reply->element[0]);
@@ -77,7 +92,7 @@ AuditReport audit_redis_streams(const RedisAuditOptions& options) {
         const auto deadline = std::chrono::steady_clock::now() + options.read_timeout;
         detail::AuditedMessages messages;
         for (const std::string& stream :
-             find_streams(connection, detail::key_filter(options.stream_template, "*"))) {
+             find_streams(connection, scan_pattern(options.stream_template), deadline)) {
           read_stream(connection, stream, from_ms, begin_ms, end_ms, deadline, messages);
         }
         return messages;

@@ -6,20 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/printable.hpp"
+#include "common/redact.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::redis {
 namespace {
-
-// The URL as it may appear in an error message: the password as ***.
-std::string redacted(const std::string& url) {
-  const auto scheme = url.find("://");
-  const auto at = url.rfind('@');
-  if (scheme == std::string::npos || at == std::string::npos || at < scheme) return url;
-  const auto colon = url.find(':', scheme + 3);
-  if (colon == std::string::npos || colon > at) return url;
-  return url.substr(0, colon + 1) + "***" + url.substr(at);
-}
 
 std::string percent_decode(std::string_view text, const std::string& url) {
   std::string out;
@@ -32,7 +23,7 @@ std::string percent_decode(std::string_view text, const std::string& url) {
     if (i + 2 >= text.size() ||
         std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16).ptr !=
             text.data() + i + 3) {
-      throw ConfigError("Redis URL \"" + detail::printable(redacted(url), 200) +
+      throw ConfigError("Redis URL \"" + detail::printable(detail::redact_url_password(url), 200) +
                         "\" has a malformed percent-encoding");
     }
     out += static_cast<char>(value);
@@ -61,7 +52,7 @@ Endpoint parse_url(const std::string& url) {
         "private network or through a TLS-terminating proxy (stunnel, HAProxy)");
   }
   const auto malformed = [&url] {
-    return ConfigError("Redis URL \"" + detail::printable(redacted(url), 200) +
+    return ConfigError("Redis URL \"" + detail::printable(detail::redact_url_password(url), 200) +
                        "\" must look like redis://[[user]:password@]host[:port][/db], e.g. "
                        "redis://127.0.0.1:6379/0 (a password with '@', ':' or '/' "
                        "percent-encoded)");
@@ -132,6 +123,16 @@ const redisReply* field(const redisReply* map, std::string_view name) {
   return nullptr;
 }
 
+bool is_transient(const redisReply* reply) {
+  const std::string code = error_code(reply);
+  const std::string message = text(reply);
+  // A busy server (a long script), one still loading its data, a failover under way, a full
+  // client table: the same request succeeds later. Everything else (a wrong password, NOPERM,
+  // an unknown command, a database out of range) needs an operator.
+  return code == "BUSY" || code == "LOADING" || code == "MASTERDOWN" || code == "TRYAGAIN" ||
+         code == "OOM" || message.find("max number of clients") != std::string::npos;
+}
+
 std::optional<std::pair<std::uint64_t, std::uint64_t>> parse_entry_id(std::string_view id) {
   const auto dash = id.find('-');
   std::pair<std::uint64_t, std::uint64_t> parsed{};
@@ -146,32 +147,34 @@ Connection::Connection(const Endpoint& endpoint, std::chrono::milliseconds timeo
     : endpoint_(endpoint) {
   context_ = redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, to_timeval(timeout));
   if (context_ == nullptr) throw std::bad_alloc();
-  if (context_->err != 0) {
-    const std::string why = context_->errstr;
-    redisFree(context_);
-    throw BrokerError("Redis: cannot connect to " + describe(endpoint) + ": " + why, 0, true);
-  }
-  set_timeout(timeout);
-  if (!endpoint.password.empty()) {
-    std::vector<std::string_view> auth{"AUTH"};
-    if (!endpoint.user.empty()) auth.emplace_back(endpoint.user);
-    auth.emplace_back(endpoint.password);
-    const Reply reply = command(auth);
-    if (is_error(reply.get())) {
-      redisFree(context_);
-      throw ConfigError("Redis at " + describe(endpoint) +
-                        " refused the login: " + detail::printable(text(reply.get()), 200));
+  try {
+    if (context_->err != 0) {
+      throw BrokerError("Redis: cannot connect to " + describe(endpoint) + ": " + context_->errstr,
+                        0, true);
     }
-  }
-  if (endpoint.db != 0) {
-    const std::string db = std::to_string(endpoint.db);
-    const Reply reply = command({"SELECT", db});
-    if (is_error(reply.get())) {
-      redisFree(context_);
-      throw ConfigError("Redis at " + describe(endpoint) + " refused database " + db + ": " +
-                        detail::printable(text(reply.get()), 200));
+    set_timeout(timeout);
+    if (!endpoint.password.empty()) {
+      std::vector<std::string_view> auth{"AUTH"};
+      if (!endpoint.user.empty()) auth.emplace_back(endpoint.user);
+      auth.emplace_back(endpoint.password);
+      refused_unless_transient(command(auth).get(), "refused the login");
     }
+    if (endpoint.db != 0) {
+      const std::string db = std::to_string(endpoint.db);
+      refused_unless_transient(command({"SELECT", db}).get(), "refused database " + db);
+    }
+  } catch (...) {
+    redisFree(context_);  // no destructor runs for a constructor that throws
+    throw;
   }
+}
+
+void Connection::refused_unless_transient(const redisReply* reply, const std::string& what) const {
+  if (!is_error(reply)) return;
+  const std::string message =
+      "Redis at " + describe(endpoint_) + " " + what + ": " + detail::printable(text(reply), 200);
+  if (is_transient(reply)) throw BrokerError(message, 0, true);
+  throw ConfigError(message);
 }
 
 Connection::~Connection() { redisFree(context_); }
@@ -211,7 +214,11 @@ std::string Connection::error() const {
 
 void check_persistence(Connection& connection, bool allow_volatile, const std::string& flag) {
   if (allow_volatile) return;
-  const Reply reply = connection.command({"CONFIG", "GET", "append*"});
+  const Reply reply = connection.command(
+      {"CONFIG", "GET", "appendonly", "appendfsync", "no-appendfsync-on-rewrite"});
+  if (is_transient(reply.get())) {
+    throw BrokerError("Redis: CONFIG GET: " + detail::printable(text(reply.get()), 200), 0, true);
+  }
   if (is_error(reply.get())) {
     throw ConfigError(fmt::format(
         "Redis: cannot read the server's persistence settings (CONFIG GET: {}), so an "
@@ -221,6 +228,14 @@ void check_persistence(Connection& connection, bool allow_volatile, const std::s
   }
   const std::string appendonly = text(field(reply.get(), "appendonly"));
   const std::string appendfsync = text(field(reply.get(), "appendfsync"));
+  if (text(field(reply.get(), "no-appendfsync-on-rewrite")) == "yes") {
+    throw ConfigError(fmt::format(
+        "Redis: the server has no-appendfsync-on-rewrite yes: while it rewrites its AOF or saves "
+        "a snapshot it replies without fsyncing, and a crash then can lose entries it "
+        "acknowledged; set no-appendfsync-on-rewrite no (CONFIG SET, and in redis.conf), or pass "
+        "{} to accept that",
+        flag));
+  }
   if (appendonly != "yes" || appendfsync != "always") {
     throw ConfigError(fmt::format(
         "Redis: the server has appendonly {} and appendfsync {}: a crash can lose entries it "

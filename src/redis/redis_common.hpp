@@ -42,6 +42,8 @@ std::string text(const redisReply* reply);
 bool is_error(const redisReply* reply);
 // An error reply's code: its first word ("OOM", "NOSCRIPT", "WRONGTYPE", "NOGROUP", ...).
 std::string error_code(const redisReply* reply);
+// An error reply that a retry can outlive (BUSY, LOADING, a full client table, OOM ...).
+bool is_transient(const redisReply* reply);
 // A field of a flat map reply ([name, value, name, value ...], as XINFO and CONFIG GET give).
 const redisReply* field(const redisReply* map, std::string_view name);
 // "<ms>-<seq>" as a pair; nullopt when malformed.
@@ -69,14 +71,18 @@ class Connection {
   [[nodiscard]] std::string error() const;
 
  private:
+  // Throws when `reply` is an error: BrokerError (retryable) when transient, else ConfigError.
+  void refused_unless_transient(const redisReply* reply, const std::string& what) const;
+
   redisContext* context_ = nullptr;
   Endpoint endpoint_;
 };
 
 // Throws ConfigError unless the server writes each change to its append-only file and fsyncs it
-// before replying (appendonly yes, appendfsync always) or `allow_volatile` is set; says what to
-// set. A server whose CONFIG command is disabled (managed services rename it) cannot be checked:
-// refused in the same way, naming the flag.
+// before replying (appendonly yes, appendfsync always, no-appendfsync-on-rewrite no) or
+// `allow_volatile` is set; says what to set. A transient error (BUSY ...) is a BrokerError. A
+// server whose CONFIG command is disabled (managed services rename it) cannot be checked: refused
+// in the same way, naming the flag.
 void check_persistence(Connection& connection, bool allow_volatile, const std::string& flag);
 
 // An event as a stream entry's fields, in order: event_id, aggregate_type, aggregate_id,

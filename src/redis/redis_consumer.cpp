@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "common/fault.hpp"
@@ -20,39 +21,13 @@
 #include "outbox/error.hpp"
 #include "pg/connection.hpp"
 #include "redis/redis_common.hpp"
+#include "redis/redis_scripts.hpp"
 #include "sinks/key_template.hpp"
 
 namespace outbox {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// KEYS: the locks; ARGV[1] this consumer, ARGV[2] the lease (ms). Per lock: 1 held and renewed,
-// 2 taken now, 0 another consumer holds it.
-constexpr const char* kLockScript = R"lua(
-local out = {}
-for i, key in ipairs(KEYS) do
-  local holder = redis.call('GET', key)
-  if holder == ARGV[1] then
-    redis.call('PEXPIRE', key, ARGV[2])
-    out[i] = 1
-  elseif not holder then
-    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
-    out[i] = 2
-  else
-    out[i] = 0
-  end
-end
-return out
-)lua";
-
-// KEYS: the locks; ARGV[1] this consumer. Lets go of those it holds.
-constexpr const char* kUnlockScript = R"lua(
-for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then redis.call('DEL', key) end
-end
-return 0
-)lua";
 
 std::string default_consumer() {
   char host[256] = {};
@@ -118,19 +93,24 @@ class RedisInboxConsumer::Impl {
     if (!effect_) throw InvalidArgument("Redis consumer: the effect is empty");
     if (options_.consumer.empty()) options_.consumer = default_consumer();
     lease_ = std::to_string(options_.lease.count());
+    // The locks' value: this process, not its consumer name, which two live processes may share
+    // (one configuration for every replica): a lock held under a name would be held by both.
+    std::random_device random;
+    token_ = fmt::format("{}/{:08x}{:08x}", options_.consumer, random(), random());
     for (const std::string& stream : options_.streams) {
-      streams_.push_back(Stream{stream, stream + ":outbox-lock:" + options_.group});
+      streams_.push_back(
+          Stream{stream, stream + ":outbox-lock:" + options_.group, false, true, {}, {}});
     }
   }
 
   ~Impl() {
     // Let the streams go at once rather than after the lease: another consumer takes them over.
     if (connection_ == nullptr || connection_->broken()) return;
-    std::vector<std::string_view> args{"EVAL", kUnlockScript};
+    std::vector<std::string_view> args{"EVAL", redis::kUnlockScript};
     const std::string count = std::to_string(streams_.size());
     args.emplace_back(count);
     for (const Stream& s : streams_) args.emplace_back(s.lock);
-    args.emplace_back(options_.consumer);
+    args.emplace_back(token_);
     try {
       connection_->command(args);
     } catch (const Error&) {
@@ -177,6 +157,7 @@ class RedisInboxConsumer::Impl {
     bool held = false;
     bool history = true;              // read this consumer's pending entries before new ones
     Clock::time_point valid_until{};  // the lock, by this process's clock
+    std::string last_read;            // the last new entry this process read; "": none yet
   };
 
   std::size_t poll_redis(std::chrono::milliseconds max_wait) {
@@ -213,6 +194,9 @@ class RedisInboxConsumer::Impl {
   void connect() {
     auto connection = std::make_unique<redis::Connection>(endpoint_, options_.connect_timeout);
     for (const Stream& s : streams_) {
+      // Only a missing group is created: XGROUP CREATE is refused at maxmemory even for a group
+      // that exists, and a consumer must start then to free memory.
+      if (has_group(*connection, s.name)) continue;
       const redis::Reply reply =
           connection->command({"XGROUP", "CREATE", s.name, options_.group, "0", "MKSTREAM"});
       if (redis::is_error(reply.get()) && redis::error_code(reply.get()) != "BUSYGROUP") {
@@ -222,10 +206,19 @@ class RedisInboxConsumer::Impl {
       }
     }
     connection_ = std::move(connection);
-    for (Stream& s : streams_) s = Stream{s.name, s.lock};
+    for (Stream& s : streams_) s = Stream{s.name, s.lock, false, true, {}, {}};
     next_lock_refresh_ = Clock::now();
     detail::log().info("redis consumer {}: group {} on {} stream(s) at {}", options_.consumer,
                        options_.group, streams_.size(), redis::describe(endpoint_));
+  }
+
+  bool has_group(redis::Connection& connection, const std::string& stream) const {
+    const redis::Reply groups = connection.command({"XINFO", "GROUPS", stream});
+    if (groups->type != REDIS_REPLY_ARRAY) return false;  // no such stream yet
+    for (std::size_t i = 0; i < groups->elements; ++i) {
+      if (redis::text(redis::field(groups->element[i], "name")) == options_.group) return true;
+    }
+    return false;
   }
 
   void drop_connection() {
@@ -239,11 +232,11 @@ class RedisInboxConsumer::Impl {
   // what its previous holder (or this consumer, before a restart) left pending.
   void refresh_locks() {
     const auto now = Clock::now();
-    std::vector<std::string_view> args{"EVAL", kLockScript};
+    std::vector<std::string_view> args{"EVAL", redis::kLockScript};
     const std::string count = std::to_string(streams_.size());
     args.emplace_back(count);
     for (const Stream& s : streams_) args.emplace_back(s.lock);
-    args.emplace_back(options_.consumer);
+    args.emplace_back(token_);
     args.emplace_back(lease_);
     const redis::Reply reply = connection_->checked(args, "the stream locks");
     std::uint64_t held = 0;
@@ -257,6 +250,7 @@ class RedisInboxConsumer::Impl {
       if (state == 2 || !s.held) {
         claim(s);
         s.history = true;
+        s.last_read.clear();  // another process may have read past it
         detail::log().info("redis consumer {}: reading {}", options_.consumer,
                            detail::printable(s.name));
       }
@@ -271,7 +265,7 @@ class RedisInboxConsumer::Impl {
   }
 
   // Moves every entry of the group's pending list on `s` to this consumer: whoever had them
-  // holds the stream's lock no more.
+  // holds the stream's lock no more. Entries deleted while pending leave the list (counted).
   void claim(const Stream& s) {
     std::string cursor = "0-0";
     do {
@@ -282,27 +276,72 @@ class RedisInboxConsumer::Impl {
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2) break;
       cursor = redis::text(reply->element[0]);
       counters_.redis_claimed += reply->element[1]->elements;
+      if (reply->elements > 2 && reply->element[2]->elements > 0) {
+        counters_.rejected += reply->element[2]->elements;
+        detail::log().error(
+            "redis consumer {}: {} entr(ies) of {} were deleted while pending: never applied",
+            options_.consumer, reply->element[2]->elements, detail::printable(s.name));
+      }
     } while (cursor != "0-0" && !cursor.empty());
   }
 
-  // XREADGROUP over `reading`: this consumer's pending entries (history) without waiting, or new
-  // ones waiting up to `max_wait`.
+  // What `reading` holds for this consumer: its pending entries (history), or new ones, waiting
+  // up to `max_wait` (within the locks' validity) for some to come.
   std::vector<Entry> read(const std::vector<std::size_t>& reading, bool history,
                           std::chrono::milliseconds max_wait) {
+    std::vector<Entry> entries = read_fenced(reading, history);
+    if (!entries.empty() || history || max_wait.count() <= 0) return entries;
+    auto wait = max_wait;
+    for (const std::size_t i : reading) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                streams_[i].valid_until - Clock::now()));
+    }
+    if (wait.count() <= 0) return entries;
+    // Wait for an entry after the last this process read of each (XREAD takes nothing), then
+    // read through the fence. Where it read none yet ("$": what is appended from now), an append
+    // between the two reads waits out this wait: latency, never a lost entry.
+    std::vector<std::string_view> args{"XREAD", "COUNT", "1"};
+    const std::string block = std::to_string(wait.count());
+    args.insert(args.end(), {"BLOCK", block, "STREAMS"});
+    for (const std::size_t i : reading) args.emplace_back(streams_[i].name);
+    for (const std::size_t i : reading) {
+      // Not a conditional expression: its std::string would be a temporary the view outlives.
+      if (streams_[i].last_read.empty()) {
+        args.emplace_back("$");
+      } else {
+        args.emplace_back(streams_[i].last_read);
+      }
+    }
+    connection_->set_timeout(wait + options_.connect_timeout);
+    const auto restore = [this] { connection_->set_timeout(options_.connect_timeout); };
+    try {
+      const redis::Reply woke = connection_->checked(args, "XREAD");
+      restore();
+      if (woke->type != REDIS_REPLY_ARRAY) return entries;  // nothing within the wait
+    } catch (...) {
+      if (!connection_->broken()) restore();
+      throw;
+    }
+    entries = read_fenced(reading, false);
+    // Entries came and the fence gave none: a lock this process thinks it holds lapsed.
+    if (entries.empty()) next_lock_refresh_ = Clock::now();
+    return entries;
+  }
+
+  // XREADGROUP through the read script: only the streams whose lock this process holds on the
+  // server, so a process whose lock lapsed (paused past the lease) takes no entry.
+  std::vector<Entry> read_fenced(const std::vector<std::size_t>& reading, bool history) {
+    const std::string keys = std::to_string(reading.size() * 2);
+    // At most `batch` in all, at least one per stream.
     const std::string count =
         std::to_string(std::max<std::size_t>(1, options_.batch / reading.size()));
-    const std::string block = std::to_string(std::max<std::int64_t>(1, max_wait.count()));
-    std::vector<std::string_view> args{"XREADGROUP",      "GROUP", options_.group,
-                                       options_.consumer, "COUNT", count};
-    if (!history) args.insert(args.end(), {"BLOCK", block});
-    args.emplace_back("STREAMS");
+    std::vector<std::string_view> args{"EVAL", redis::kReadScript, keys};
     for (const std::size_t i : reading) args.emplace_back(streams_[i].name);
+    for (const std::size_t i : reading) args.emplace_back(streams_[i].lock);
+    args.insert(args.end(), {options_.group, options_.consumer, token_, count});
     for (std::size_t i = 0; i < reading.size(); ++i) args.emplace_back(history ? "0" : ">");
-    connection_->set_timeout(max_wait + options_.connect_timeout);
     const redis::Reply reply = connection_->checked(args, "XREADGROUP");
-    connection_->set_timeout(options_.connect_timeout);
     std::vector<Entry> entries;
-    if (reply->type != REDIS_REPLY_ARRAY) return entries;  // nil: nothing within max_wait
     for (std::size_t r = 0; r < reply->elements; ++r) {
       const redisReply* stream = reply->element[r];
       const std::string name = redis::text(stream->element[0]);
@@ -316,6 +355,7 @@ class RedisInboxConsumer::Impl {
           entry.event = redis::decode_entry(item->element[1]);
         }  // else deleted while pending: no fields, a nil id (skipped and acknowledged)
         entry.event.topic = name;
+        if (!history && index < streams_.size()) streams_[index].last_read = entry.id;
         entries.push_back(std::move(entry));
       }
     }
@@ -375,6 +415,7 @@ class RedisInboxConsumer::Impl {
   detail::HealthBoard health_;
   redis::Endpoint endpoint_;
   std::string lease_;
+  std::string token_;
   std::vector<Stream> streams_;
   std::unique_ptr<redis::Connection> connection_;
   Clock::time_point next_lock_refresh_{};

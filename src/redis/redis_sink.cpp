@@ -18,6 +18,7 @@
 #include "common/stat_list.hpp"
 #include "outbox/error.hpp"
 #include "redis/redis_common.hpp"
+#include "redis/redis_scripts.hpp"
 #include "sinks/key_template.hpp"
 
 namespace outbox {
@@ -25,54 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::uint32_t kMaxPartitions = 4096;
-
-// KEYS[1] the stream, KEYS[2] its dedup set; ARGV[1] the event id, ARGV[2] the window (ms),
-// ARGV[3...] the entry's fields. Returns the new entry's id, or 0 for an id appended within the
-// window. One script: the id is recorded with the append or not at all.
-constexpr const char* kPublishScript = R"lua(
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 0 end
-local id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('PEXPIRE', KEYS[2], window)
-return id
-)lua";
-
-// KEYS[1] the stream; ARGV[1] the retention (ms). Removes entries older than the retention that
-// every consumer group has acknowledged (a group needs its pending entries and what it has not
-// read yet). Returns {entries removed, ms the oldest entry still needed is past the retention}.
-constexpr const char* kTrimScript = R"lua(
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cut_ms, cut_seq = now - tonumber(ARGV[1]), 0
-if cut_ms <= 0 then return {0, 0} end
-local function split(id)
-  local dash = string.find(id, '-', 1, true)
-  return tonumber(string.sub(id, 1, dash - 1)), tonumber(string.sub(id, dash + 1))
-end
-local held = false
-for _, group in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
-  local info = {}
-  for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
-  local ms, seq
-  if info['pending'] > 0 then
-    ms, seq = split(redis.call('XPENDING', KEYS[1], info['name'])[2])
-  else
-    ms, seq = split(info['last-delivered-id'])
-    seq = seq + 1
-  end
-  if ms < cut_ms or (ms == cut_ms and seq < cut_seq) then
-    cut_ms, cut_seq, held = ms, seq, true
-  end
-end
-local removed = redis.call('XTRIM', KEYS[1], 'MINID', cut_ms .. '-' .. cut_seq)
-if held then return {removed, now - tonumber(ARGV[1]) - cut_ms} end
-return {removed, 0}
-)lua";
 
 void check_options(const RedisSinkOptions& options) {
   redis::parse_url(options.url);
@@ -169,6 +122,7 @@ class RedisSink final : public Sink {
     append(args);
     pending_.push_back(Pending{ticket, Clock::now() + options_.reply_timeout, false, stream});
     maybe_trim(stream);
+    sweep_held_back();
     flush();
   }
 
@@ -222,21 +176,24 @@ class RedisSink final : public Sink {
     std::string stream;
   };
 
-  // Empty when connected (persistence checked, scripts loaded); else why not. Connects at most
-  // once a second.
+  // Empty when connected (persistence checked, scripts loaded); else why not. An attempt blocks
+  // the relay's thread for at most the connect timeout (a server that accepts and does not
+  // answer), and the next comes a second after it ended.
   std::string ensure_connected() {
     if (connection_ != nullptr) return {};
-    const auto now = Clock::now();
-    if (now < next_connect_) return last_connect_error_;
-    next_connect_ = now + std::chrono::seconds(1);
+    if (Clock::now() < next_connect_) return last_connect_error_;
+    struct Pause {
+      Clock::time_point& next;
+      ~Pause() { next = Clock::now() + std::chrono::seconds(1); }
+    } pause{next_connect_};
     try {
       auto connection = std::make_unique<redis::Connection>(endpoint_, options_.connect_timeout);
       redis::check_persistence(*connection, options_.allow_volatile_acks,
                                "--redis-allow-volatile-acks");
-      publish_sha_ =
-          redis::text(connection->checked({"SCRIPT", "LOAD", kPublishScript}, "SCRIPT LOAD").get());
-      trim_sha_ =
-          redis::text(connection->checked({"SCRIPT", "LOAD", kTrimScript}, "SCRIPT LOAD").get());
+      publish_sha_ = redis::text(
+          connection->checked({"SCRIPT", "LOAD", redis::kPublishScript}, "SCRIPT LOAD").get());
+      trim_sha_ = redis::text(
+          connection->checked({"SCRIPT", "LOAD", redis::kTrimScript}, "SCRIPT LOAD").get());
       // From here on the relay's thread never waits on the socket: non-blocking, polled.
       redisContext* context = connection->get();
       ::fcntl(context->fd, F_SETFL, ::fcntl(context->fd, F_GETFL) | O_NONBLOCK);
@@ -264,6 +221,19 @@ class RedisSink final : public Sink {
     pending_.push_back(Pending{0, now + options_.reply_timeout, true, stream});
   }
 
+  // Streams a group held back are trimmed again even when nothing is appended to them, so the
+  // gauge comes down once the group caught up (while the relay sends anything at all).
+  void sweep_held_back() {
+    const auto now = Clock::now();
+    if (options_.retention.count() == 0 || now < next_sweep_) return;
+    next_sweep_ = now + options_.trim_interval;
+    std::vector<std::string> held;
+    for (const auto& [stream, ms] : held_back_) {
+      if (ms > 0) held.push_back(stream);
+    }
+    for (const std::string& stream : held) maybe_trim(stream);
+  }
+
   void append(const std::vector<std::string_view>& args) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lengths;
@@ -271,8 +241,11 @@ class RedisSink final : public Sink {
       argv.push_back(arg.data());
       lengths.push_back(arg.size());
     }
-    redisAppendCommandArgv(connection_->get(), static_cast<int>(argv.size()), argv.data(),
-                           lengths.data());
+    // Fails only when out of memory; before its pending entry is filed, so replies stay matched.
+    if (redisAppendCommandArgv(connection_->get(), static_cast<int>(argv.size()), argv.data(),
+                               lengths.data()) != REDIS_OK) {
+      throw std::bad_alloc();
+    }
   }
 
   std::size_t unsent_bytes() const {
@@ -397,6 +370,7 @@ class RedisSink final : public Sink {
   std::vector<DeliveryReport> ready_;
   std::unordered_map<std::string, Clock::time_point> next_trim_;
   std::unordered_map<std::string, std::uint64_t> held_back_;
+  Clock::time_point next_sweep_{};
   struct Counters {
     OUTBOX_REDIS_SINK_STATS(OUTBOX_ATOMIC_STAT_FIELD)
   } counters_;

@@ -40,6 +40,7 @@ NatsServer::~NatsServer() {
 
 std::string NatsServer::url() const { return "nats://127.0.0.1:" + std::to_string(impl_->port); }
 std::uint16_t NatsServer::port() const { return impl_->port; }
+int NatsServer::process_group() const { return impl_->process->pid(); }
 std::string NatsServer::store_dir() const { return (impl_->dir / "store").string(); }
 void NatsServer::stop(bool kill) { impl_->process->stop(kill); }
 void NatsServer::start() { impl_->process->start(); }

@@ -74,6 +74,7 @@ std::string RabbitMqServer::url() const {
   return "amqp://guest:guest@127.0.0.1:" + std::to_string(impl_->port) + "/";
 }
 std::uint16_t RabbitMqServer::port() const { return impl_->port; }
+int RabbitMqServer::process_group() const { return impl_->process->pid(); }
 void RabbitMqServer::declare_queue(const std::string& exchange, const std::string& queue,
                                    const std::string& binding, bool classic) const {
   rabbitmq::Connection connection(rabbitmq::parse_url(url()), "outbox-testing",

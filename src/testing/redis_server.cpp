@@ -66,6 +66,7 @@ std::string RedisServer::url() const {
   return "redis://" + auth + "127.0.0.1:" + std::to_string(impl_->port);
 }
 std::uint16_t RedisServer::port() const { return impl_->port; }
+int RedisServer::process_group() const { return impl_->process->pid(); }
 void RedisServer::stop(bool kill) { impl_->process->stop(kill); }
 void RedisServer::start() { impl_->process->start(); }
 void RedisServer::pause() { impl_->process->pause(); }

@@ -41,6 +41,8 @@ class ServerProcess {
   void pause();
   void resume();
   [[nodiscard]] bool running() const { return pid_ > 0; }
+  // The server's process id, which leads its process group; -1 while stopped.
+  [[nodiscard]] pid_t pid() const { return pid_; }
   [[nodiscard]] std::uint16_t port() const { return port_; }
 
  private:

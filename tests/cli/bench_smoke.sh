@@ -41,7 +41,7 @@ check "live runs published every event and report latency percentiles, for both 
 check "live max is compared with the producers alone around it and with the producer scenario, for both sources" \
   "all(x['producers_alone_before_per_s'] > 0 and x['producers_alone_after_per_s'] > 0 and abs(x['of_producers_alone'] - x['committed_per_s'] / x['producers_alone_per_s']) < 1e-9 and x['of_producer_scenario'] > 0 for x in r if x.get('offered') == 'max')"
 check "every live rate says what the relay, its PostgreSQL sessions (the walsender too) and the mock broker cost in cores" \
-  "all(isinstance(x['relay_cores'], (int, float)) and isinstance(x['relay_postgres_session_cores'], (int, float)) and isinstance(x['relay_walsender_cores'], (int, float)) and isinstance(x['mock_broker_cores'], (int, float)) for x in r if x['scenario'] == 'live')"
+  "all(isinstance(x['relay_cores'], (int, float)) and isinstance(x['relay_postgres_session_cores'], (int, float)) and isinstance(x['relay_walsender_cores'], (int, float)) and isinstance(x['broker_cores'], (int, float)) for x in r if x['scenario'] == 'live')"
 for plot in drain-throughput live-latency; do
   if head -c 4 "$work_dir/out/$plot.svg" | grep -q '<svg'; then
     pass

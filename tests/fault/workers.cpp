@@ -357,7 +357,7 @@ int run_redis_consumer(const WorkerOptions& options) {
   consumer_options.database_url = options.database_url;
   consumer_options.schema = SchemaName(kSchema);
   consumer_options.consumer_name = "projection";
-  consumer_options.lease = 5s;
+  consumer_options.lease = 2s;  // a restarted consumer takes its streams back after it
   consumer_options.retry_backoff_max = 1000ms;
   return run_broker_consumer<RedisInboxConsumer>([&] {
     return std::make_unique<RedisInboxConsumer>(consumer_options, &apply_campaign_effect);

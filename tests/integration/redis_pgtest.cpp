@@ -141,6 +141,20 @@ TEST(RedisSink, AServerThatCanLoseAcknowledgedEntriesIsRefusedUnlessAccepted) {
   RedisSinkOptions options = to_streams("s.volatile");
   options.url = volatile_server.url();
   auto sink = make_redis_sink(options);
+  {
+    // A server that skips the fsync while it rewrites its AOF or saves a snapshot.
+    Admin admin;
+    admin.run({"CONFIG", "SET", "no-appendfsync-on-rewrite", "yes"});
+    auto skipping = make_redis_sink(to_streams("s.rewrite"));
+    try {
+      skipping->send(one_event("order-1", 1), 1);
+      ADD_FAILURE() << "a server with no-appendfsync-on-rewrite yes was accepted";
+    } catch (const ConfigError& error) {
+      EXPECT_NE(std::string(error.what()).find("no-appendfsync-on-rewrite"), std::string::npos)
+          << error.what();
+    }
+    admin.run({"CONFIG", "SET", "no-appendfsync-on-rewrite", "no"});
+  }
   try {
     sink->send(one_event("order-1", 1), 1);
     FAIL() << "a server without appendfsync always was accepted";
@@ -274,6 +288,7 @@ TEST(RedisSink, TrimmingNeverDropsAnEntryAConsumerGroupHasNotAcknowledged) {
   deliver(*sink, one_event("order-1", 11));
   EXPECT_EQ(admin.length(stream), 11) << "the group read none: nothing trimmed";
   EXPECT_GT(stat(*sink, "redis_trim_held_back_ms"), 0);
+  EXPECT_LT(stat(*sink, "redis_trim_held_back_ms"), 10000) << "the first entry's age, no more";
   // The group reads six and acknowledges five: the sixth (pending) and what follows stay.
   const redis::Reply read =
       admin.run({"XREADGROUP", "GROUP", "g", "c", "COUNT", "6", "STREAMS", stream, ">"});
@@ -288,6 +303,17 @@ TEST(RedisSink, TrimmingNeverDropsAnEntryAConsumerGroupHasNotAcknowledged) {
   EXPECT_EQ(stat(*sink, "redis_trimmed"), 5);
   const redis::Reply first = admin.run({"XRANGE", stream, "-", "+", "COUNT", "1"});
   EXPECT_EQ(redis::text(first->element[0]->element[0]), redis::text(list->element[5]->element[0]));
+  // The group reads and acknowledges the rest: nothing is held back any more.
+  const redis::Reply rest = admin.run({"XREADGROUP", "GROUP", "g", "c", "STREAMS", stream, ">"});
+  admin.run({"XACK", stream, "g", redis::text(list->element[5]->element[0])});
+  for (std::size_t i = 0; i < rest->element[0]->element[1]->elements; ++i) {
+    admin.run(
+        {"XACK", stream, "g", redis::text(rest->element[0]->element[1]->element[i]->element[0])});
+  }
+  std::this_thread::sleep_for(20ms);
+  deliver(*sink, one_event("order-1", 13));
+  EXPECT_EQ(stat(*sink, "redis_trim_held_back_ms"), 0);
+  EXPECT_LE(admin.length(stream), 1);
 }
 
 class RedisTest : public RelayFixture {
@@ -392,6 +418,57 @@ TEST_F(RedisTest, ADeadConsumersStreamsAndPendingEntriesAreTakenOverInOrder) {
   EXPECT_EQ(pending(), 0);
   EXPECT_EQ(first.poll(100ms), 0U);
   EXPECT_EQ(first.stats().redis_streams_held, 0U);
+}
+
+// A process whose lock lapsed on the server (it was paused past the lease; here the locks are
+// deleted behind its back) must take nothing: what it took would sit in its pending list while
+// the stream's new holder applies what follows.
+TEST_F(RedisTest, AConsumerWhoseLockLapsedTakesNothingFromTheStream) {
+  RedisInboxConsumer first(consumer_options("first"), effects_->record("first"));
+  first.poll(50ms);
+  ASSERT_EQ(first.stats().redis_streams_held, 4U);
+  Admin admin;
+  for (const auto& stream : redis_streams(prefix_ + ":{aggregate_type}:{partition}", "order", 4)) {
+    admin.run({"DEL", stream + ":outbox-lock:outbox"});
+  }
+  RedisInboxConsumer second(consumer_options("second"), effects_->record("second"));
+  second.poll(50ms);
+  EXPECT_EQ(second.stats().redis_streams_held, 4U);
+  publish(3, 10);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(first.poll(20ms), 0U) << "read past its lock";
+  EXPECT_EQ(poll_until(second, 30, 30s), 30) << effects_->last_error();
+  EXPECT_EQ(effects_->by("first"), 0);
+  EXPECT_EQ(effects_->out_of_order(), 0);
+  EXPECT_EQ(pending(), 0);
+}
+
+// Two live processes with one consumer name (replicas of one configuration) are still two lock
+// holders: one reads, the other waits.
+TEST_F(RedisTest, TwoProcessesWithOneConsumerNameDoNotBothRead) {
+  RedisInboxConsumer one(consumer_options("twin"), effects_->record("one"));
+  RedisInboxConsumer two(consumer_options("twin"), effects_->record("two"));
+  one.poll(50ms);
+  two.poll(50ms);
+  EXPECT_EQ(one.stats().redis_streams_held, 4U);
+  EXPECT_EQ(two.stats().redis_streams_held, 0U);
+}
+
+// A server at maxmemory (noeviction) refuses appends; a consumer must still start, take its
+// streams, read and acknowledge, which is what frees memory.
+TEST_F(RedisTest, AConsumerStartsAndAppliesOnAServerAtMaxmemory) {
+  {
+    RedisInboxConsumer creator(consumer_options("creator"), effects_->record("creator"));
+    creator.poll(10ms);  // the group, before anything is published; its locks go with it
+  }
+  publish(2, 5);
+  Admin admin;
+  admin.run({"CONFIG", "SET", "maxmemory", "1"});
+  admin.run({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
+  RedisInboxConsumer consumer(consumer_options("late"), effects_->record("late"));
+  const long long applied = poll_until(consumer, 10, 20s);
+  admin.run({"CONFIG", "SET", "maxmemory", "0"});
+  EXPECT_EQ(applied, 10) << effects_->last_error();
+  EXPECT_EQ(pending(), 0);
 }
 
 TEST_F(RedisTest, TheAuditReadsTheStreamsByRangeWithoutTakingAnything) {

@@ -20,6 +20,9 @@ class NatsServer {
 
   [[nodiscard]] std::string url() const;  // "nats://127.0.0.1:<port>"
   [[nodiscard]] std::uint16_t port() const;
+  // The process group its processes run in (its first process's id; -1 while stopped): the bench
+  // measures the broker's CPU over it.
+  [[nodiscard]] int process_group() const;
   [[nodiscard]] std::string store_dir() const;
 
   void stop(bool kill = false);  // SIGTERM (or SIGKILL: a crash)

@@ -21,6 +21,9 @@ class RabbitMqServer {
 
   [[nodiscard]] std::string url() const;  // "amqp://guest:guest@127.0.0.1:<port>/"
   [[nodiscard]] std::uint16_t port() const;
+  // The process group its processes run in (its first process's id; -1 while stopped): the bench
+  // measures the broker's CPU over it.
+  [[nodiscard]] int process_group() const;
 
   // Declares `exchange` (durable, topic) and `queue` (durable; a quorum queue with single active
   // consumer unless `classic`) bound to it with `binding`: the topology a consumer would make,

@@ -27,6 +27,9 @@ class RedisServer {
 
   [[nodiscard]] std::string url() const;  // "redis://127.0.0.1:<port>" (with the password)
   [[nodiscard]] std::uint16_t port() const;
+  // The process group its processes run in (its first process's id; -1 while stopped): the bench
+  // measures the broker's CPU over it.
+  [[nodiscard]] int process_group() const;
 
   void stop(bool kill = false);  // SIGTERM (or SIGKILL: a crash)
   void start();                  // again, same port and data
