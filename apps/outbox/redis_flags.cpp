@@ -30,7 +30,8 @@ void add_redis_options(CLI::App* command, RedisFlags& flags) {
       ->add_option("--redis-dedup-window", flags.dedup_window,
                    "a repeat of an event id within this is not appended again; at least the "
                    "relay's longest retry, max(--lease-ms, --backoff-max-ms) + "
-                   "--redis-reply-timeout, which is the default (5m5s with the defaults)")
+                   "--redis-reply-timeout; default: that or 2m, whichever is longer (5m5s with "
+                   "the other defaults)")
       ->group(group);
   command
       ->add_option("--redis-reply-timeout", flags.reply_timeout,
@@ -62,8 +63,12 @@ RedisSinkOptions redis_sink_options(const RedisFlags& flags, std::chrono::millis
   // A resend follows an unknown outcome after at most the longest backoff, or a dead relay's
   // claim after its lease; the first append may have happened a reply timeout before.
   options.min_dedup_window = std::max(lease, backoff_max) + options.reply_timeout;
+  // The longest retry is the least; a server's restart or a network outage between the first
+  // append and the resend that gets through comes on top, hence 2 minutes at least by default.
   options.dedup_window =
-      flags.dedup_window.empty() ? options.min_dedup_window : parse_duration(flags.dedup_window);
+      flags.dedup_window.empty()
+          ? std::max<std::chrono::milliseconds>(std::chrono::minutes(2), options.min_dedup_window)
+          : parse_duration(flags.dedup_window);
   options.retention =
       flags.retention == "0" ? std::chrono::milliseconds(0) : parse_duration(flags.retention);
   options.allow_volatile_acks = flags.allow_volatile_acks;

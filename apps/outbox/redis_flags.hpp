@@ -17,7 +17,7 @@ struct RedisFlags {
   std::string url = RedisSinkOptions{}.url;
   std::string stream_template = RedisSinkOptions{}.stream_template;
   std::uint32_t partitions = RedisSinkOptions{}.partitions;
-  std::string dedup_window;  // empty: the relay's longest retry
+  std::string dedup_window;  // empty: the relay's longest retry, at least 2 minutes
   std::string reply_timeout = "5s";
   std::string retention = "0";
   bool allow_volatile_acks = false;

@@ -48,7 +48,8 @@ struct RedisSinkOptions {
   std::string url = "redis://127.0.0.1:6379/0";  // redis://[[user]:password@]host[:port][/db]
   std::string stream_template = "outbox:{aggregate_type}:{partition}";
   std::uint32_t partitions = 16;  // for {partition}: 1 to 4096
-  // `outbox relay` makes it the relay's longest retry unless --redis-dedup-window says otherwise.
+  // `outbox relay` makes it the relay's longest retry, at least 2 minutes, unless
+  // --redis-dedup-window says otherwise.
   std::chrono::milliseconds dedup_window{std::chrono::minutes(2)};
   // The relay's longest retry (max(lease, backoff max) + reply timeout): a shorter dedup window
   // is refused. 0: not checked.

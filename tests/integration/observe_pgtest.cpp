@@ -13,6 +13,7 @@
 #include "outbox/error.hpp"
 #include "outbox/kafka_consumer.hpp"
 #include "outbox/observe.hpp"
+#include "outbox/redis_sink.hpp"
 #include "outbox/status.hpp"
 #include "support/relay_fixture.hpp"
 #include "unit/contains.hpp"
@@ -499,11 +500,25 @@ TEST_F(ObserveTest, WhatIsServedPassesPromtoolAndCoversTheDashboardAndTheAlerts)
   EXPECT_EQ(value(consumer_text, R"(outbox_consumer_lag_messages{consumer="projection"})"), 0);
   EXPECT_EQ(consumer_text.find("outbox_pending_events"), std::string::npos);
 
+  // A relay with the Redis sink serves that sink's statistics, which an alert uses
+  // (OutboxRedisTrimHeldBack): never run, so its sink never connects.
+  RedisSinkOptions redis;
+  redis.url = "redis://127.0.0.1:1";
+  Relay redis_relay(options("redis"), make_redis_sink(redis));
+  ObserveOptions redis_side = observe_options();
+  redis_side.backlog = false;
+  ObserveServer redis_server(redis_side);
+  redis_server.watch_relay(redis_relay);
+  redis_server.start();
+  const std::string redis_text = scrape(redis_server);
+  EXPECT_EQ(value(redis_text, "outbox_relay_redis_trim_held_back_seconds"), 0);
+
   const std::string dir = ::testing::TempDir();
   std::vector<std::string> files;
   for (const auto& [name, text] :
        {std::pair{"relay", scrape(relay_server)}, std::pair{"consumer", consumer_text},
-        std::pair{"admin", admin_text}, std::pair{"cdc-relay", cdc_text}}) {
+        std::pair{"admin", admin_text}, std::pair{"cdc-relay", cdc_text},
+        std::pair{"redis-relay", redis_text}}) {
     const std::string file = dir + "observe-" + schema_.name() + "-" + name + ".txt";
     std::ofstream(file) << text;
     files.push_back(file);
