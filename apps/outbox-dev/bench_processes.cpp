@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -119,7 +120,15 @@ Child::~Child() {
   }
 }
 
-bool Child::running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
+// WNOWAIT: an exited child stays a zombie for stop() to reap with its rusage. (Reaping it here
+// left stop() waiting for ever on a pid that was gone: a bench whose relays refused their flags
+// never ended.)
+bool Child::running() const {
+  if (pid_ <= 0) return false;
+  siginfo_t info{};
+  return ::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == 0;
+}
 
 Child::End Child::stop() {
   ::kill(pid_, SIGTERM);
@@ -128,7 +137,7 @@ Child::End Child::stop() {
   const auto deadline = Clock::now() + 30s;
   for (;;) {
     const pid_t done = ::wait4(pid_, &end.status, WNOHANG, &usage);
-    if (done == pid_) break;
+    if (done == pid_ || (done < 0 && errno != EINTR)) break;  // reaped, or no such child
     if (Clock::now() > deadline) ::kill(pid_, SIGKILL);
     std::this_thread::sleep_for(20ms);
   }

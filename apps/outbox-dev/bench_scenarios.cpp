@@ -119,9 +119,13 @@ void watch_backlog(const Setup& setup, const std::string& name,
       last_print = Clock::now();
       progress(fmt::format("{}: {}/{} published, {:.0f} s", name, published, o.events, t));
     }
-    const bool all_running =
-        std::all_of(relays.begin(), relays.end(), [](const auto& r) { return r->running(); });
-    if (published >= static_cast<std::uint64_t>(o.events) || !all_running) break;
+    if (published >= static_cast<std::uint64_t>(o.events)) return;
+    for (const auto& r : relays) {
+      if (!r->running()) {
+        throw Error(fmt::format("bench {}: a relay exited with {}/{} events published; its log: {}",
+                                name, published, o.events, r->log_path()));
+      }
+    }
   }
 }
 
