@@ -48,6 +48,12 @@ TEST(RedisUrl, HostPortDatabaseAndCredentialsAreReadAndThePasswordNeverShown) {
     EXPECT_EQ(std::string(error.what()).find("s3cret"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("alice:***@cache"), std::string::npos) << error.what();
   }
+  try {
+    redis::parse_url("redis://s3cretonly@cache:6379");  // a bare password, as some clients write
+    ADD_FAILURE() << "a user without a password was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_EQ(std::string(error.what()).find("s3cretonly"), std::string::npos) << error.what();
+  }
 }
 
 TEST(RedisStreams, OnePerPartitionNamedAsTheSinkNamesThem) {
