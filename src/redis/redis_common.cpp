@@ -246,23 +246,29 @@ void check_persistence(Connection& connection, bool allow_volatile, const std::s
   }
 }
 
-std::vector<std::string> entry_fields(const Event& event) {
+std::vector<std::string_view> entry_fields(const Event& event, EntryNumbers& numbers) {
+  numbers = {event.event_id.to_string(), std::to_string(event.aggregate_sequence),
+             std::to_string(event.schema_version)};
+  // Not `empty() ? "{}" : headers`: its common type is a std::string, a temporary the view
+  // would outlive.
+  std::string_view headers = event.headers;
+  if (headers.empty()) headers = "{}";
   return {"event_id",
-          event.event_id.to_string(),
+          numbers[0],
           "aggregate_type",
           event.aggregate_type,
           "aggregate_id",
           event.aggregate_id,
           "aggregate_sequence",
-          std::to_string(event.aggregate_sequence),
+          numbers[1],
           "event_type",
           event.event_type,
           "schema_version",
-          std::to_string(event.schema_version),
+          numbers[2],
           "occurred_at",
           event.occurred_at,
           "headers",
-          event.headers.empty() ? std::string("{}") : event.headers,
+          headers,
           "payload",
           event.payload};
 }

@@ -5,6 +5,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -88,7 +89,10 @@ void check_persistence(Connection& connection, bool allow_volatile, const std::s
 // An event as a stream entry's fields, in order: event_id, aggregate_type, aggregate_id,
 // aggregate_sequence, event_type, schema_version, occurred_at, headers (the event's JSON object),
 // then payload.
-std::vector<std::string> entry_fields(const Event& event);
+// The fields and values are views into `event` and into `numbers` (which this fills: the id, the
+// sequence and the schema version as text), so the payload is not copied on its way to hiredis.
+using EntryNumbers = std::array<std::string, 3>;
+std::vector<std::string_view> entry_fields(const Event& event, EntryNumbers& numbers);
 // Back from an entry's field array ([name, value, ...]); a nil event_id when it has none valid.
 ConsumedEvent decode_entry(const redisReply* fields);
 

@@ -115,9 +115,10 @@ class RedisSink final : public Sink {
     const std::string stream =
         detail::render_key(options_.stream_template, event, options_.partitions);
     const std::string dedup = stream + ":outbox-dedup";
-    const std::vector<std::string> fields = redis::entry_fields(event);
+    redis::EntryNumbers numbers;
+    const std::vector<std::string_view> fields = redis::entry_fields(event, numbers);
     std::vector<std::string_view> args{"EVALSHA", publish_sha_, "2",    stream,
-                                       dedup,     fields[1],    window_};
+                                       dedup,     numbers[0],   window_};
     args.insert(args.end(), fields.begin(), fields.end());
     append(args);
     pending_.push_back(Pending{ticket, Clock::now() + options_.reply_timeout, false, stream});

@@ -169,28 +169,39 @@ start_kafka_mock() {
     fatal --log "$work_dir/kafka.err" "outbox-dev kafka-mock printed no bootstrap servers within ${timeout_s} s"
 }
 
+# free_port: a TCP port of 127.0.0.1 nobody listens on now (the kernel's choice).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_ready NAME PID LOG LINE TIMEOUT_S: waits until LOG holds LINE (the server's "ready"); fatal,
+# with the log, when PID exits or TIMEOUT_S passes first.
+wait_ready() {
+  local name="$1" pid="$2" log="$3" line="$4" deadline=$((SECONDS + $5))
+  until grep -q "$line" "$log" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
+      fatal --log "$log" "$name did not start within $5 s"
+    fi
+    sleep 0.1
+  done
+}
+
 # start_nats: starts Debian's nats-server with JetStream on a free port of 127.0.0.1 in the
 # background, tracked for cleanup, its store and log in "$work_dir/nats". Sets nats_pid and
 # nats_url. A prerequisite: fatal, with the log, when it does not listen within
 # "$startup_timeout_s" s.
 # shellcheck disable=SC2034  # nats_url is for the script
 start_nats() {
-  local timeout_s="${startup_timeout_s:-30}" deadline server
+  local timeout_s="${startup_timeout_s:-30}" server
   server="$(command -v nats-server || echo /usr/sbin/nats-server)"
   [[ -x "$server" ]] || fatal "nats-server not found: install Debian's nats-server (scripts/install-deps.sh)"
   mkdir -p "$work_dir/nats"
-  nats_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  nats_port="$(free_port)"
   "$server" -a 127.0.0.1 -p "$nats_port" -js -sd "$work_dir/nats/store" >"$work_dir/nats/log" 2>&1 &
   nats_pid=$!
   track_background "$nats_pid" "nats-server"
   nats_url="nats://127.0.0.1:$nats_port"
-  deadline=$((SECONDS + timeout_s))
-  until grep -q "Server is ready" "$work_dir/nats/log" 2>/dev/null; do
-    if ! kill -0 "$nats_pid" 2>/dev/null || ((SECONDS >= deadline)); then
-      fatal --log "$work_dir/nats/log" "nats-server did not start within ${timeout_s} s"
-    fi
-    sleep 0.1
-  done
+  wait_ready nats-server "$nats_pid" "$work_dir/nats/log" "Server is ready" "$timeout_s"
 }
 
 # start_rabbitmq: starts Debian's rabbitmq-server as a node of its own (outbox-PORT@localhost) on
@@ -203,7 +214,7 @@ start_nats() {
 # takes seconds, more on a busy machine).
 # shellcheck disable=SC2034  # rabbitmq_url is for the script
 start_rabbitmq() {
-  local timeout_s="${rabbitmq_startup_timeout_s:-90}" deadline script dir port dist_port
+  local timeout_s="${rabbitmq_startup_timeout_s:-90}" script dir port dist_port
   script="${OUTBOX_RABBITMQ_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}"
   [[ -x "$script" ]] ||
     fatal "$script not found: install Debian's rabbitmq-server (scripts/install-deps.sh)"
@@ -214,8 +225,8 @@ start_rabbitmq() {
   printf 'loopback_users = none\n' >"$dir/rabbitmq.conf"
   : >"$dir/rabbitmq-env.conf"
   : >"$dir/log.txt"
-  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-  dist_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  port="$(free_port)"
+  dist_port="$(free_port)"
   # Through env(1), the script's only source of settings besides the files named here: otherwise
   # it reads /etc/rabbitmq and /var/lib/rabbitmq. setsid: the script leads a new process group (a
   # background job of this non-interactive shell leads none, so setsid does not fork and $! is
@@ -229,13 +240,7 @@ start_rabbitmq() {
   rabbitmq_pid=$!
   track_background_group "$rabbitmq_pid" "rabbitmq-server"
   rabbitmq_url="amqp://guest:guest@127.0.0.1:$port/"
-  deadline=$((SECONDS + timeout_s))
-  until grep -q "Server startup complete" "$dir/log.txt" 2>/dev/null; do
-    if ! kill -0 "$rabbitmq_pid" 2>/dev/null || ((SECONDS >= deadline)); then
-      fatal --log "$dir/log.txt" "rabbitmq-server did not start within ${timeout_s} s"
-    fi
-    sleep 0.2
-  done
+  wait_ready rabbitmq-server "$rabbitmq_pid" "$dir/log.txt" "Server startup complete" "$timeout_s"
 }
 
 # start_redis: starts Debian's redis-server on a free port of 127.0.0.1 in the background, tracked
@@ -246,26 +251,20 @@ start_rabbitmq() {
 # "$startup_timeout_s" s.
 # shellcheck disable=SC2034  # redis_url is for the script
 start_redis() {
-  local timeout_s="${startup_timeout_s:-30}" deadline server dir port
+  local timeout_s="${startup_timeout_s:-30}" server dir port
   server="${OUTBOX_REDIS_SERVER:-/usr/bin/redis-server}"
   [[ -x "$server" ]] || fatal "$server not found: install Debian's redis-server (scripts/install-deps.sh)"
   dir="$work_dir/redis"
   mkdir -p "$dir"
   : >"$dir/log.txt"
-  port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  port="$(free_port)"
   "$server" --bind 127.0.0.1 --port "$port" --protected-mode no --daemonize no \
     --appendonly yes --appendfsync always --save '' --dir "$dir" --logfile '' \
     >"$dir/log.txt" 2>&1 </dev/null &
   redis_pid=$!
   track_background "$redis_pid" "redis-server"
   redis_url="redis://127.0.0.1:$port/0"
-  deadline=$((SECONDS + timeout_s))
-  until grep -q "Ready to accept connections" "$dir/log.txt" 2>/dev/null; do
-    if ! kill -0 "$redis_pid" 2>/dev/null || ((SECONDS >= deadline)); then
-      fatal --log "$dir/log.txt" "redis-server did not start within ${timeout_s} s"
-    fi
-    sleep 0.1
-  done
+  wait_ready redis-server "$redis_pid" "$dir/log.txt" "Ready to accept connections" "$timeout_s"
 }
 
 # listening_port LOG [PID [TIMEOUT_S]]: waits until LOG holds the line a process writes once it
