@@ -106,6 +106,7 @@ void register_relay(Commands& commands);
 void register_status(Commands& commands);
 void register_admin(Commands& commands);
 void register_quarantine(Commands& commands);
+void register_inbox(Commands& commands);
 void register_replay(Commands& commands);
 void register_audit(Commands& commands);
 void register_cleanup(Commands& commands);

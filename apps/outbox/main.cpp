@@ -16,6 +16,7 @@ void register_commands(outbox::cli::Commands& commands) {
   register_status(commands);
   register_admin(commands);
   register_quarantine(commands);
+  register_inbox(commands);
   register_replay(commands);
   register_audit(commands);
   register_cleanup(commands);

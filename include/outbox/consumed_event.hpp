@@ -40,7 +40,19 @@ struct ConsumedEvent {
   X(reconnects, counter, when_set, "outbox_consumer_reconnects_total", "reconnects {}",          \
     "New PostgreSQL connections or broker clients after a failure.")                             \
   X(effect_failures, counter, when_set, "outbox_consumer_effect_failures_total",                 \
-    "effect failures {}", "Batches rolled back because the effect threw.")
+    "effect failures {}", "Batches rolled back because the effect threw.")                       \
+  X(held, counter, when_set, "outbox_consumer_events_held_total", "held {}",                     \
+    "Gap-aware inbox: events that came before a predecessor, kept in inbox_parked unapplied.")   \
+  X(effects_parked, counter, when_set, "outbox_consumer_effects_parked_total",                   \
+    "effects parked {}",                                                                         \
+    "Gap-aware inbox: events parked because their effect failed park_failing_after times.")      \
+  X(decisions_carried_out, counter, when_set, "outbox_consumer_decisions_carried_out_total",     \
+    "decisions {}", "Gap-aware inbox: parked events released or skipped by an operator.")        \
+  X(events_waiting, gauge, when_set, "outbox_consumer_events_waiting", "waiting {}",             \
+    "Gap-aware inbox: held events waiting for a predecessor, not yet parked.")                   \
+  X(events_parked, gauge, when_set, "outbox_consumer_events_parked", "parked {}",                \
+    "Gap-aware inbox: events parked (waited past park_after, effect failed): their aggregates "  \
+    "wait until the predecessor comes or an operator releases or skips them (outbox inbox).")
 
 // The counter of brokers that deliver a message again after it was not acknowledged (NATS,
 // RabbitMQ; a Kafka consumer rewinds instead), in their lists after OUTBOX_CONSUMER_STATS.

@@ -43,7 +43,10 @@ struct KafkaConsumerOptions {
   std::vector<std::string> topics;  // names or "^regex"
   std::string database_url;         // where the inbox and the effects live
   SchemaName schema;
-  std::string consumer_name;                      // inbox scope; default: group_id
+  std::string consumer_name;  // inbox scope; default: group_id
+  // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
+  // `outbox consume` turns it on.
+  InboxOrdering ordering;
   std::map<std::string, std::string> properties;  // extra librdkafka properties
   // run(): delay after a failed batch (effect threw, PostgreSQL down), doubled per consecutive
   // failure up to the max.

@@ -40,7 +40,10 @@ struct NatsConsumerOptions {
   std::string database_url;                   // where the inbox and the effects live
   SchemaName schema;
   std::string consumer_name;  // inbox scope; default: durable
-  int batch = 100;            // messages per fetch and per inbox transaction; 1 to 10000
+  // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
+  // `outbox consume` turns it on.
+  InboxOrdering ordering;
+  int batch = 100;  // messages per fetch and per inbox transaction; 1 to 10000
   // A message not acknowledged by then (a consumer killed mid-batch) is delivered again.
   std::chrono::milliseconds ack_wait{30000};
   std::chrono::milliseconds retry_backoff_base{100};

@@ -42,7 +42,10 @@ struct RabbitMqConsumerOptions {
   std::string database_url;  // where the inbox and the effects live
   SchemaName schema;
   std::string consumer_name;  // inbox scope; default: the queue
-  int batch = 100;            // prefetch and messages per inbox transaction; 1 to 10000
+  // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
+  // `outbox consume` turns it on.
+  InboxOrdering ordering;
+  int batch = 100;  // prefetch and messages per inbox transaction; 1 to 10000
   std::chrono::milliseconds retry_backoff_base{100};
   std::chrono::milliseconds retry_backoff_max{30000};
   std::chrono::milliseconds connect_timeout{2000};

@@ -50,7 +50,10 @@ struct RedisConsumerOptions {
   std::string consumer;      // this process's name in the group; default: host name and pid
   std::string database_url;  // where the inbox and the effects live
   SchemaName schema;
-  std::string consumer_name;               // inbox scope; default: the group
+  std::string consumer_name;  // inbox scope; default: the group
+  // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
+  // `outbox consume` turns it on.
+  InboxOrdering ordering;
   int batch = 100;                         // entries per inbox transaction; 1 to 10000
   std::chrono::milliseconds lease{30000};  // a stream's lock lapses this long after its holder
   std::chrono::milliseconds retry_backoff_base{100};

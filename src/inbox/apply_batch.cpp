@@ -5,31 +5,78 @@
 
 namespace outbox::detail {
 
-BatchApplied apply_through_inbox(const Inbox& inbox, PGconn* conn,
-                                 const std::vector<ConsumedEvent>& events,
-                                 const std::function<void(PGconn*, const ConsumedEvent&)>& effect,
-                                 bool& effect_threw) {
-  effect_threw = false;
-  std::vector<EventId> ids;
-  ids.reserve(events.size());
-  for (const auto& event : events) ids.push_back(event.event_id);
-  const auto results = inbox.process_batch(conn, ids, [&](PGconn* c, std::size_t i) {
+InboxApplier::Effect InboxApplier::watched(const Effect& effect, bool& effect_threw,
+                                           EventId& failed) {
+  return [&effect, &effect_threw, &failed](PGconn* c, const ConsumedEvent& event) {
     try {
-      effect(c, events[i]);
+      effect(c, event);
     } catch (const DatabaseError& error) {
       // A lost connection or a deadlock is the database's trouble, anything else the effect's.
       effect_threw = !error.retryable() && PQstatus(c) == CONNECTION_OK;
+      if (effect_threw) failed = event.event_id;
       throw;
     } catch (...) {
       effect_threw = PQstatus(c) == CONNECTION_OK;
+      if (effect_threw) failed = event.event_id;
       throw;
     }
-  });
+  };
+}
+
+void InboxApplier::remember_failure(const EventId& id, const std::string& what) {
+  if (id.is_nil()) return;
+  Failures& failures = failures_[id];
+  ++failures.count;
+  failures.last = what;
+}
+
+BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>& events,
+                                 const Effect& effect, bool& effect_threw) {
+  effect_threw = false;
+  EventId failed;
+  const Effect each = watched(effect, effect_threw, failed);
   BatchApplied counts;
-  for (const InboxResult result : results) {
-    ++(result == InboxResult::applied ? counts.applied : counts.duplicates);
+  try {
+    if (!inbox_.ordering().enabled) {
+      std::vector<EventId> ids;
+      ids.reserve(events.size());
+      for (const auto& event : events) ids.push_back(event.event_id);
+      const auto results =
+          inbox_.process_batch(conn, ids, [&](PGconn* c, std::size_t i) { each(c, events[i]); });
+      for (const InboxResult result : results) {
+        ++(result == InboxResult::applied ? counts.applied : counts.duplicates);
+      }
+      return counts;
+    }
+    std::map<EventId, std::string> park;
+    const int limit = inbox_.ordering().park_failing_after;
+    for (const auto& [id, failures] : failures_) {
+      if (limit > 0 && failures.count >= limit) {
+        park[id] = "its effect failed " + std::to_string(failures.count) +
+                   " times in a row; the last error: " + failures.last;
+      }
+    }
+    const OrderedBatchResult result = inbox_.process_in_order(conn, events, each, park);
+    counts.applied = result.applied_from_held + result.released;
+    for (const InboxResult r : result.results) {
+      if (r == InboxResult::applied) ++counts.applied;
+      if (r == InboxResult::duplicate) ++counts.duplicates;
+      if (r == InboxResult::held) ++counts.held;
+    }
+    counts.parked = result.parked.size();  // held rows parked in place count too
+    for (const EventId& id : result.parked) failures_.erase(id);
+    if (counts.parked > 0 || counts.held > 0) next_tend_ = {};  // the gauges show it at once
+    return counts;
+  } catch (const std::exception& error) {
+    if (effect_threw) remember_failure(failed, error.what());
+    throw;
   }
-  return counts;
+}
+
+std::uint64_t InboxApplier::carry_out(PGconn* conn, const Effect& effect, bool& effect_threw) {
+  effect_threw = false;
+  EventId failed;
+  return inbox_.carry_out_decisions(conn, watched(effect, effect_threw, failed));
 }
 
 void run_until_stopped(HealthBoard& health, std::chrono::milliseconds backoff_base,

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/health_board.hpp"
@@ -17,18 +19,66 @@
 namespace outbox::detail {
 
 struct BatchApplied {
-  std::uint64_t applied = 0;     // effects run and committed
+  std::uint64_t applied = 0;     // effects run and committed (held ones let through included)
   std::uint64_t duplicates = 0;  // events the inbox had applied before
+  std::uint64_t held = 0;        // gap-aware: kept, waiting for a predecessor
+  std::uint64_t parked = 0;      // gap-aware: parked after park_failing_after failed attempts
 };
 
-// Inbox::process_batch over `events`, calling `effect` for each one not applied before. When it
-// throws, the exception propagates and `effect_threw` says whether the effect failed on a healthy
-// connection (the effect's own fault) rather than the database (a lost connection, a deadlock);
-// the caller's run() retries both, but reports them apart.
-BatchApplied apply_through_inbox(const Inbox& inbox, PGconn* conn,
-                                 const std::vector<ConsumedEvent>& events,
-                                 const std::function<void(PGconn*, const ConsumedEvent&)>& effect,
-                                 bool& effect_threw);
+// Every consumer's way into its Inbox: a batch through it, and between batches what a gap-aware
+// inbox needs besides (operators' decisions, the gauges of held events). One per consumer,
+// used by its polling thread.
+class InboxApplier {
+ public:
+  using Effect = Inbox::Effect;
+  InboxApplier(SchemaName schema, std::string consumer_name, InboxOrdering ordering)
+      : inbox_(std::move(schema), std::move(consumer_name), ordering) {}
+
+  // The batch through Inbox::process_batch, or process_in_order when the inbox is gap-aware
+  // (parking an event whose effect failed park_failing_after times in a row). When it throws,
+  // the exception propagates and `effect_threw` says whether the effect failed on a healthy
+  // connection (the effect's own fault) rather than the database (a lost connection, a
+  // deadlock); the caller's run() retries both, but reports them apart.
+  BatchApplied apply(PGconn* conn, const std::vector<ConsumedEvent>& events, const Effect& effect,
+                     bool& effect_threw);
+
+  // Gap-aware only, at most once a second: carries out operators' decisions and refreshes the
+  // held-event gauges of `counters` (any consumer's, by the fields OUTBOX_CONSUMER_STATS names).
+  template <typename Counters>
+  void tend(PGconn* conn, const Effect& effect, Counters& counters, bool& effect_threw) {
+    if (!inbox_.ordering().enabled || std::chrono::steady_clock::now() < next_tend_) return;
+    next_tend_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    counters.decisions_carried_out += carry_out(conn, effect, effect_threw);
+    const Inbox::Waiting waiting = inbox_.waiting(conn);
+    counters.events_waiting.store(waiting.waiting);
+    counters.events_parked.store(waiting.parked);
+  }
+
+  [[nodiscard]] const Inbox& inbox() const noexcept { return inbox_; }
+
+ private:
+  std::uint64_t carry_out(PGconn* conn, const Effect& effect, bool& effect_threw);
+  // The effect as the inbox calls it, noting which event threw and whose fault it was.
+  Effect watched(const Effect& effect, bool& effect_threw, EventId& failed);
+  void remember_failure(const EventId& id, const std::string& what);
+
+  Inbox inbox_;
+  struct Failures {
+    int count = 0;
+    std::string last;
+  };
+  std::map<EventId, Failures> failures_;  // consecutive failed attempts by event
+  std::chrono::steady_clock::time_point next_tend_{};
+};
+
+// Adds a batch's counts to a consumer's counters.
+template <typename Counters>
+void count_batch(Counters& counters, const BatchApplied& counts) {
+  counters.applied += counts.applied;
+  counters.duplicates += counts.duplicates;
+  counters.held += counts.held;
+  counters.effects_parked += counts.parked;
+}
 
 // A consumer's run(): calls `poll_once` until `stop`, between failures waiting a capped backoff
 // from `backoff_base` to `backoff_max`, and says on `health` what failed: the effect (when

@@ -7,9 +7,10 @@
 
 namespace outbox {
 
-Inbox::Inbox(SchemaName schema, std::string consumer_name)
+Inbox::Inbox(SchemaName schema, std::string consumer_name, InboxOrdering ordering)
     : schema_(std::move(schema)),
       consumer_name_(std::move(consumer_name)),
+      ordering_(ordering),
       insert_sql_("INSERT INTO " + schema_.table("processed_events") +
                   " (consumer_name, event_id) VALUES ($1, $2::uuid)"
                   " ON CONFLICT DO NOTHING RETURNING event_id"),
@@ -18,6 +19,11 @@ Inbox::Inbox(SchemaName schema, std::string consumer_name)
                         " ON CONFLICT DO NOTHING RETURNING event_id") {
   if (consumer_name_.empty() || consumer_name_.size() > 255) {
     throw InvalidArgument("inbox consumer name must be 1..255 bytes; it scopes the dedup records");
+  }
+  if (ordering_.park_after.count() < 0 || ordering_.park_failing_after < 0) {
+    throw InvalidArgument(
+        "inbox ordering: park_after and park_failing_after must not be negative (0 parks a held "
+        "event at once, and never parks a failing effect)");
   }
 }
 

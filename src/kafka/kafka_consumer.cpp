@@ -78,7 +78,8 @@ KafkaInboxConsumer::Impl::Impl(KafkaConsumerOptions options, Effect effect)
     : options_(std::move(options)),
       effect_(std::move(effect)),
       inbox_(options_.schema,
-             options_.consumer_name.empty() ? options_.group_id : options_.consumer_name),
+             options_.consumer_name.empty() ? options_.group_id : options_.consumer_name,
+             options_.ordering),
       connection_(pg::Connection::open(options_.database_url, "outbox-consumer")),
       health_("kafka consumer " + options_.group_id) {
   if (options_.group_id.empty()) throw ConfigError("Kafka consumer: group_id is empty");
@@ -212,6 +213,7 @@ std::size_t KafkaInboxConsumer::Impl::poll(std::chrono::milliseconds max_wait) {
     detail::log().info("kafka consumer {}: reconnected to PostgreSQL", options_.group_id);
     settle();
   }
+  inbox_.tend(connection_.get(), effect_, counters_, effect_threw_);
   std::vector<kafka::MessageHandle> batch;
   int wait = static_cast<int>(max_wait.count());
   while (batch.size() < kMaxBatch) {
@@ -266,10 +268,8 @@ void KafkaInboxConsumer::Impl::handle(const std::vector<kafka::MessageHandle>& b
     events.push_back(std::move(event));
   }
   try {
-    const auto counts =
-        detail::apply_through_inbox(inbox_, connection_.get(), events, effect_, effect_threw_);
-    counters_.applied += counts.applied;
-    counters_.duplicates += counts.duplicates;
+    const auto counts = inbox_.apply(connection_.get(), events, effect_, effect_threw_);
+    detail::count_batch(counters_, counts);
   } catch (...) {
     ++counters_.failed_batches;
     if (effect_threw_) ++counters_.effect_failures;

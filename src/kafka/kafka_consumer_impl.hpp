@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/health_board.hpp"
+#include "inbox/apply_batch.hpp"
 #include "common/stat_list.hpp"
 #include "kafka/kafka_common.hpp"
 #include "outbox/kafka_consumer.hpp"
@@ -60,7 +61,7 @@ class KafkaInboxConsumer::Impl {
 
   KafkaConsumerOptions options_;
   Effect effect_;
-  Inbox inbox_;
+  detail::InboxApplier inbox_;
   pg::Connection connection_;
   kafka::KafkaHandle handle_;
   std::atomic<bool> stop_{false};

@@ -78,7 +78,8 @@ class NatsInboxConsumer::Impl {
       : options_(std::move(options)),
         effect_(std::move(effect)),
         inbox_(options_.schema,
-               options_.consumer_name.empty() ? options_.durable : options_.consumer_name),
+               options_.consumer_name.empty() ? options_.durable : options_.consumer_name,
+               options_.ordering),
         health_("nats consumer " + options_.durable),
         database_(pg::Connection::open(options_.database_url, "outbox-consumer")) {
     check_options(options_);
@@ -109,6 +110,7 @@ class NatsInboxConsumer::Impl {
       database_ = pg::Connection::open(options_.database_url, "outbox-consumer");
       ++counters_.reconnects;
     }
+    inbox_.tend(database_.get(), effect_, counters_, effect_threw_);
     if (natsConnection_IsClosed(connection_.get())) {
       // nats.c gives a connection up for good only after repeated authorization errors or a
       // server's -ERR; no retry of ours would reopen it.
@@ -297,10 +299,8 @@ class NatsInboxConsumer::Impl {
       events.push_back(std::move(event));
     }
     try {
-      const auto counts =
-          detail::apply_through_inbox(inbox_, database_.get(), events, effect_, effect_threw_);
-      counters_.applied += counts.applied;
-      counters_.duplicates += counts.duplicates;
+      const auto counts = inbox_.apply(database_.get(), events, effect_, effect_threw_);
+      detail::count_batch(counters_, counts);
     } catch (...) {
       ++counters_.failed_batches;
       if (effect_threw_) ++counters_.effect_failures;
@@ -319,7 +319,7 @@ class NatsInboxConsumer::Impl {
 
   NatsConsumerOptions options_;
   Effect effect_;
-  Inbox inbox_;
+  detail::InboxApplier inbox_;
   detail::HealthBoard health_;
   nats::ClosedSignal closed_;  // before the connection: it outlives the connection's callbacks
   nats::OptionsHandle settings_;

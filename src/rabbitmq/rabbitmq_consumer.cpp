@@ -63,7 +63,8 @@ class RabbitMqInboxConsumer::Impl {
       : options_(std::move(options)),
         effect_(std::move(effect)),
         inbox_(options_.schema,
-               options_.consumer_name.empty() ? options_.queue : options_.consumer_name),
+               options_.consumer_name.empty() ? options_.queue : options_.consumer_name,
+               options_.ordering),
         health_("rabbitmq consumer " + options_.queue),
         endpoint_(rabbitmq::parse_url(options_.url)),
         database_(pg::Connection::open(options_.database_url, "outbox-consumer")) {
@@ -76,6 +77,7 @@ class RabbitMqInboxConsumer::Impl {
       database_ = pg::Connection::open(options_.database_url, "outbox-consumer");
       ++counters_.reconnects;
     }
+    inbox_.tend(database_.get(), effect_, counters_, effect_threw_);
     if (connection_ == nullptr) subscribe();
     std::vector<ConsumedEvent> events;
     std::uint64_t last_tag = 0;
@@ -231,10 +233,8 @@ class RabbitMqInboxConsumer::Impl {
 
   void apply(const std::vector<ConsumedEvent>& events, std::uint64_t last_tag) {
     try {
-      const auto counts =
-          detail::apply_through_inbox(inbox_, database_.get(), events, effect_, effect_threw_);
-      counters_.applied += counts.applied;
-      counters_.duplicates += counts.duplicates;
+      const auto counts = inbox_.apply(database_.get(), events, effect_, effect_threw_);
+      detail::count_batch(counters_, counts);
     } catch (...) {
       ++counters_.failed_batches;
       if (effect_threw_) ++counters_.effect_failures;
@@ -257,7 +257,7 @@ class RabbitMqInboxConsumer::Impl {
 
   RabbitMqConsumerOptions options_;
   Effect effect_;
-  Inbox inbox_;
+  detail::InboxApplier inbox_;
   detail::HealthBoard health_;
   rabbitmq::Endpoint endpoint_;
   std::unique_ptr<rabbitmq::Connection> connection_;

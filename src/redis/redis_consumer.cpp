@@ -85,7 +85,8 @@ class RedisInboxConsumer::Impl {
       : options_(std::move(options)),
         effect_(std::move(effect)),
         inbox_(options_.schema,
-               options_.consumer_name.empty() ? options_.group : options_.consumer_name),
+               options_.consumer_name.empty() ? options_.group : options_.consumer_name,
+               options_.ordering),
         health_("redis consumer " + options_.group),
         endpoint_(redis::parse_url(options_.url)),
         database_(pg::Connection::open(options_.database_url, "outbox-consumer")) {
@@ -125,6 +126,7 @@ class RedisInboxConsumer::Impl {
       database_ = pg::Connection::open(options_.database_url, "outbox-consumer");
       ++counters_.reconnects;
     }
+    inbox_.tend(database_.get(), effect_, counters_, effect_threw_);
     try {
       return poll_redis(max_wait);
     } catch (const BrokerError&) {
@@ -382,10 +384,8 @@ class RedisInboxConsumer::Impl {
       events.push_back(e.event);
     }
     try {
-      const auto counts =
-          detail::apply_through_inbox(inbox_, database_.get(), events, effect_, effect_threw_);
-      counters_.applied += counts.applied;
-      counters_.duplicates += counts.duplicates;
+      const auto counts = inbox_.apply(database_.get(), events, effect_, effect_threw_);
+      detail::count_batch(counters_, counts);
     } catch (...) {
       ++counters_.failed_batches;
       if (effect_threw_) ++counters_.effect_failures;
@@ -411,7 +411,7 @@ class RedisInboxConsumer::Impl {
 
   RedisConsumerOptions options_;
   Effect effect_;
-  Inbox inbox_;
+  detail::InboxApplier inbox_;
   detail::HealthBoard health_;
   redis::Endpoint endpoint_;
   std::string lease_;

@@ -5,6 +5,7 @@
 #include "outbox/schema.hpp"
 #include "pg/connection.hpp"
 #include "schema/enqueue_function.hpp"
+#include "schema/inbox_tables.hpp"
 
 namespace outbox {
 namespace {
@@ -373,6 +374,7 @@ ALTER TABLE {s}.outbox_operator_audit
     CHECK (action IN ('retry', 'skip', 'replay', 'reconcile_published', 'reconcile_retry',
                       'reconcile_skip'));
 )SQL"},
+    Migration{19, "the gap-aware inbox", detail::kGapAwareInbox},
 };
 
 }  // namespace

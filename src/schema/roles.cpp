@@ -48,6 +48,9 @@ GRANT SELECT ON {s}.outbox_schema_migrations TO {relay};
 
 GRANT SELECT, INSERT (consumer_name, event_id) ON {s}.processed_events TO {inbox};
 GRANT SELECT ON {s}.outbox_inbox_consumers TO {inbox};
+GRANT SELECT, INSERT, UPDATE (last_sequence) ON {s}.inbox_aggregates TO {inbox};
+GRANT SELECT, INSERT, DELETE, UPDATE (reason, kind, decision, decided_by)
+  ON {s}.inbox_parked TO {inbox};
 
 GRANT SELECT, UPDATE (published_at, claimed_by, claim_until, attempt_count, last_error,
                       available_at, quarantined_at, quarantine_reason, skipped_at, in_doubt_at,
@@ -61,6 +64,9 @@ GRANT SELECT, INSERT (deleted_before), UPDATE (deleted_before)
 GRANT SELECT ON {s}.outbox_relays, {s}.outbox_aggregate_sequences,
   {s}.outbox_schema_migrations, {s}.outbox_inbox_consumers TO {admin};
 GRANT SELECT, DELETE ON {s}.outbox_table_less_slots TO {admin};
+GRANT SELECT ON {s}.inbox_aggregates TO {admin};
+GRANT SELECT, UPDATE (decision, decided_by) ON {s}.inbox_parked TO {admin};
+GRANT INSERT (consumer_name) ON {s}.outbox_operator_audit TO {admin};
 
 -- Consumer names listed in outbox_inbox_consumers belong to their role (migration 13): another
 -- role's row under such a name is neither written nor seen. Unlisted names stay open to every
@@ -72,6 +78,19 @@ CREATE POLICY outbox_consumer_names ON {s}.processed_events
 DROP POLICY IF EXISTS outbox_admin_cleanup ON {s}.processed_events;
 CREATE POLICY outbox_admin_cleanup ON {s}.processed_events TO {admin} USING (true);
 ALTER TABLE {s}.processed_events ENABLE ROW LEVEL SECURITY;
+-- The gap-aware inbox's tables (migration 19) under the same rule; the admin sees and decides.
+DROP POLICY IF EXISTS outbox_consumer_names ON {s}.inbox_aggregates;
+CREATE POLICY outbox_consumer_names ON {s}.inbox_aggregates
+  USING ({may_use_aggregates}) WITH CHECK ({may_use_aggregates});
+DROP POLICY IF EXISTS outbox_admin_read ON {s}.inbox_aggregates;
+CREATE POLICY outbox_admin_read ON {s}.inbox_aggregates TO {admin} USING (true);
+ALTER TABLE {s}.inbox_aggregates ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS outbox_consumer_names ON {s}.inbox_parked;
+CREATE POLICY outbox_consumer_names ON {s}.inbox_parked
+  USING ({may_use_parked}) WITH CHECK ({may_use_parked});
+DROP POLICY IF EXISTS outbox_admin_decide ON {s}.inbox_parked;
+CREATE POLICY outbox_admin_decide ON {s}.inbox_parked TO {admin} USING (true);
+ALTER TABLE {s}.inbox_parked ENABLE ROW LEVEL SECURITY;
 )SQL";
 
 // The policy's test for a processed_events row: its consumer name is unlisted, or listed for a
@@ -84,7 +103,7 @@ constexpr const char* kMayUseConsumerName = R"SQL(coalesce((
     SELECT coalesce(pg_catalog.pg_has_role(current_user,
                       pg_catalog.to_regrole(pg_catalog.quote_ident(c.role_name)), 'MEMBER'), false)
     FROM {s}.outbox_inbox_consumers c
-    WHERE c.consumer_name = processed_events.consumer_name), true))SQL";
+    WHERE c.consumer_name = {table}.consumer_name), true))SQL";
 
 std::string quoted(const std::string& identifier) { return '"' + identifier + '"'; }
 
@@ -120,12 +139,18 @@ RoleNames create_roles(PGconn* conn, const SchemaName& schema) {
         pg::exec(conn, "CREATE ROLE " + quoted(*role) + " NOLOGIN");
       }
     }
-    const std::string may_use = fmt::format(kMayUseConsumerName, fmt::arg("s", schema.quoted()));
-    pg::exec(conn,
-             fmt::format(
-                 kGrants, fmt::arg("s", schema.quoted()), fmt::arg("may_use", may_use),
-                 fmt::arg("writer", quoted(roles.writer)), fmt::arg("relay", quoted(roles.relay)),
-                 fmt::arg("inbox", quoted(roles.inbox)), fmt::arg("admin", quoted(roles.admin))));
+    const auto may_use = [&schema](const char* table) {
+      return fmt::format(kMayUseConsumerName, fmt::arg("s", schema.quoted()),
+                         fmt::arg("table", table));
+    };
+    pg::exec(conn, fmt::format(kGrants, fmt::arg("s", schema.quoted()),
+                               fmt::arg("may_use", may_use("processed_events")),
+                               fmt::arg("may_use_aggregates", may_use("inbox_aggregates")),
+                               fmt::arg("may_use_parked", may_use("inbox_parked")),
+                               fmt::arg("writer", quoted(roles.writer)),
+                               fmt::arg("relay", quoted(roles.relay)),
+                               fmt::arg("inbox", quoted(roles.inbox)),
+                               fmt::arg("admin", quoted(roles.admin))));
     pg::commit(conn);
   } catch (const DatabaseError& error) {
     pg::rollback_quietly(conn);

@@ -59,6 +59,7 @@ TEST(Migrate, UpgradesFromTheFirstVersionKeepingRows) {
       migrate_upgrade.outbox_hostile_pattern, migrate_upgrade.outbox_kafka_header_bytes;
     DROP TABLE migrate_upgrade.outbox_cleanup_horizon;
     DROP TABLE migrate_upgrade.outbox_inbox_consumers;
+    DROP TABLE migrate_upgrade.inbox_aggregates, migrate_upgrade.inbox_parked;
     DROP TRIGGER outbox_aggregate_sequences_forward ON migrate_upgrade.outbox_aggregate_sequences;
     DROP FUNCTION migrate_upgrade.outbox_refuse_rewrite();
     DROP TABLE migrate_upgrade.outbox_table_less_slots;
@@ -164,7 +165,9 @@ TEST(Migrate, UpgradesAVersionElevenDatabaseWithDataAndTheRolesApplyAgain) {
     DROP TRIGGER outbox_cleanup_horizon_forward ON migrate_from_eleven.outbox_cleanup_horizon;
     DROP TRIGGER outbox_cleanup_horizon_not_ahead ON migrate_from_eleven.outbox_cleanup_horizon;
     DROP FUNCTION migrate_from_eleven.outbox_refuse_rewrite();
-    ALTER TABLE migrate_from_eleven.outbox_operator_audit DROP COLUMN db_user;
+    ALTER TABLE migrate_from_eleven.outbox_operator_audit DROP COLUMN db_user,
+      DROP COLUMN consumer_name;
+    DROP TABLE migrate_from_eleven.inbox_aggregates, migrate_from_eleven.inbox_parked;
     ALTER TABLE migrate_from_eleven.outbox_relays DROP COLUMN backend_pid;
     ALTER TABLE migrate_from_eleven.outbox_table_less_slots DROP COLUMN witness_since;
     ALTER TABLE migrate_from_eleven.outbox_events DROP COLUMN in_doubt_at,
@@ -259,7 +262,10 @@ TEST(Migrate, GivesUpOnALockItCannotGetAndChangesNothing) {
            "DROP TRIGGER outbox_aggregate_sequences_forward"
            " ON migrate_lock.outbox_aggregate_sequences");
   pg::exec(conn, "DROP FUNCTION migrate_lock.outbox_refuse_rewrite()");
-  pg::exec(conn, "ALTER TABLE migrate_lock.outbox_operator_audit DROP COLUMN db_user");
+  pg::exec(conn,
+           "ALTER TABLE migrate_lock.outbox_operator_audit DROP COLUMN db_user,"
+           " DROP COLUMN consumer_name");
+  pg::exec(conn, "DROP TABLE migrate_lock.inbox_aggregates, migrate_lock.inbox_parked");
   pg::exec(conn,
            "ALTER TABLE migrate_lock.outbox_events DROP COLUMN in_doubt_at,"
            " DROP COLUMN in_doubt_reason");

@@ -5,6 +5,7 @@
 #include "outbox/cleanup.hpp"
 #include "outbox/discard_sink.hpp"
 #include "outbox/inbox.hpp"
+#include "outbox/inbox_admin.hpp"
 #include "outbox/quarantine.hpp"
 #include "outbox/replay.hpp"
 #include "outbox/roles.hpp"
@@ -112,6 +113,41 @@ TEST_F(RolesTest, AnInboxRecordsIdsAndSeesNoEvents) {
   EXPECT_EQ(refusal(inbox_connection.get(), "SELECT * FROM " + events()), "42501");
   EXPECT_EQ(refusal(inbox_connection.get(), "DELETE FROM " + schema_.table("processed_events")),
             "42501");
+}
+
+TEST_F(RolesTest, AGapAwareInboxHoldsAndAppliesAndTheAdminDecidesButRewritesNothing) {
+  auto inbox_connection = as(roles_.inbox);
+  InboxOrdering ordering;
+  ordering.enabled = true;
+  const Inbox inbox(schema_, "projection", ordering);
+  ConsumedEvent e1, e2;
+  for (ConsumedEvent* e : {&e1, &e2}) {
+    e->event_id = EventId::generate();
+    e->aggregate_type = "order";
+    e->aggregate_id = "1";
+    e->event_type = "X";
+  }
+  e1.aggregate_sequence = 1;
+  e2.aggregate_sequence = 2;
+  const auto nothing = [](PGconn*, const ConsumedEvent&) {};
+  EXPECT_EQ(inbox.process_in_order(inbox_connection.get(), std::vector{e2}, nothing).results,
+            std::vector{InboxResult::held});
+  auto admin = as(roles_.admin);
+  ASSERT_EQ(list_held(admin.get(), schema_).size(), 1U);
+  decide_held(admin.get(), schema_, "projection", e2.event_id, HeldDecision::release, "ops", "");
+  EXPECT_EQ(inbox.carry_out_decisions(inbox_connection.get(), nothing), 1U);
+  EXPECT_EQ(inbox.process_in_order(inbox_connection.get(), std::vector{e1}, nothing).results,
+            std::vector{InboxResult::duplicate});
+  const std::string parked = schema_.table("inbox_parked");
+  EXPECT_EQ(refusal(admin.get(), "UPDATE " + parked + " SET payload = 'x'"), "42501");
+  EXPECT_EQ(refusal(admin.get(), "DELETE FROM " + parked), "42501");
+  EXPECT_EQ(refusal(admin.get(), "UPDATE " + schema_.table("inbox_aggregates") +
+                                     " SET last_sequence = 0"),
+            "42501");
+  EXPECT_EQ(refusal(inbox_connection.get(), "UPDATE " + parked + " SET payload = 'x'"), "42501");
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_operator_audit") +
+                              " WHERE action = 'inbox_release' AND consumer_name = 'projection'"),
+            1);
 }
 
 TEST_F(RolesTest, AnAdminOperatesButNeitherWritesEventsNorChangesTheSchema) {

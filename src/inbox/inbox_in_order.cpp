@@ -1,0 +1,152 @@
+// The gap-aware half of Inbox (InboxOrdering): batches in sequence order, operators' decisions,
+// the count of held events. The per-aggregate rules are sequence_plan.cpp's; the statements are
+// ordered_inbox.cpp's.
+
+#include <set>
+
+#include "inbox/ordered_inbox.hpp"
+#include "outbox/inbox.hpp"
+#include "pg/array_literal.hpp"
+#include "pg/connection.hpp"
+
+namespace outbox {
+namespace {
+
+void check_ordered(const Inbox& inbox, PGconn* conn) {
+  if (!inbox.ordering().enabled) {
+    throw InvalidArgument("inbox: process_in_order needs InboxOrdering::enabled");
+  }
+  if (conn == nullptr) throw InvalidArgument("inbox: the connection is null");
+  if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
+    throw InvalidArgument(
+        "inbox: the connection must be idle; the inbox opens and commits its own transaction so "
+        "the dedup record and the effect commit together");
+  }
+}
+
+void check_events(std::span<const ConsumedEvent> events) {
+  for (const ConsumedEvent& event : events) {
+    if (event.event_id.is_nil()) throw InvalidArgument("inbox: an event id is the nil UUID");
+    if (event.aggregate_sequence <= 0) {
+      throw InvalidArgument(
+          "inbox: event " + event.event_id.to_string() +
+          " has no aggregate sequence (it must be positive); a gap-aware inbox orders by it");
+    }
+  }
+}
+
+// The ids of `events` the dedup insert took: new to this consumer.
+std::set<EventId> insert_dedup(PGconn* conn, const Inbox& inbox,
+                               std::span<const ConsumedEvent> events) {
+  std::vector<EventId> ids;
+  ids.reserve(events.size());
+  for (const ConsumedEvent& event : events) ids.push_back(event.event_id);
+  const std::string array = pg::uuid_array(ids);
+  const auto inserted = pg::exec_prepared(
+      conn,
+      "INSERT INTO " + inbox.schema().table("processed_events") +
+          " (consumer_name, event_id) SELECT $1, id FROM unnest($2::uuid[]) AS u(id)"
+          " ON CONFLICT DO NOTHING RETURNING event_id",
+      {inbox.consumer_name().c_str(), array.c_str()});
+  std::set<EventId> fresh;
+  for (int row = 0; row < inserted.rows(); ++row) {
+    if (auto id = EventId::parse(inserted.text(row, 0))) fresh.insert(*id);
+  }
+  return fresh;
+}
+
+}  // namespace
+
+OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const ConsumedEvent> events,
+                                           const Effect& effect,
+                                           const std::map<EventId, std::string>& park) const {
+  check_ordered(*this, conn);
+  check_events(events);
+  OrderedBatchResult result;
+  result.results.assign(events.size(), InboxResult::duplicate);
+  if (events.empty()) return result;
+  pg::exec(conn, "BEGIN");
+  try {
+    std::set<EventId> fresh = insert_dedup(conn, *this, events);
+    if (fresh.empty()) {
+      pg::rollback_quietly(conn);
+      return result;
+    }
+    // The new events by aggregate, each aggregate once, in the order the batch first names it.
+    std::vector<detail::AggregateKey> order;
+    std::map<detail::AggregateKey, std::vector<detail::PlanEvent>> by_aggregate;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (fresh.erase(events[i].event_id) == 0) continue;  // seen before, or earlier in the batch
+      detail::AggregateKey key{events[i].aggregate_type, events[i].aggregate_id};
+      auto [it, added] = by_aggregate.try_emplace(key);
+      if (added) order.push_back(key);
+      it->second.push_back({events[i].aggregate_sequence, false, i, false, detail::Decision::none,
+                            park.contains(events[i].event_id)});
+    }
+    detail::OrderedTransaction transaction(*this, conn, effect);
+    transaction.lock_and_load(order);
+    detail::StepTally tally;
+    for (const detail::AggregateKey& key : order) {
+      transaction.run(key, by_aggregate[key], events, result.results, park, tally);
+    }
+    transaction.write();
+    pg::commit(conn, /*redo_is_safe=*/true);  // a redelivery is found duplicate
+    result.applied_from_held = tally.applied_from_held;
+    result.released = tally.released;
+    result.parked = std::move(tally.parked);
+    return result;
+  } catch (...) {
+    pg::rollback_quietly(conn);
+    throw;
+  }
+}
+
+std::uint64_t Inbox::carry_out_decisions(PGconn* conn, const Effect& effect) const {
+  check_ordered(*this, conn);
+  pg::exec(conn, "BEGIN");
+  detail::OrderedTransaction transaction(*this, conn, effect);
+  EventId failed;
+  try {
+    const auto keys = transaction.decided_aggregates(100);
+    if (keys.empty()) {
+      pg::rollback_quietly(conn);
+      return 0;
+    }
+    transaction.lock_and_load(keys);
+    detail::StepTally tally;
+    std::vector<InboxResult> none;
+    for (const detail::AggregateKey& key : keys) {
+      transaction.run(key, {}, {}, none, {}, tally);
+    }
+    transaction.write();
+    pg::commit(conn, /*redo_is_safe=*/true);
+    return tally.released;
+  } catch (const std::exception& error) {
+    pg::rollback_quietly(conn);
+    if (transaction.attempting() == nullptr || PQstatus(conn) != CONNECTION_OK) throw;
+    // Withdraw the decision, or the next round would fail the same way forever.
+    const std::string id = transaction.attempting()->event_id.to_string();
+    const std::string reason =
+        std::string("released, and its effect failed again: ") + error.what();
+    pg::exec(conn,
+             "UPDATE " + schema_.table("inbox_parked") +
+                 " SET decision = NULL, decided_by = NULL, kind = 'failed', reason = $3"
+                 " WHERE consumer_name = $1 AND event_id = $2::uuid",
+             {consumer_name_.c_str(), id.c_str(), reason.c_str()});
+    throw;
+  }
+}
+
+Inbox::Waiting Inbox::waiting(PGconn* conn) const {
+  const auto counts =
+      pg::exec_prepared(conn,
+                        "SELECT count(*) FILTER (WHERE kind = 'waiting' AND park_at > now()),"
+                        " count(*) FILTER (WHERE kind <> 'waiting' OR park_at <= now())"
+                        " FROM " +
+                            schema_.table("inbox_parked") + " WHERE consumer_name = $1",
+                        {consumer_name_.c_str()});
+  return {static_cast<std::uint64_t>(counts.int64(0, 0)),
+          static_cast<std::uint64_t>(counts.int64(0, 1))};
+}
+
+}  // namespace outbox

@@ -1,0 +1,80 @@
+#pragma once
+// One transaction of the gap-aware inbox: lock the aggregates it touches, load their held events,
+// run each aggregate's plan (sequence_plan.hpp) through the effect, and write back positions,
+// held rows and deletions. Used by Inbox::process_in_order and Inbox::carry_out_decisions.
+
+#include <libpq-fe.h>
+
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "inbox/sequence_plan.hpp"
+#include "outbox/inbox.hpp"
+
+namespace outbox::detail {
+
+struct AggregateKey {
+  std::string type;
+  std::string id;
+  auto operator<=>(const AggregateKey&) const = default;
+};
+
+// What a plan's steps did, for the batch's results.
+struct StepTally {
+  std::uint64_t applied_from_held = 0;
+  std::uint64_t released = 0;
+  std::vector<EventId> parked;
+};
+
+class OrderedTransaction {
+ public:
+  OrderedTransaction(const Inbox& inbox, PGconn* conn, const Inbox::Effect& effect);
+
+  // Locks the aggregates' rows in inbox_aggregates (made, without a position, when missing) in
+  // one order, and loads their positions and held events. Once per transaction.
+  void lock_and_load(std::vector<AggregateKey> keys);
+  // The aggregates with an operator's decision pending (at most `limit`).
+  std::vector<AggregateKey> decided_aggregates(int limit);
+
+  // Plans and runs one aggregate: `fresh` are the batch's new events of it (PlanEvent::index
+  // into `batch`). Writes each fresh event's result into `results`.
+  void run(const AggregateKey& key, const std::vector<PlanEvent>& fresh,
+           std::span<const ConsumedEvent> batch, std::vector<InboxResult>& results,
+           const std::map<EventId, std::string>& park, StepTally& tally);
+
+  // Writes the positions, the new held and parked rows, the deleted ones.
+  void write();
+
+  // The event whose effect is running, or threw; nullptr when none did.
+  [[nodiscard]] const ConsumedEvent* attempting() const noexcept { return attempting_; }
+
+ private:
+  struct Held {
+    ConsumedEvent event;
+    bool blocking = false;
+    Decision decision = Decision::none;
+  };
+  struct NewRow {
+    const ConsumedEvent* event;
+    std::string kind;
+    std::string reason;
+  };
+  void apply(const ConsumedEvent& event);
+
+  const Inbox& inbox_;
+  PGconn* conn_;
+  const Inbox::Effect& effect_;
+  std::map<AggregateKey, std::optional<std::int64_t>> positions_;
+  std::map<AggregateKey, std::vector<Held>> held_;
+  std::map<AggregateKey, std::int64_t> moved_;
+  std::vector<NewRow> new_rows_;
+  std::vector<std::pair<const ConsumedEvent*, std::string>> parked_held_;
+  std::vector<EventId> deleted_;
+  const ConsumedEvent* attempting_ = nullptr;
+};
+
+}  // namespace outbox::detail
