@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/health_board.hpp"
-#include "inbox/apply_batch.hpp"
 #include "common/stat_list.hpp"
+#include "inbox/apply_batch.hpp"
 #include "kafka/kafka_common.hpp"
 #include "outbox/kafka_consumer.hpp"
 #include "pg/connection.hpp"

@@ -141,8 +141,8 @@ TEST_F(RolesTest, AGapAwareInboxHoldsAndAppliesAndTheAdminDecidesButRewritesNoth
   const std::string parked = schema_.table("inbox_parked");
   EXPECT_EQ(refusal(admin.get(), "UPDATE " + parked + " SET payload = 'x'"), "42501");
   EXPECT_EQ(refusal(admin.get(), "DELETE FROM " + parked), "42501");
-  EXPECT_EQ(refusal(admin.get(), "UPDATE " + schema_.table("inbox_aggregates") +
-                                     " SET last_sequence = 0"),
+  EXPECT_EQ(refusal(admin.get(),
+                    "UPDATE " + schema_.table("inbox_aggregates") + " SET last_sequence = 0"),
             "42501");
   EXPECT_EQ(refusal(inbox_connection.get(), "UPDATE " + parked + " SET payload = 'x'"), "42501");
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_operator_audit") +
