@@ -88,8 +88,8 @@ inline constexpr std::pair<std::string_view, std::string_view> kCommandPrograms[
     {"status", kOperatorProgram},  {"admin", kOperatorProgram},   {"quarantine", kOperatorProgram},
     {"replay", kOperatorProgram},  {"audit", kOperatorProgram},   {"cleanup", kOperatorProgram},
     {"tail", kOperatorProgram},    {"cdc", kOperatorProgram},     {"reconcile", kOperatorProgram},
-    {"demo", kDevProgram},         {"bench", kDevProgram},        {"postgres", kDevProgram},
-    {"kafka-mock", kDevProgram}};
+    {"inbox", kOperatorProgram},   {"demo", kDevProgram},         {"bench", kDevProgram},
+    {"postgres", kDevProgram},     {"kafka-mock", kDevProgram}};
 
 // The program that has `command`; "" for a name that is no command.
 constexpr std::string_view program_of(std::string_view command) {

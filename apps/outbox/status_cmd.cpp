@@ -86,6 +86,11 @@ void print_text(const OutboxStatus& s) {
     if (!relay.ended) std::cout << ", published " << relay.published;
     std::cout << "\n";
   }
+  for (const HeldCount& held : s.inbox_held) {
+    std::cout << "inbox " << outbox::printable(held.consumer_name) << ": " << held.waiting
+              << " waiting for a predecessor, " << held.parked << " parked (outbox inbox list"
+              << " --consumer " << outbox::printable(held.consumer_name) << ")\n";
+  }
 }
 
 nlohmann::json to_json(const OutboxStatus& s) {
@@ -118,6 +123,11 @@ nlohmann::json to_json(const OutboxStatus& s) {
          {"seen_seconds_ago",
           relay.ended ? nlohmann::json(nullptr) : nlohmann::json(relay.seen_seconds_ago)}});
   }
+  nlohmann::json inbox_held = nlohmann::json::array();
+  for (const HeldCount& held : s.inbox_held) {
+    inbox_held.push_back(
+        {{"consumer", held.consumer_name}, {"waiting", held.waiting}, {"parked", held.parked}});
+  }
   // Values from the table are any writer's: dump() escapes them and replaces bytes that are
   // not UTF-8, so one line stays one valid JSON object.
   // When it was read (this host's clock, UTC): one line of --watch says its own time.
@@ -132,7 +142,8 @@ nlohmann::json to_json(const OutboxStatus& s) {
           {"skipped", s.skipped},
           {"oldest_pending_seconds", s.oldest_pending_seconds},
           {"slots", slots},
-          {"relays", relays}};
+          {"relays", relays},
+          {"inbox_held", inbox_held}};
 }
 
 void print_once(PGconn* conn, const StatusFlags& flags) {

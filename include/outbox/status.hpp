@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "outbox/event.hpp"
+#include "outbox/inbox_admin.hpp"
 #include "outbox/schema.hpp"
 
 namespace outbox {
@@ -72,6 +73,8 @@ struct OutboxStatus {
   double oldest_pending_seconds = 0;
   std::vector<SlotStatus> slots;
   std::vector<RelaySessionStatus> relays;  // newest first
+  // Gap-aware consumers holding events back (outbox inbox list), by consumer name.
+  std::vector<HeldCount> inbox_held;
 };
 
 // The relay sessions, newest first, at most `limit`. One query. Throws DatabaseError, and

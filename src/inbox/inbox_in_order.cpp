@@ -35,26 +35,6 @@ void check_events(std::span<const ConsumedEvent> events) {
   }
 }
 
-// The ids of `events` the dedup insert took: new to this consumer.
-std::set<EventId> insert_dedup(PGconn* conn, const Inbox& inbox,
-                               std::span<const ConsumedEvent> events) {
-  std::vector<EventId> ids;
-  ids.reserve(events.size());
-  for (const ConsumedEvent& event : events) ids.push_back(event.event_id);
-  const std::string array = pg::uuid_array(ids);
-  const auto inserted = pg::exec_prepared(
-      conn,
-      "INSERT INTO " + inbox.schema().table("processed_events") +
-          " (consumer_name, event_id) SELECT $1, id FROM unnest($2::uuid[]) AS u(id)"
-          " ON CONFLICT DO NOTHING RETURNING event_id",
-      {inbox.consumer_name().c_str(), array.c_str()});
-  std::set<EventId> fresh;
-  for (int row = 0; row < inserted.rows(); ++row) {
-    if (auto id = EventId::parse(inserted.text(row, 0))) fresh.insert(*id);
-  }
-  return fresh;
-}
-
 }  // namespace
 
 OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const ConsumedEvent> events,
@@ -65,26 +45,25 @@ OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const Consume
   OrderedBatchResult result;
   result.results.assign(events.size(), InboxResult::duplicate);
   if (events.empty()) return result;
+  // The batch's aggregates, each once, in the order the batch first names it.
+  std::vector<detail::AggregateKey> order;
+  std::map<detail::AggregateKey, std::vector<detail::PlanEvent>> by_aggregate;
+  for (const ConsumedEvent& event : events) {
+    detail::AggregateKey key{event.aggregate_type, event.aggregate_id};
+    if (by_aggregate.try_emplace(key).second) order.push_back(std::move(key));
+  }
   pg::exec(conn, "BEGIN");
   try {
-    std::set<EventId> fresh = insert_dedup(conn, *this, events);
-    if (fresh.empty()) {
-      pg::rollback_quietly(conn);
-      return result;
-    }
-    // The new events by aggregate, each aggregate once, in the order the batch first names it.
-    std::vector<detail::AggregateKey> order;
-    std::map<detail::AggregateKey, std::vector<detail::PlanEvent>> by_aggregate;
-    for (std::size_t i = 0; i < events.size(); ++i) {
-      if (fresh.erase(events[i].event_id) == 0) continue;  // seen before, or earlier in the batch
-      detail::AggregateKey key{events[i].aggregate_type, events[i].aggregate_id};
-      auto [it, added] = by_aggregate.try_emplace(key);
-      if (added) order.push_back(key);
-      it->second.push_back({events[i].aggregate_sequence, false, i, false, detail::Decision::none,
-                            park.contains(events[i].event_id)});
-    }
     detail::OrderedTransaction transaction(*this, conn, effect);
     transaction.lock_and_load(order);
+    // The events new to this consumer (each id once: the first delivery in the batch).
+    std::set<EventId> seen = transaction.processed(events);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (!seen.insert(events[i].event_id).second) continue;
+      by_aggregate[{events[i].aggregate_type, events[i].aggregate_id}].push_back(
+          {events[i].aggregate_sequence, false, i, false, detail::Decision::none,
+           park.contains(events[i].event_id)});
+    }
     detail::StepTally tally;
     for (const detail::AggregateKey& key : order) {
       transaction.run(key, by_aggregate[key], events, result.results, park, tally);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
@@ -64,9 +66,17 @@ WHERE consumer_name = $1 AND event_id = $2::uuid)SQL";
 constexpr const char* kDeleteHeld = R"SQL(
 DELETE FROM {parked} WHERE consumer_name = $1 AND event_id = ANY($2::uuid[]))SQL";
 
+constexpr const char* kSeen = R"SQL(
+SELECT event_id FROM {processed} WHERE consumer_name = $1 AND event_id = ANY($2::uuid[]))SQL";
+
+constexpr const char* kProcessed = R"SQL(
+INSERT INTO {processed} (consumer_name, event_id) SELECT $1, id FROM unnest($2::uuid[]) AS u(id)
+ON CONFLICT DO NOTHING)SQL";
+
 std::string sql(const char* text, const SchemaName& schema) {
   return fmt::format(fmt::runtime(text), fmt::arg("agg", schema.table("inbox_aggregates")),
-                     fmt::arg("parked", schema.table("inbox_parked")));
+                     fmt::arg("parked", schema.table("inbox_parked")),
+                     fmt::arg("processed", schema.table("processed_events")));
 }
 
 std::string to_hex(std::string_view bytes) {
@@ -156,6 +166,23 @@ void OrderedTransaction::lock_and_load(std::vector<AggregateKey> keys) {
   }
 }
 
+std::set<EventId> OrderedTransaction::processed(std::span<const ConsumedEvent> events) {
+  std::vector<EventId> ids;
+  ids.reserve(events.size());
+  for (const ConsumedEvent& event : events) ids.push_back(event.event_id);
+  const std::string array = pg::uuid_array(ids);
+  const auto rows = pg::exec_prepared(conn_, sql(kSeen, inbox_.schema()),
+                                      {inbox_.consumer_name().c_str(), array.c_str()});
+  std::set<EventId> seen;
+  for (int row = 0; row < rows.rows(); ++row) {
+    if (auto id = EventId::parse(rows.text(row, 0))) seen.insert(*id);
+  }
+  for (const auto& [key, held] : held_) {
+    for (const Held& h : held) seen.insert(h.event.event_id);
+  }
+  return seen;
+}
+
 void OrderedTransaction::apply(const ConsumedEvent& event) {
   attempting_ = &event;
   effect_(conn_, event);
@@ -208,6 +235,9 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
       case StepKind::forget:
       case StepKind::skip:
         break;
+    }
+    if (step.kind != StepKind::hold && step.kind != StepKind::park) {
+      processed_.push_back(event.event_id);
     }
     if (step.held && step.kind != StepKind::park) {
       deleted_.push_back(event.event_id);
@@ -263,10 +293,13 @@ void OrderedTransaction::write() {
     pg::exec_prepared(conn_, sql(kParkHeld, inbox_.schema()),
                       {consumer.c_str(), id.c_str(), reason.c_str()});
   }
-  if (!deleted_.empty()) {
-    const std::string ids = pg::uuid_array(deleted_);
-    pg::exec_prepared(conn_, sql(kDeleteHeld, inbox_.schema()), {consumer.c_str(), ids.c_str()});
-  }
+  const auto by_ids = [&](const char* statement, const std::vector<EventId>& ids) {
+    if (ids.empty()) return;
+    const std::string array = pg::uuid_array(ids);
+    pg::exec_prepared(conn_, sql(statement, inbox_.schema()), {consumer.c_str(), array.c_str()});
+  };
+  by_ids(kDeleteHeld, deleted_);
+  by_ids(kProcessed, processed_);
 }
 
 }  // namespace outbox::detail

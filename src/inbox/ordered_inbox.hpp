@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,9 @@ class OrderedTransaction {
   // Locks the aggregates' rows in inbox_aggregates (made, without a position, when missing) in
   // one order, and loads their positions and held events. Once per transaction.
   void lock_and_load(std::vector<AggregateKey> keys);
+  // Which of `events` this consumer applied before, or holds: read after lock_and_load, so a
+  // twin that applied one of them has committed (it held the aggregate's lock).
+  std::set<EventId> processed(std::span<const ConsumedEvent> events);
   // The aggregates with an operator's decision pending (at most `limit`).
   std::vector<AggregateKey> decided_aggregates(int limit);
 
@@ -74,6 +79,9 @@ class OrderedTransaction {
   std::vector<NewRow> new_rows_;
   std::vector<std::pair<const ConsumedEvent*, std::string>> parked_held_;
   std::vector<EventId> deleted_;
+  // processed_events rows to write: what was applied, skipped or found a repeat (held events
+  // have none until then, so the audit never counts one as applied).
+  std::vector<EventId> processed_;
   const ConsumedEvent* attempting_ = nullptr;
 };
 

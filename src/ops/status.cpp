@@ -143,6 +143,7 @@ OutboxStatus read_status(PGconn* conn, const SchemaName& schema) {
     read_counts(conn, schema, status);
     status.slots = read_slots(conn, schema);
     status.relays = read_relay_sessions(conn, schema);
+    status.inbox_held = count_held(conn, schema);
     if (own_transaction) pg::commit(conn);
   } catch (...) {
     if (own_transaction) pg::rollback_quietly(conn);

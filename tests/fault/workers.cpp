@@ -213,6 +213,15 @@ void apply_campaign_effect(PGconn* conn, const ConsumedEvent& event) {
            "DO UPDATE SET last_sequence = EXCLUDED.last_sequence",
            {event.aggregate_id.c_str(), sequence.c_str()});
 };
+// Every campaign consumer is gap-aware: the checker's inversions and the events it finds not
+// applied would show an event held and never let through, or one applied out of order.
+InboxOrdering campaign_ordering() {
+  InboxOrdering ordering;
+  ordering.enabled = true;
+  ordering.park_after = 30s;
+  return ordering;
+}
+
 int run_consumer(const WorkerOptions& options) {
   stop_on_sigterm();
   KafkaConsumerOptions consumer_options;
@@ -224,6 +233,7 @@ int run_consumer(const WorkerOptions& options) {
   consumer_options.database_url = options.database_url;
   consumer_options.schema = SchemaName(kSchema);
   consumer_options.consumer_name = "projection";
+  consumer_options.ordering = campaign_ordering();
   consumer_options.properties = {{"session.timeout.ms", "3000"}, {"heartbeat.interval.ms", "300"}};
   const auto effect = &apply_campaign_effect;
 
@@ -327,6 +337,7 @@ int run_nats_consumer(const WorkerOptions& options) {
   consumer_options.database_url = options.database_url;
   consumer_options.schema = SchemaName(kSchema);
   consumer_options.consumer_name = "projection";
+  consumer_options.ordering = campaign_ordering();
   consumer_options.ack_wait = 2s;
   consumer_options.retry_backoff_max = 1000ms;
   return run_broker_consumer<NatsInboxConsumer>([&] {
@@ -342,6 +353,7 @@ int run_rabbitmq_consumer(const WorkerOptions& options) {
   consumer_options.database_url = options.database_url;
   consumer_options.schema = SchemaName(kSchema);
   consumer_options.consumer_name = "projection";
+  consumer_options.ordering = campaign_ordering();
   consumer_options.retry_backoff_max = 1000ms;
   return run_broker_consumer<RabbitMqInboxConsumer>([&] {
     return std::make_unique<RabbitMqInboxConsumer>(consumer_options, &apply_campaign_effect);
@@ -357,6 +369,7 @@ int run_redis_consumer(const WorkerOptions& options) {
   consumer_options.database_url = options.database_url;
   consumer_options.schema = SchemaName(kSchema);
   consumer_options.consumer_name = "projection";
+  consumer_options.ordering = campaign_ordering();
   consumer_options.lease = 2s;  // a restarted consumer takes its streams back after it
   consumer_options.retry_backoff_max = 1000ms;
   return run_broker_consumer<RedisInboxConsumer>([&] {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <thread>
 
+#include "outbox/inbox_admin.hpp"
 #include "outbox/kafka.hpp"
 #include "support/kafka_reader.hpp"
 #include "support/test_env.hpp"
@@ -193,6 +194,59 @@ TEST_F(KafkaConsumerTest, AFailedEffectIsRedeliveredAndNothingAfterItIsSkipped) 
 
 // run() retries a batch whose effect throws, with backoff, reports it, and applies each message
 // once when the effect starts to work.
+// The gap-aware inbox under a real consumer: an aggregate's events arrive 1, 3, 2 (as after a
+// repartitioning, or a replay of 2), and 4 can never be applied. 3 is held until 2 applies;
+// 4 is parked after two failures and its aggregate waits while another flows; an operator's
+// skip, carried out by the running consumer, clears it.
+TEST_F(KafkaConsumerTest, AGapAwareConsumerAppliesInOrderAndParksWhatKeepsFailing) {
+  pg::exec(conn(), "CREATE TABLE " + schema_.table("effects") +
+                       " (n bigserial, aggregate_id text, sequence bigint)");
+  std::vector<EventId> ids;
+  const auto send = [&](const std::string& key, int sequence) {
+    ids.push_back(EventId::generate());
+    produce_raw(kafka().bootstrap_servers(), topic_, key, "{}", headers(ids.back(), sequence));
+    return ids.back();
+  };
+  send("o1", 1);
+  send("o1", 3);
+  send("o1", 2);
+  const EventId poison = send("o1", 4);
+  send("o1", 5);
+  send("o2", 1);
+  send("o2", 2);
+  KafkaConsumerOptions o = retrying("ordered", 20ms, 100ms);
+  o.ordering.enabled = true;
+  o.ordering.park_failing_after = 2;
+  KafkaInboxConsumer consumer(o, [&](PGconn* c, const ConsumedEvent& e) {
+    if (e.event_id == poison) throw std::runtime_error("cannot apply this one");
+    pg::exec(
+        c, "INSERT INTO " + schema_.table("effects") + " (aggregate_id, sequence) VALUES ($1, $2)",
+        {e.aggregate_id.c_str(), std::to_string(e.aggregate_sequence).c_str()});
+  });
+  Running running(consumer);
+  const auto effects = [&](const char* aggregate) {
+    const auto rows = pg::exec(conn(),
+                               "SELECT string_agg(sequence::text, ' ' ORDER BY n) FROM " +
+                                   schema_.table("effects") + " WHERE aggregate_id = $1",
+                               {aggregate});
+    return std::string(rows.text(0, 0));
+  };
+  EXPECT_TRUE(wait_until([&] { return consumer.stats().events_parked == 1; }))
+      << consumer.stats().events_parked;
+  EXPECT_EQ(effects("o1"), "1 2 3");
+  EXPECT_EQ(effects("o2"), "1 2");
+  EXPECT_GE(consumer.stats().held, 1U);
+  EXPECT_EQ(consumer.stats().effects_parked, 1U);
+  EXPECT_EQ(consumer.stats().events_waiting, 1U);  // 5, behind the parked 4
+  decide_held(conn(), schema_, "projection", poison, HeldDecision::skip, "test", "poison");
+  EXPECT_TRUE(wait_until([&] { return consumer.stats().decisions_carried_out == 1; }));
+  EXPECT_TRUE(wait_until([&] { return consumer.stats().events_parked == 0; }));
+  running.stop();
+  EXPECT_FALSE(running.threw());
+  EXPECT_EQ(effects("o1"), "1 2 3 5");
+  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("inbox_parked")), 0);
+}
+
 TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
   const auto ids = produce(5, 1);
   const auto o = retrying("retrying", 20ms, 100ms);
