@@ -106,8 +106,9 @@ TEST_F(InboxOrderTest, ASkipAheadIsHeldThenAppliedWhenItsPredecessorComes) {
                       "'waiting for sequence 2 of its aggregate (1 applied)'"),
             1);
   // Not applied, so not in processed_events: the audit counts it "not applied".
-  EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("processed_events") +
-                              " WHERE event_id = $1::uuid",
+  EXPECT_EQ(count(conn(),
+                  "SELECT count(*) FROM " + schema_.table("processed_events") +
+                      " WHERE event_id = $1::uuid",
                   {e3.event_id.to_string().c_str()}),
             0);
   EXPECT_EQ(batch(inbox, {e3}).results, Results{InboxResult::duplicate});  // redelivered: kept
