@@ -88,8 +88,8 @@ inline constexpr std::pair<std::string_view, std::string_view> kCommandPrograms[
     {"status", kOperatorProgram},  {"admin", kOperatorProgram},   {"quarantine", kOperatorProgram},
     {"replay", kOperatorProgram},  {"audit", kOperatorProgram},   {"cleanup", kOperatorProgram},
     {"tail", kOperatorProgram},    {"cdc", kOperatorProgram},     {"reconcile", kOperatorProgram},
-    {"inbox", kOperatorProgram},   {"demo", kDevProgram},         {"bench", kDevProgram},
-    {"postgres", kDevProgram},     {"kafka-mock", kDevProgram}};
+    {"inbox", kOperatorProgram},   {"consume", kOperatorProgram}, {"demo", kDevProgram},
+    {"bench", kDevProgram},        {"postgres", kDevProgram},     {"kafka-mock", kDevProgram}};
 
 // The program that has `command`; "" for a name that is no command.
 constexpr std::string_view program_of(std::string_view command) {
@@ -107,6 +107,7 @@ void register_status(Commands& commands);
 void register_admin(Commands& commands);
 void register_quarantine(Commands& commands);
 void register_inbox(Commands& commands);
+void register_consume(Commands& commands);
 void register_replay(Commands& commands);
 void register_audit(Commands& commands);
 void register_cleanup(Commands& commands);

@@ -17,6 +17,7 @@ void register_commands(outbox::cli::Commands& commands) {
   register_admin(commands);
   register_quarantine(commands);
   register_inbox(commands);
+  register_consume(commands);
   register_replay(commands);
   register_audit(commands);
   register_cleanup(commands);

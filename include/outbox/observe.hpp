@@ -51,10 +51,21 @@ class ObserveServer {
 
   // `shard` (empty: none) labels the relay's series, for a process that runs several relays.
   void watch_relay(const Relay& relay, std::string shard = {});
-  // `consumer` labels its series (the inbox's consumer name); `stats` is called at each scrape.
-  void watch_consumer(std::string consumer, std::function<KafkaConsumerStats()> stats);
-  void watch_consumer(std::string consumer, const KafkaInboxConsumer& kafka_consumer) {
-    watch_consumer(std::move(consumer), [&kafka_consumer] { return kafka_consumer.stats(); });
+  // What a watched consumer reports at each scrape: its statistics, whatever its broker.
+  struct ConsumerReading {
+    std::vector<StatSample> samples;
+    Health health = Health::starting;
+    std::string last_error;
+  };
+  // `consumer` labels its series (the inbox's consumer name); `read` is called at each scrape.
+  void watch_consumer(std::string consumer, std::function<ConsumerReading()> read);
+  // Any broker's inbox consumer (Kafka, NATS, RabbitMQ, Redis): its stats() at each scrape.
+  template <typename Consumer>
+  void watch_consumer(std::string consumer, const Consumer& inbox_consumer) {
+    watch_consumer(std::move(consumer), std::function<ConsumerReading()>([&inbox_consumer] {
+                     const auto s = inbox_consumer.stats();
+                     return ConsumerReading{stat_samples(s), s.health, s.last_error};
+                   }));
   }
 
   // Binds and serves from a thread of its own. Throws ConfigError when the address cannot be

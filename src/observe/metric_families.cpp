@@ -143,11 +143,12 @@ void add_relay(Families& out, const RelayMetrics& metrics, const std::string& sh
          kRelayStates, base);
 }
 
-void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& s) {
+void add_consumer(Families& out, const std::string& consumer,
+                  const std::vector<StatSample>& samples, Health state) {
   const Labels labels{{"consumer", label_value(consumer)}};
-  add_samples(out, stat_samples(s), labels);
+  add_samples(out, samples, labels);
   health(out, "outbox_consumer_health", "1 for the consumer's current state, 0 for the others.",
-         s.health, kConsumerStates, labels);
+         state, kConsumerStates, labels);
 }
 
 void add_backlog(Families& out, const std::vector<BacklogRow>& rows) {

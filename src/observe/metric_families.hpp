@@ -95,7 +95,8 @@ using Families = std::vector<prometheus::MetricFamily>;
 void add_build_info(Families& out);
 // `shard` (empty: none) labels every series, for a process that runs several relays.
 void add_relay(Families& out, const RelayMetrics& metrics, const std::string& shard);
-void add_consumer(Families& out, const std::string& consumer, const KafkaConsumerStats& stats);
+void add_consumer(Families& out, const std::string& consumer,
+                  const std::vector<StatSample>& samples, Health health);
 // By aggregate type; before any type was seen (a fresh install), each gauge once without the
 // label, at 0, so a dashboard and an alert see 0 rather than nothing.
 void add_backlog(Families& out, const std::vector<BacklogRow>& rows);

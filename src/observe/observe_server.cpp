@@ -85,8 +85,8 @@ class ObserveServer::Impl {
   void watch_relay(const Relay& relay, std::string shard) {
     relays_.emplace_back(&relay, std::move(shard));
   }
-  void watch_consumer(std::string consumer, std::function<KafkaConsumerStats()> stats) {
-    consumers_.emplace_back(std::move(consumer), std::move(stats));
+  void watch_consumer(std::string consumer, std::function<ObserveServer::ConsumerReading()> read) {
+    consumers_.emplace_back(std::move(consumer), std::move(read));
   }
 
   void start() {
@@ -356,7 +356,7 @@ class ObserveServer::Impl {
                        {"detail", s.last_error}});
     }
     for (const auto& [name, stats] : consumers_) {
-      const KafkaConsumerStats s = stats();
+      const ObserveServer::ConsumerReading s = stats();
       parts.push_back({{"part", "consumer " + name + " (this process)"},
                        {"state", to_string(s.health)},
                        {"detail", s.last_error}});
@@ -369,7 +369,10 @@ class ObserveServer::Impl {
     for (const auto& [relay, shard] : relays_) {
       observe::add_relay(families, relay->metrics(), shard);
     }
-    for (const auto& [name, stats] : consumers_) observe::add_consumer(families, name, stats());
+    for (const auto& [name, stats] : consumers_) {
+      const ObserveServer::ConsumerReading s = stats();
+      observe::add_consumer(families, name, s.samples, s.health);
+    }
     if (options_.backlog) {
       const observe::BacklogReading reading = backlog_monitor_.reading();
       observe::add_backlog_up(families, reading.ok, reading.last_query_seconds);
@@ -401,7 +404,7 @@ class ObserveServer::Impl {
       check("relay " + relay->relay_id(), s.health, s.last_error);
     }
     for (const auto& [name, stats] : consumers_) {
-      const KafkaConsumerStats s = stats();
+      const ObserveServer::ConsumerReading s = stats();
       check("consumer " + name, s.health, s.last_error);
     }
     if (relays_.empty() && consumers_.empty() && options_.backlog) {
@@ -427,7 +430,7 @@ class ObserveServer::Impl {
   ObserveOptions options_;
   ListenAddress address_;
   std::vector<std::pair<const Relay*, std::string>> relays_;
-  std::vector<std::pair<std::string, std::function<KafkaConsumerStats()>>> consumers_;
+  std::vector<std::pair<std::string, std::function<ObserveServer::ConsumerReading()>>> consumers_;
   observe::GuardedServer server_{observe::kListenerLimits};
   std::thread thread_;
   int bound_port_ = 0;
@@ -443,9 +446,8 @@ ObserveServer::~ObserveServer() = default;
 void ObserveServer::watch_relay(const Relay& relay, std::string shard) {
   impl_->watch_relay(relay, std::move(shard));
 }
-void ObserveServer::watch_consumer(std::string consumer,
-                                   std::function<KafkaConsumerStats()> stats) {
-  impl_->watch_consumer(std::move(consumer), std::move(stats));
+void ObserveServer::watch_consumer(std::string consumer, std::function<ConsumerReading()> read) {
+  impl_->watch_consumer(std::move(consumer), std::move(read));
 }
 void ObserveServer::start() { impl_->start(); }
 void ObserveServer::stop() noexcept { impl_->stop(); }

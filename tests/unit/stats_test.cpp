@@ -128,7 +128,7 @@ TEST(StatLists, ASinksOwnListReachesTheRelaysOutputs) {
 TEST(StatLists, EveryConsumerStatReachesPrometheus) {
   const KafkaConsumerStats stats = every_consumer_stat_set();
   observe::Families families;
-  observe::add_consumer(families, "c", stats);
+  observe::add_consumer(families, "c", stat_samples(stats), stats.health);
   const std::string text = observe::serialize(families);
   for (const StatSample& sample : stat_samples(stats)) {
     std::string name(sample.def->metric);
@@ -139,7 +139,7 @@ TEST(StatLists, EveryConsumerStatReachesPrometheus) {
   KafkaConsumerStats fresh;
   EXPECT_EQ(fresh.lag_messages, -1) << "unknown until measured";
   observe::Families again;
-  observe::add_consumer(again, "c", fresh);
+  observe::add_consumer(again, "c", stat_samples(fresh), fresh.health);
   EXPECT_TRUE(
       contains(observe::serialize(again), "outbox_consumer_lag_messages{consumer=\"c\"} -1"));
 }
