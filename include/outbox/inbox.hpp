@@ -51,8 +51,8 @@ struct InboxOrdering {
 // What a gap-aware batch did (Inbox::process_in_order).
 struct OrderedBatchResult {
   std::vector<InboxResult> results;     // per input event, in input order
-  std::uint64_t applied_from_held = 0;  // held events applied because their gap closed
-  std::uint64_t released = 0;           // events applied or skipped by an operator's decision
+  std::uint64_t applied_from_held = 0;  // held events applied (their gap closed, or released)
+  std::uint64_t decided = 0;            // held events released or skipped by an operator
   std::vector<EventId> parked;          // events parked by this batch (fresh and held ones)
 };
 
@@ -102,8 +102,8 @@ class Inbox {
   // `skip`): up to 100 aggregates with a decision, in one transaction, each with what its
   // decision lets through. When an effect throws, the transaction is rolled back, the decision
   // on the event that failed is withdrawn and its reason says so, and the exception propagates.
-  // Returns how many events were released or skipped. Needs ordering.enabled.
-  std::uint64_t carry_out_decisions(PGconn* conn, const Effect& effect) const;
+  // Returns what it did (`results` empty: no batch). Needs ordering.enabled.
+  OrderedBatchResult carry_out_decisions(PGconn* conn, const Effect& effect) const;
 
   // This consumer's held events: how many still wait, how many are parked (waited past
   // park_after, failed, or of an unknown version). One indexed count.

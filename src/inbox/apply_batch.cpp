@@ -57,7 +57,8 @@ BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>&
       }
     }
     const OrderedBatchResult result = inbox_.process_in_order(conn, events, each, park);
-    counts.applied = result.applied_from_held + result.released;
+    counts.applied = result.applied_from_held;
+    counts.decided = result.decided;
     for (const InboxResult r : result.results) {
       if (r == InboxResult::applied) ++counts.applied;
       if (r == InboxResult::duplicate) ++counts.duplicates;
@@ -73,10 +74,15 @@ BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>&
   }
 }
 
-std::uint64_t InboxApplier::carry_out(PGconn* conn, const Effect& effect, bool& effect_threw) {
+BatchApplied InboxApplier::carry_out(PGconn* conn, const Effect& effect, bool& effect_threw) {
   effect_threw = false;
   EventId failed;
-  return inbox_.carry_out_decisions(conn, watched(effect, effect_threw, failed));
+  const OrderedBatchResult result =
+      inbox_.carry_out_decisions(conn, watched(effect, effect_threw, failed));
+  BatchApplied counts;
+  counts.applied = result.applied_from_held;
+  counts.decided = result.decided;
+  return counts;
 }
 
 void run_until_stopped(HealthBoard& health, std::chrono::milliseconds backoff_base,

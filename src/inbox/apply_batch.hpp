@@ -23,7 +23,18 @@ struct BatchApplied {
   std::uint64_t duplicates = 0;  // events the inbox had applied before
   std::uint64_t held = 0;        // gap-aware: kept, waiting for a predecessor
   std::uint64_t parked = 0;      // gap-aware: parked after park_failing_after failed attempts
+  std::uint64_t decided = 0;     // gap-aware: operators' releases and skips carried out
 };
+
+// Adds a batch's counts to a consumer's counters.
+template <typename Counters>
+void count_batch(Counters& counters, const BatchApplied& counts) {
+  counters.applied += counts.applied;
+  counters.duplicates += counts.duplicates;
+  counters.held += counts.held;
+  counters.effects_parked += counts.parked;
+  counters.decisions_carried_out += counts.decided;
+}
 
 // Every consumer's way into its Inbox: a batch through it, and between batches what a gap-aware
 // inbox needs besides (operators' decisions, the gauges of held events). One per consumer,
@@ -48,7 +59,7 @@ class InboxApplier {
   void tend(PGconn* conn, const Effect& effect, Counters& counters, bool& effect_threw) {
     if (!inbox_.ordering().enabled || std::chrono::steady_clock::now() < next_tend_) return;
     next_tend_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    counters.decisions_carried_out += carry_out(conn, effect, effect_threw);
+    count_batch(counters, carry_out(conn, effect, effect_threw));
     const Inbox::Waiting waiting = inbox_.waiting(conn);
     counters.events_waiting.store(waiting.waiting);
     counters.events_parked.store(waiting.parked);
@@ -57,7 +68,7 @@ class InboxApplier {
   [[nodiscard]] const Inbox& inbox() const noexcept { return inbox_; }
 
  private:
-  std::uint64_t carry_out(PGconn* conn, const Effect& effect, bool& effect_threw);
+  BatchApplied carry_out(PGconn* conn, const Effect& effect, bool& effect_threw);
   // The effect as the inbox calls it, noting which event threw and whose fault it was.
   Effect watched(const Effect& effect, bool& effect_threw, EventId& failed);
   void remember_failure(const EventId& id, const std::string& what);
@@ -70,15 +81,6 @@ class InboxApplier {
   std::map<EventId, Failures> failures_;  // consecutive failed attempts by event
   std::chrono::steady_clock::time_point next_tend_{};
 };
-
-// Adds a batch's counts to a consumer's counters.
-template <typename Counters>
-void count_batch(Counters& counters, const BatchApplied& counts) {
-  counters.applied += counts.applied;
-  counters.duplicates += counts.duplicates;
-  counters.held += counts.held;
-  counters.effects_parked += counts.parked;
-}
 
 // A consumer's run(): calls `poll_once` until `stop`, between failures waiting a capped backoff
 // from `backoff_base` to `backoff_max`, and says on `health` what failed: the effect (when

@@ -71,7 +71,7 @@ OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const Consume
     transaction.write();
     pg::commit(conn, /*redo_is_safe=*/true);  // a redelivery is found duplicate
     result.applied_from_held = tally.applied_from_held;
-    result.released = tally.released;
+    result.decided = tally.decided;
     result.parked = std::move(tally.parked);
     return result;
   } catch (...) {
@@ -80,7 +80,7 @@ OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const Consume
   }
 }
 
-std::uint64_t Inbox::carry_out_decisions(PGconn* conn, const Effect& effect) const {
+OrderedBatchResult Inbox::carry_out_decisions(PGconn* conn, const Effect& effect) const {
   check_ordered(*this, conn);
   pg::exec(conn, "BEGIN");
   detail::OrderedTransaction transaction(*this, conn, effect);
@@ -89,7 +89,7 @@ std::uint64_t Inbox::carry_out_decisions(PGconn* conn, const Effect& effect) con
     const auto keys = transaction.decided_aggregates(100);
     if (keys.empty()) {
       pg::rollback_quietly(conn);
-      return 0;
+      return {};
     }
     transaction.lock_and_load(keys);
     detail::StepTally tally;
@@ -99,7 +99,11 @@ std::uint64_t Inbox::carry_out_decisions(PGconn* conn, const Effect& effect) con
     }
     transaction.write();
     pg::commit(conn, /*redo_is_safe=*/true);
-    return tally.released;
+    OrderedBatchResult result;
+    result.applied_from_held = tally.applied_from_held;
+    result.decided = tally.decided;
+    result.parked = std::move(tally.parked);
+    return result;
   } catch (const std::exception& error) {
     pg::rollback_quietly(conn);
     if (transaction.attempting() == nullptr || PQstatus(conn) != CONNECTION_OK) throw;

@@ -241,11 +241,8 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
     }
     if (step.held && step.kind != StepKind::park) {
       deleted_.push_back(event.event_id);
-      if (decided) {
-        ++tally.released;
-      } else if (step.kind == StepKind::apply) {
-        ++tally.applied_from_held;
-      }
+      if (decided) ++tally.decided;
+      if (step.kind == StepKind::apply) ++tally.applied_from_held;
     }
   }
   if (plan.position_moved && plan.position) moved_[key] = *plan.position;

@@ -28,7 +28,7 @@ struct AggregateKey {
 // What a plan's steps did, for the batch's results.
 struct StepTally {
   std::uint64_t applied_from_held = 0;
-  std::uint64_t released = 0;
+  std::uint64_t decided = 0;
   std::vector<EventId> parked;
 };
 

@@ -176,10 +176,10 @@ TEST_F(InboxOrderTest, AParkedEventHoldsItsAggregateAndTheOthersGoOn) {
   EXPECT_EQ(result.parked, std::vector{a1.event_id});
   EXPECT_EQ(applied(), "b1");
   EXPECT_EQ(held_rows("kind = 'failed' AND reason = 'it failed 10 times'"), 1);
-  EXPECT_EQ(inbox.waiting(conn()).parked, 1U);                 // failed counts as parked at once
-  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()), 0U);  // no decision yet
+  EXPECT_EQ(inbox.waiting(conn()).parked, 1U);  // failed counts as parked at once
+  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 0U);  // no decision yet
   decide(a1.event_id, "release");
-  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()), 1U);
+  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 1U);
   EXPECT_EQ(applied(), "b1 a1 a2");
   EXPECT_EQ(held_rows(), 0);
 }
@@ -189,7 +189,7 @@ TEST_F(InboxOrderTest, SkipGoesOnWithoutTheEffect) {
   const auto a1 = event("a", 1), a2 = event("a", 2);
   batch(inbox, {a1, a2}, {{a1.event_id, "bad"}});
   decide(a1.event_id, "skip");
-  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()), 1U);
+  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 1U);
   EXPECT_EQ(applied(), "a2");
   EXPECT_EQ(batch(inbox, {a1}).results, Results{InboxResult::duplicate});
 }
@@ -199,7 +199,7 @@ TEST_F(InboxOrderTest, ReleasingAWaitingEventAcceptsTheGap) {
   const auto a1 = event("a", 1), a2 = event("a", 2), a3 = event("a", 3);
   batch(inbox, {a1, a3});
   decide(a3.event_id, "release");
-  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()), 1U);
+  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 1U);
   EXPECT_EQ(applied(), "a1 a3");
   // The missing one, late, is below the position now: suppressed, never applied after 3.
   EXPECT_EQ(batch(inbox, {a2}).results, Results{InboxResult::duplicate});
@@ -217,7 +217,7 @@ TEST_F(InboxOrderTest, AReleasedEventWhoseEffectFailsAgainStaysParkedWithTheErro
   EXPECT_EQ(held_rows("decision IS NULL AND kind = 'failed' AND reason = "
                       "'released, and its effect failed again: boom'"),
             1);
-  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()), 0U);  // withdrawn: no loop
+  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 0U);  // withdrawn: no loop
   EXPECT_EQ(applied(), "");
 }
 

@@ -135,7 +135,7 @@ TEST_F(RolesTest, AGapAwareInboxHoldsAndAppliesAndTheAdminDecidesButRewritesNoth
   auto admin = as(roles_.admin);
   ASSERT_EQ(list_held(admin.get(), schema_).size(), 1U);
   decide_held(admin.get(), schema_, "projection", e2.event_id, HeldDecision::release, "ops", "");
-  EXPECT_EQ(inbox.carry_out_decisions(inbox_connection.get(), nothing), 1U);
+  EXPECT_EQ(inbox.carry_out_decisions(inbox_connection.get(), nothing).decided, 1U);
   EXPECT_EQ(inbox.process_in_order(inbox_connection.get(), std::vector{e1}, nothing).results,
             std::vector{InboxResult::duplicate});
   const std::string parked = schema_.table("inbox_parked");
