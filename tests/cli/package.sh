@@ -36,7 +36,8 @@ fi
 contents="$(dpkg-deb -c "$deb" | awk '{print $6}')"
 for path in ./usr/bin/outbox ./usr/include/outbox/producer.hpp ./usr/include/outbox/pqxx.hpp \
   ./usr/lib/cmake/outbox/outboxConfig.cmake ./usr/lib/systemd/system/outbox-relay.service \
-  ./usr/lib/systemd/system/outbox-admin.service ./usr/share/doc/outbox/OPERATIONS.md \
+  ./usr/lib/systemd/system/outbox-admin.service ./usr/lib/systemd/system/outbox-consume@.service \
+  ./usr/share/doc/outbox/OPERATIONS.md ./usr/share/doc/outbox/CONSUMING.md \
   ./usr/share/doc/outbox/PRODUCING.md ./usr/share/doc/outbox/ops/alerts.yml; do
   if grep -qx -- "$path" <<<"$contents"; then pass; else fail "the package lacks $path"; fi
 done
@@ -58,6 +59,13 @@ if [[ "$unit" == *"ExecStart=/usr/bin/outbox relay"* && "$unit" == *"User=outbox
   pass
 else
   fail "the packaged relay unit should run /usr/bin/outbox as the user outbox"
+fi
+unit="$(cat "$root/usr/lib/systemd/system/outbox-consume@.service")"
+if [[ "$unit" == *"ExecStart=/usr/bin/outbox consume"* && "$unit" == *"--consumer %i"* &&
+      "$unit" == *"User=outbox"* && "$unit" != *"/usr/local/bin"* ]]; then
+  pass
+else
+  fail "the packaged consume unit should run /usr/bin/outbox consume --consumer %i as outbox"
 fi
 if cmake -S "$source_dir/examples/order_service" -B "$work_dir/example" \
   -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work_dir/example.log" 2>&1 &&
