@@ -21,6 +21,7 @@
 #include "outbox/rabbitmq_consumer.hpp"
 #include "outbox/redis_consumer.hpp"
 #include "outbox/sql_effect.hpp"
+#include "outbox/upcaster.hpp"
 
 namespace outbox::cli {
 namespace {
@@ -61,8 +62,51 @@ struct ConsumeFlags {
   bool start_at_first_seen = false;
   int batch = 100;
   std::string retry_backoff_max = "30s";
+  std::vector<std::string> upcasts;           // TYPE:FROM=FUNCTION
+  std::vector<std::string> current_versions;  // TYPE=VERSION
   ObserveFlags observe;
 };
+
+// A positive decimal version, or ConfigError naming the flag and the item.
+std::int32_t version_of(const std::string& text, const char* flag, const std::string& item) {
+  std::size_t used = 0;
+  int version = 0;
+  try {
+    version = std::stoi(text, &used, 10);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || version < 1) {
+    throw ConfigError(fmt::format("{} {}: the version must be a whole number from 1", flag, item));
+  }
+  return version;
+}
+
+// --upcast TYPE:FROM=FUNCTION and --current-version TYPE=VERSION as the consumer's Upcasters.
+Upcasters upcasters_of(const ConsumeFlags& flags) {
+  Upcasters upcasters;
+  for (const std::string& item : flags.upcasts) {
+    const std::size_t equals = item.find('=');
+    const std::size_t colon = item.rfind(':', equals);
+    if (equals == std::string::npos || colon == std::string::npos || colon == 0) {
+      throw ConfigError("--upcast " + item +
+                        ": expected EVENT_TYPE:FROM_VERSION=FUNCTION, e.g. "
+                        "OrderPlaced:1=app.order_placed_v1_to_v2");
+    }
+    upcasters.add_sql(item.substr(0, colon),
+                      version_of(item.substr(colon + 1, equals - colon - 1), "--upcast", item),
+                      item.substr(equals + 1));
+  }
+  for (const std::string& item : flags.current_versions) {
+    const std::size_t equals = item.rfind('=');
+    if (equals == std::string::npos || equals == 0) {
+      throw ConfigError("--current-version " + item + ": expected EVENT_TYPE=VERSION");
+    }
+    upcasters.current(item.substr(0, equals),
+                      version_of(item.substr(equals + 1), "--current-version", item));
+  }
+  return upcasters;
+}
 
 InboxOrdering ordering_of(const ConsumeFlags& flags) {
   InboxOrdering ordering;
@@ -81,6 +125,7 @@ Options common_options(const ConsumeFlags& flags) {
   options.schema = SchemaName(flags.schema);
   options.consumer_name = flags.consumer;
   options.ordering = ordering_of(flags);
+  options.upcasters = upcasters_of(flags);
   options.retry_backoff_max = parse_duration(flags.retry_backoff_max);
   return options;
 }
@@ -248,6 +293,13 @@ void register_consume(Commands& commands) {
   consume->add_option("--batch", flags->batch, "NATS, RabbitMQ, Redis: messages per transaction")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
+  consume->add_option("--upcast", flags->upcasts,
+                      "EVENT_TYPE:FROM=FUNCTION: a SQL function that takes a payload of version "
+                      "FROM as jsonb and returns it as FROM+1's, applied before --apply "
+                      "(repeatable; docs/CONSUMING.md)");
+  consume->add_option("--current-version", flags->current_versions,
+                      "EVENT_TYPE=VERSION: the version --apply is written for, when no --upcast "
+                      "reaches it; a newer event is parked, not applied (repeatable)");
   consume
       ->add_option("--retry-backoff-max", flags->retry_backoff_max,
                    "longest wait between retries of a failing batch")

@@ -48,6 +48,12 @@ struct InboxOrdering {
   int park_failing_after = 10;
 };
 
+// Why an event is parked instead of applied (Inbox::process_in_order's `park`).
+struct ParkRequest {
+  std::string reason;
+  bool unknown_version = false;  // kind 'unknown_version' (else 'failed')
+};
+
 // What a gap-aware batch did (Inbox::process_in_order).
 struct OrderedBatchResult {
   std::vector<InboxResult> results;     // per input event, in input order
@@ -96,7 +102,7 @@ class Inbox {
   // process_batch(); an event's aggregate_sequence must be positive.
   OrderedBatchResult process_in_order(PGconn* conn, std::span<const ConsumedEvent> events,
                                       const Effect& effect,
-                                      const std::map<EventId, std::string>& park = {}) const;
+                                      const std::map<EventId, ParkRequest>& park = {}) const;
 
   // Carries out operators' decisions on this consumer's parked events (`outbox inbox release`,
   // `skip`): up to 100 aggregates with a decision, in one transaction, each with what its

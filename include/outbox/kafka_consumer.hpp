@@ -15,6 +15,7 @@
 #include "outbox/health.hpp"
 #include "outbox/inbox.hpp"
 #include "outbox/stats.hpp"
+#include "outbox/upcaster.hpp"
 
 namespace outbox {
 
@@ -47,6 +48,9 @@ struct KafkaConsumerOptions {
   // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
   // `outbox consume` turns it on.
   InboxOrdering ordering;
+  // Steps that bring an older schema_version's payload to the one the effect is written for;
+  // an event of a newer version is parked (gap-aware) or retried (not), never applied.
+  Upcasters upcasters;
   std::map<std::string, std::string> properties;  // extra librdkafka properties
   // run(): delay after a failed batch (effect threw, PostgreSQL down), doubled per consecutive
   // failure up to the max.

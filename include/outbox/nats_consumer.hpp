@@ -29,6 +29,7 @@
 #include "outbox/inbox.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/stats.hpp"
+#include "outbox/upcaster.hpp"
 
 namespace outbox {
 
@@ -43,6 +44,9 @@ struct NatsConsumerOptions {
   // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
   // `outbox consume` turns it on.
   InboxOrdering ordering;
+  // Steps that bring an older schema_version's payload to the one the effect is written for;
+  // an event of a newer version is parked (gap-aware) or retried (not), never applied.
+  Upcasters upcasters;
   int batch = 100;  // messages per fetch and per inbox transaction; 1 to 10000
   // A message not acknowledged by then (a consumer killed mid-batch) is delivered again.
   std::chrono::milliseconds ack_wait{30000};

@@ -29,6 +29,7 @@
 #include "outbox/inbox.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/stats.hpp"
+#include "outbox/upcaster.hpp"
 
 namespace outbox {
 
@@ -45,6 +46,9 @@ struct RabbitMqConsumerOptions {
   // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
   // `outbox consume` turns it on.
   InboxOrdering ordering;
+  // Steps that bring an older schema_version's payload to the one the effect is written for;
+  // an event of a newer version is parked (gap-aware) or retried (not), never applied.
+  Upcasters upcasters;
   int batch = 100;  // prefetch and messages per inbox transaction; 1 to 10000
   std::chrono::milliseconds retry_backoff_base{100};
   std::chrono::milliseconds retry_backoff_max{30000};

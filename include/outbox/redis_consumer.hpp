@@ -39,6 +39,7 @@
 #include "outbox/inbox.hpp"
 #include "outbox/schema.hpp"
 #include "outbox/stats.hpp"
+#include "outbox/upcaster.hpp"
 
 namespace outbox {
 
@@ -54,6 +55,9 @@ struct RedisConsumerOptions {
   // Per-aggregate order (the gap-aware inbox; outbox/inbox.hpp). Off by default in the library;
   // `outbox consume` turns it on.
   InboxOrdering ordering;
+  // Steps that bring an older schema_version's payload to the one the effect is written for;
+  // an event of a newer version is parked (gap-aware) or retried (not), never applied.
+  Upcasters upcasters;
   int batch = 100;                         // entries per inbox transaction; 1 to 10000
   std::chrono::milliseconds lease{30000};  // a stream's lock lapses this long after its holder
   std::chrono::milliseconds retry_backoff_base{100};

@@ -30,11 +30,21 @@ void InboxApplier::remember_failure(const EventId& id, const std::string& what) 
   failures.last = what;
 }
 
+InboxApplier::Effect InboxApplier::upcasting(const Effect& effect) const {
+  if (upcasters_.empty()) return effect;
+  return [this, &effect](PGconn* c, const ConsumedEvent& event) {
+    ConsumedEvent current = event;
+    upcasters_.upcast(current, c);  // throws for a version it cannot reach: never applied
+    effect(c, current);
+  };
+}
+
 BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>& events,
                                  const Effect& effect, bool& effect_threw) {
   effect_threw = false;
   EventId failed;
-  const Effect each = watched(effect, effect_threw, failed);
+  const Effect user = upcasting(effect);
+  const Effect each = watched(user, effect_threw, failed);
   BatchApplied counts;
   try {
     if (!inbox_.ordering().enabled) {
@@ -48,12 +58,17 @@ BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>&
       }
       return counts;
     }
-    std::map<EventId, std::string> park;
+    std::map<EventId, ParkRequest> park;
+    for (const ConsumedEvent& event : events) {
+      if (std::string why = upcasters_.unknown(event); !why.empty()) {
+        park[event.event_id] = {std::move(why), /*unknown_version=*/true};
+      }
+    }
     const int limit = inbox_.ordering().park_failing_after;
     for (const auto& [id, failures] : failures_) {
       if (limit > 0 && failures.count >= limit) {
-        park[id] = "its effect failed " + std::to_string(failures.count) +
-                   " times in a row; the last error: " + failures.last;
+        park[id] = {"its effect failed " + std::to_string(failures.count) +
+                    " times in a row; the last error: " + failures.last};
       }
     }
     const OrderedBatchResult result = inbox_.process_in_order(conn, events, each, park);
@@ -77,8 +92,9 @@ BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>&
 BatchApplied InboxApplier::carry_out(PGconn* conn, const Effect& effect, bool& effect_threw) {
   effect_threw = false;
   EventId failed;
+  const Effect user = upcasting(effect);
   const OrderedBatchResult result =
-      inbox_.carry_out_decisions(conn, watched(effect, effect_threw, failed));
+      inbox_.carry_out_decisions(conn, watched(user, effect_threw, failed));
   BatchApplied counts;
   counts.applied = result.applied_from_held;
   counts.decided = result.decided;

@@ -15,6 +15,7 @@
 #include "common/health_board.hpp"
 #include "outbox/consumed_event.hpp"
 #include "outbox/inbox.hpp"
+#include "outbox/upcaster.hpp"
 
 namespace outbox::detail {
 
@@ -42,8 +43,10 @@ void count_batch(Counters& counters, const BatchApplied& counts) {
 class InboxApplier {
  public:
   using Effect = Inbox::Effect;
-  InboxApplier(SchemaName schema, std::string consumer_name, InboxOrdering ordering)
-      : inbox_(std::move(schema), std::move(consumer_name), ordering) {}
+  InboxApplier(SchemaName schema, std::string consumer_name, InboxOrdering ordering,
+               Upcasters upcasters = {})
+      : inbox_(std::move(schema), std::move(consumer_name), ordering),
+        upcasters_(std::move(upcasters)) {}
 
   // The batch through Inbox::process_batch, or process_in_order when the inbox is gap-aware
   // (parking an event whose effect failed park_failing_after times in a row). When it throws,
@@ -73,7 +76,11 @@ class InboxApplier {
   Effect watched(const Effect& effect, bool& effect_threw, EventId& failed);
   void remember_failure(const EventId& id, const std::string& what);
 
+  // The effect as the user wrote it, given each event at the version it is written for.
+  Effect upcasting(const Effect& effect) const;
+
   Inbox inbox_;
+  Upcasters upcasters_;
   struct Failures {
     int count = 0;
     std::string last;

@@ -39,7 +39,7 @@ void check_events(std::span<const ConsumedEvent> events) {
 
 OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const ConsumedEvent> events,
                                            const Effect& effect,
-                                           const std::map<EventId, std::string>& park) const {
+                                           const std::map<EventId, ParkRequest>& park) const {
   check_ordered(*this, conn);
   check_events(events);
   OrderedBatchResult result;

@@ -60,7 +60,7 @@ FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::in
 ON CONFLICT DO NOTHING)SQL";
 
 constexpr const char* kParkHeld = R"SQL(
-UPDATE {parked} SET kind = 'failed', reason = $3, park_at = now(), decision = NULL
+UPDATE {parked} SET kind = $4, reason = $3, park_at = now(), decision = NULL
 WHERE consumer_name = $1 AND event_id = $2::uuid)SQL";
 
 constexpr const char* kDeleteHeld = R"SQL(
@@ -197,7 +197,7 @@ void OrderedTransaction::apply(const ConsumedEvent& event) {
 void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEvent>& fresh,
                              std::span<const ConsumedEvent> batch,
                              std::vector<InboxResult>& results,
-                             const std::map<EventId, std::string>& park, StepTally& tally) {
+                             const std::map<EventId, ParkRequest>& park, StepTally& tally) {
   std::vector<Held>& held = held_[key];
   std::vector<PlanEvent> events = fresh;
   for (std::size_t i = 0; i < held.size(); ++i) {
@@ -221,12 +221,13 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
         break;
       case StepKind::park: {
         const auto why = park.find(event.event_id);
-        std::string reason = why == park.end() ? "parked" : why->second;
+        const ParkRequest request = why == park.end() ? ParkRequest{"parked"} : why->second;
+        const std::string kind = request.unknown_version ? "unknown_version" : "failed";
         tally.parked.push_back(event.event_id);
         if (step.held) {
-          parked_held_.emplace_back(&event, std::move(reason));
+          parked_held_.push_back({&event, kind, request.reason});
         } else {
-          new_rows_.push_back({&event, "failed", std::move(reason)});
+          new_rows_.push_back({&event, kind, request.reason});
           results[step.index] = InboxResult::parked;
         }
         break;
@@ -285,10 +286,10 @@ void OrderedTransaction::write() {
     params.push_back(park_after.c_str());
     pg::exec_prepared(conn_, sql(kInsertHeld, inbox_.schema()), params);
   }
-  for (const auto& [event, reason] : parked_held_) {
-    const std::string id = event->event_id.to_string();
+  for (const NewRow& row : parked_held_) {
+    const std::string id = row.event->event_id.to_string();
     pg::exec_prepared(conn_, sql(kParkHeld, inbox_.schema()),
-                      {consumer.c_str(), id.c_str(), reason.c_str()});
+                      {consumer.c_str(), id.c_str(), row.reason.c_str(), row.kind.c_str()});
   }
   const auto by_ids = [&](const char* statement, const std::vector<EventId>& ids) {
     if (ids.empty()) return;

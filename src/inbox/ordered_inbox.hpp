@@ -49,7 +49,7 @@ class OrderedTransaction {
   // into `batch`). Writes each fresh event's result into `results`.
   void run(const AggregateKey& key, const std::vector<PlanEvent>& fresh,
            std::span<const ConsumedEvent> batch, std::vector<InboxResult>& results,
-           const std::map<EventId, std::string>& park, StepTally& tally);
+           const std::map<EventId, ParkRequest>& park, StepTally& tally);
 
   // Writes the positions, the new held and parked rows, the deleted ones.
   void write();
@@ -77,7 +77,7 @@ class OrderedTransaction {
   std::map<AggregateKey, std::vector<Held>> held_;
   std::map<AggregateKey, std::int64_t> moved_;
   std::vector<NewRow> new_rows_;
-  std::vector<std::pair<const ConsumedEvent*, std::string>> parked_held_;
+  std::vector<NewRow> parked_held_;  // held rows parked in place
   std::vector<EventId> deleted_;
   // processed_events rows to write: what was applied, skipped or found a repeat (held events
   // have none until then, so the audit never counts one as applied).

@@ -79,7 +79,7 @@ KafkaInboxConsumer::Impl::Impl(KafkaConsumerOptions options, Effect effect)
       effect_(std::move(effect)),
       inbox_(options_.schema,
              options_.consumer_name.empty() ? options_.group_id : options_.consumer_name,
-             options_.ordering),
+             options_.ordering, options_.upcasters),
       connection_(pg::Connection::open(options_.database_url, "outbox-consumer")),
       health_("kafka consumer " + options_.group_id) {
   if (options_.group_id.empty()) throw ConfigError("Kafka consumer: group_id is empty");

@@ -79,7 +79,7 @@ class NatsInboxConsumer::Impl {
         effect_(std::move(effect)),
         inbox_(options_.schema,
                options_.consumer_name.empty() ? options_.durable : options_.consumer_name,
-               options_.ordering),
+               options_.ordering, options_.upcasters),
         health_("nats consumer " + options_.durable),
         database_(pg::Connection::open(options_.database_url, "outbox-consumer")) {
     check_options(options_);

@@ -64,7 +64,7 @@ class RabbitMqInboxConsumer::Impl {
         effect_(std::move(effect)),
         inbox_(options_.schema,
                options_.consumer_name.empty() ? options_.queue : options_.consumer_name,
-               options_.ordering),
+               options_.ordering, options_.upcasters),
         health_("rabbitmq consumer " + options_.queue),
         endpoint_(rabbitmq::parse_url(options_.url)),
         database_(pg::Connection::open(options_.database_url, "outbox-consumer")) {

@@ -86,7 +86,7 @@ class RedisInboxConsumer::Impl {
         effect_(std::move(effect)),
         inbox_(options_.schema,
                options_.consumer_name.empty() ? options_.group : options_.consumer_name,
-               options_.ordering),
+               options_.ordering, options_.upcasters),
         health_("redis consumer " + options_.group),
         endpoint_(redis::parse_url(options_.url)),
         database_(pg::Connection::open(options_.database_url, "outbox-consumer")) {

@@ -174,4 +174,49 @@ run_consumer redis --consumer projection-redis --config "$work_dir/consume-redis
 check_broker redis projection-redis
 stop_consumer redis
 
+# --- 4. schema evolution in SQL: v1 upcast to v2 before --apply; v3, newer, parked ---------------
+sql <<'SQL'
+CREATE TABLE app.prices (n bigserial, id text, sequence bigint, amount text, version int);
+CREATE FUNCTION app.price_v1_to_v2(p jsonb) RETURNS jsonb LANGUAGE sql
+  AS $$ SELECT jsonb_build_object('amount', to_char((p->>'cents')::numeric / 100, 'FM0.00')) $$;
+CREATE FUNCTION app.apply_price(e jsonb) RETURNS void LANGUAGE sql AS $$
+  INSERT INTO app.prices (id, sequence, amount, version)
+  VALUES (e->>'aggregate_id', (e->>'aggregate_sequence')::bigint, e->'payload'->>'amount',
+          (e->>'schema_version')::int) $$;
+SQL
+price() {
+  "$outbox_binary" enqueue --db "$db" --schema "$schema" --aggregate-type price \
+    --aggregate-id p-1 --event-type PriceSet --schema-version "$1" --payload "$2" >/dev/null
+}
+price 1 '{"cents": 250}'
+price 2 '{"amount": "3.10"}'
+price 3 '{"amount": {"value": "4.00", "currency": "EUR"}}'
+price 1 '{"cents": 500}'
+relay_until_published price-relay --kafka-brokers "$brokers"
+run_consumer prices --consumer prices --kafka-brokers "$brokers" --topic outbox.price \
+  --upcast PriceSet:1=app.price_v1_to_v2 --current-version PriceSet=2 \
+  --apply 'SELECT app.apply_price($1)'
+deadline=$((SECONDS + 60))
+until [[ "$(sql -c "SELECT count(*) FROM $schema.inbox_parked WHERE consumer_name = 'prices'")" == 2 ]] ||
+  ((SECONDS > deadline)); do
+  sleep 0.2
+done
+out="$(sql -c "SELECT string_agg(sequence || '=' || amount || '@v' || version, ' ' ORDER BY n) FROM app.prices")"
+if [[ "$out" == "1=2.50@v2 2=3.10@v2" ]]; then pass; else
+  fail "v1 should be upcast to v2 before --apply, and nothing after the v3 applied: $out"; fi
+out="$("$outbox_binary" inbox list --db "$db" --schema "$schema" --consumer prices 2>&1)"
+if [[ "$out" == *"p-1 #3 PriceSet v3  parked (unknown_version)"*"schema_version 3 of PriceSet is newer than this consumer knows (2)"* &&
+      "$out" == *"p-1 #4 PriceSet v1  waiting"* ]]; then
+  pass
+else
+  fail "the v3 event should be parked as unknown, the next held behind it: $out"
+fi
+stop_consumer prices
+expect_failure "--upcast without a version" "expected EVENT_TYPE:FROM_VERSION=FUNCTION" \
+  "$outbox_binary" consume "${consume_flags[@]}" --consumer c --upcast PriceSet=app.f \
+  --apply 'SELECT app.apply_price($1)'
+expect_failure "--upcast with no function name" "is no function name" \
+  "$outbox_binary" consume "${consume_flags[@]}" --consumer c --upcast 'PriceSet:1=app.f(); DROP' \
+  --apply 'SELECT app.apply_price($1)'
+
 summary_and_exit

@@ -77,7 +77,7 @@ class InboxOrderTest : public ::testing::Test {
              {id.to_string().c_str(), decision});
   }
   OrderedBatchResult batch(const Inbox& inbox, std::vector<ConsumedEvent> events,
-                           const std::map<EventId, std::string>& park = {}) {
+                           const std::map<EventId, ParkRequest>& park = {}) {
     return inbox.process_in_order(conn(), events, record(), park);
   }
   PGconn* conn() { return connection_.get(); }
@@ -170,7 +170,8 @@ TEST_F(InboxOrderTest, AnEventWaitingPastParkAfterIsCountedParked) {
 TEST_F(InboxOrderTest, AParkedEventHoldsItsAggregateAndTheOthersGoOn) {
   const Inbox inbox(schema_, "projection", ordered());
   const auto a1 = event("a", 1), a2 = event("a", 2), b1 = event("b", 1);
-  const auto result = batch(inbox, {a1, a2, b1}, {{a1.event_id, "it failed 10 times"}});
+  const auto result =
+      batch(inbox, {a1, a2, b1}, {{a1.event_id, ParkRequest{"it failed 10 times"}}});
   EXPECT_EQ(result.results,
             (Results{InboxResult::parked, InboxResult::held, InboxResult::applied}));
   EXPECT_EQ(result.parked, std::vector{a1.event_id});
@@ -187,7 +188,7 @@ TEST_F(InboxOrderTest, AParkedEventHoldsItsAggregateAndTheOthersGoOn) {
 TEST_F(InboxOrderTest, SkipGoesOnWithoutTheEffect) {
   const Inbox inbox(schema_, "projection", ordered());
   const auto a1 = event("a", 1), a2 = event("a", 2);
-  batch(inbox, {a1, a2}, {{a1.event_id, "bad"}});
+  batch(inbox, {a1, a2}, {{a1.event_id, ParkRequest{"bad"}}});
   decide(a1.event_id, "skip");
   EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 1U);
   EXPECT_EQ(applied(), "a2");
@@ -209,7 +210,7 @@ TEST_F(InboxOrderTest, ReleasingAWaitingEventAcceptsTheGap) {
 TEST_F(InboxOrderTest, AReleasedEventWhoseEffectFailsAgainStaysParkedWithTheError) {
   const Inbox inbox(schema_, "projection", ordered());
   const auto a1 = event("a", 1);
-  batch(inbox, {a1}, {{a1.event_id, "first failure"}});
+  batch(inbox, {a1}, {{a1.event_id, ParkRequest{"first failure"}}});
   decide(a1.event_id, "release");
   EXPECT_THROW(inbox.carry_out_decisions(
                    conn(), [](PGconn*, const ConsumedEvent&) { throw std::runtime_error("boom"); }),

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "outbox/inbox_admin.hpp"
@@ -245,6 +246,91 @@ TEST_F(KafkaConsumerTest, AGapAwareConsumerAppliesInOrderAndParksWhatKeepsFailin
   EXPECT_FALSE(running.threw());
   EXPECT_EQ(effects("o1"), "1 2 3 5");
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("inbox_parked")), 0);
+}
+
+// Old events replayed through a consumer whose effect is written for version 3: each v1 and v2
+// payload is upcast before the effect sees it. A v4 event, newer than the consumer knows, is
+// parked with its aggregate's later event held behind it; a consumer that knows v4 is deployed
+// and an operator releases it.
+TEST_F(KafkaConsumerTest, OldVersionsAreUpcastAndANewerOneIsParkedUntilAConsumerKnowsIt) {
+  pg::exec(conn(), "CREATE TABLE " + schema_.table("effects") +
+                       " (n bigserial, aggregate_id text, sequence bigint, payload text)");
+  std::vector<std::pair<int, std::string>> versions = {
+      {1, R"({"total":1})"},
+      {2, R"({"amount":2})"},
+      {3, R"({"amount":3,"currency":"USD"})"},
+      {4, R"({"amount":{"value":4,"currency":"EUR"}})"},
+      {3, R"({"amount":5,"currency":"USD"})"}};
+  EventId newer;
+  for (std::size_t i = 0; i < versions.size(); ++i) {
+    auto h = headers(EventId::generate(), static_cast<int>(i + 1));
+    h["event_type"] = "OrderPlaced";
+    h["schema_version"] = std::to_string(versions[i].first);
+    if (versions[i].first == 4) newer = *EventId::parse(h["event_id"]);
+    produce_raw(kafka().bootstrap_servers(), topic_, "o1", versions[i].second, h);
+  }
+  const auto v1_to_v2 = [](std::string_view p) {
+    std::string s(p);
+    return s.replace(s.find("total"), 5, "amount");
+  };
+  const auto v2_to_v3 = [](std::string_view p) {
+    std::string s(p);
+    return s.insert(s.size() - 1, R"(,"currency":"EUR")");
+  };
+  KafkaConsumerOptions o = retrying("upcast", 20ms, 100ms);
+  o.ordering.enabled = true;
+  o.upcasters.add("OrderPlaced", 1, v1_to_v2).add("OrderPlaced", 2, v2_to_v3);
+  const auto effect = [&](PGconn* c, const ConsumedEvent& e) {
+    ASSERT_EQ(e.schema_version, e.event_id == newer ? 4 : 3);
+    pg::exec(
+        c,
+        "INSERT INTO " + schema_.table("effects") +
+            " (aggregate_id, sequence, payload) VALUES ($1, $2, $3)",
+        {e.aggregate_id.c_str(), std::to_string(e.aggregate_sequence).c_str(), e.payload.c_str()});
+  };
+  const auto payloads = [&] {
+    const auto rows = pg::exec(conn(),
+                               "SELECT coalesce(string_agg(payload, ' ' ORDER BY n), '') "
+                               "FROM " +
+                                   schema_.table("effects"));
+    return std::string(rows.text(0, 0));
+  };
+  {
+    KafkaInboxConsumer consumer(o, effect);
+    Running running(consumer);
+    EXPECT_TRUE(wait_until([&] { return consumer.stats().events_parked == 1; }));
+    EXPECT_TRUE(wait_until([&] { return consumer.stats().events_waiting == 1; }));
+    running.stop();
+  }
+  EXPECT_EQ(payloads(), R"({"amount":1,"currency":"EUR"} {"amount":2,"currency":"EUR"} )"
+                        R"({"amount":3,"currency":"USD"})");
+  const auto held = list_held(conn(), schema_, "projection");
+  ASSERT_EQ(held.size(), 2U);
+  EXPECT_EQ(held[0].kind, "unknown_version");
+  EXPECT_EQ(held[0].reason,
+            "schema_version 4 of OrderPlaced is newer than this consumer knows (3): deploy a "
+            "consumer that knows it, then `outbox inbox release` the event");
+  // The next release of the service knows version 4 (its effect reads v4; 3 -> 4 nests amount).
+  o.upcasters.add("OrderPlaced", 3, [](std::string_view p) {
+    nlohmann::json v3 = nlohmann::json::parse(p);
+    return nlohmann::json{{"amount", {{"value", v3["amount"]}, {"currency", v3["currency"]}}}}
+        .dump();
+  });
+  decide_held(conn(), schema_, "projection", newer, HeldDecision::release, "ops", "v4 deployed");
+  KafkaInboxConsumer upgraded(o, [&](PGconn* c, const ConsumedEvent& e) {
+    EXPECT_EQ(e.schema_version, 4);
+    pg::exec(
+        c,
+        "INSERT INTO " + schema_.table("effects") +
+            " (aggregate_id, sequence, payload) VALUES ($1, $2, $3)",
+        {e.aggregate_id.c_str(), std::to_string(e.aggregate_sequence).c_str(), e.payload.c_str()});
+  });
+  Running running(upgraded);
+  EXPECT_TRUE(wait_until([&] { return upgraded.stats().decisions_carried_out == 1; }));
+  running.stop();
+  EXPECT_EQ(payloads(), R"({"amount":1,"currency":"EUR"} {"amount":2,"currency":"EUR"} )"
+                        R"({"amount":3,"currency":"USD"} {"amount":{"value":4,"currency":"EUR"}} )"
+                        R"({"amount":{"currency":"USD","value":5}})");
 }
 
 TEST_F(KafkaConsumerTest, RunRetriesAFailingEffectAndReportsIt) {
