@@ -25,7 +25,8 @@ GRANT USAGE ON SCHEMA {s} TO {writer}, {relay}, {inbox}, {admin};
 
 GRANT INSERT (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type,
               schema_version, payload, headers, available_at) ON {s}.outbox_events TO {writer};
-GRANT SELECT (event_id, aggregate_sequence) ON {s}.outbox_events TO {writer};
+GRANT SELECT (event_id, aggregate_sequence, published_at, quarantined_at, skipped_at, in_doubt_at)
+  ON {s}.outbox_events TO {writer};
 GRANT SELECT, INSERT (aggregate_type, aggregate_id, last_sequence), UPDATE (last_sequence)
   ON {s}.outbox_aggregate_sequences TO {writer};
 GRANT SELECT ON {s}.outbox_relays, {s}.outbox_cleanup_horizon, {s}.outbox_table_less_slots
