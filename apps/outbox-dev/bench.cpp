@@ -42,9 +42,9 @@ void check(const BenchOptions& options) {
         "bench: --events, --aggregates, --clients and --seconds must be positive");
   }
   for (const std::string& s : options.only) {
-    if (s != "producer" && s != "ceiling" && s != "drain" && s != "live") {
+    if (s != "producer" && s != "ceiling" && s != "drain" && s != "live" && s != "answer") {
       throw InvalidArgument("bench: unknown scenario \"" + s +
-                            "\"; use producer, ceiling, drain or live");
+                            "\"; use producer, ceiling, drain, live or answer");
     }
   }
   if (options.sources.empty()) throw InvalidArgument("bench: --sources needs polling, cdc or both");
@@ -179,6 +179,9 @@ int run_bench(const BenchOptions& options) {
     }
     write_svg((setup.out / "live-latency.svg").string(), latency);
   }
+  if (wanted(options, "answer")) {
+    for (const RelaySource source : sources(options)) report(bench_answer(setup, source));
+  }
   finish_report(options, results, about);
   return 0;
 }
@@ -255,7 +258,7 @@ void register_bench(Commands& commands) {
                    "that deduplicates by Idempotency-Key; ceiling and drain, live)")
       ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "redis", "http"}))
       ->capture_default_str();
-  bench->add_option("--only", options->only, "producer, ceiling, drain, live (comma list)")
+  bench->add_option("--only", options->only, "producer, ceiling, drain, live, answer (comma list)")
       ->delimiter(',');
   bench
       ->add_option("--cdc-shards", options->cdc_shards,

@@ -143,6 +143,14 @@ void print_table(const std::vector<json>& results) {
       text = backlog_text(r);
     } else if (scenario == "live") {
       text = live_text(r);
+    } else if (scenario == "answer") {
+      text = fmt::format(
+          "answer at commit p50 {:.2f} ms, after publish p50 {:.2f} / p99 {:.2f} ms ({:.1f} "
+          "polls); one client {:.0f} -> {:.0f} requests/s",
+          r["commit_ms"]["p50"].get<double>(), r["answer_after_publish_ms"]["p50"].get<double>(),
+          r["answer_after_publish_ms"]["p99"].get<double>(), r["polls_per_wait"].get<double>(),
+          r["requests_per_s_at_commit"].get<double>(),
+          r["requests_per_s_after_publish"].get<double>());
     }
     std::cout << fmt::format("{:<22} {}", row_name(r), text) << "\n";
   }

@@ -37,4 +37,8 @@ void bench_live(const Setup& setup, RelaySource source,
                 std::optional<double> producer_scenario_per_s,
                 const std::function<void(nlohmann::json)>& report, Chart& latency);
 
+// answer: one client's requests answered at COMMIT, then only after wait_published saw the event
+// published (outbox/wait_published.hpp), while a relay runs: what the wait costs a request.
+nlohmann::json bench_answer(const Setup& setup, RelaySource source);
+
 }  // namespace outbox::cli::bench
