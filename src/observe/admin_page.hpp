@@ -46,6 +46,9 @@ button{margin-right:.3em} .muted{color:#777}
 <h2>In doubt</h2>
 <p class="muted">Sent with no answer to a destination that cannot recognise a repeat: never sent again by itself. Settle with <code>outbox reconcile check --status-url ...</code> or <code>outbox reconcile published|retry|skip ID --reason ...</code>.</p>
 <table id="in_doubt"><thead><tr><th>event</th><th>aggregate</th><th>#</th><th>type</th><th>since</th><th>what the sink saw</th><th>blocked</th></tr></thead><tbody></tbody></table>
+<h2>Held by consumers</h2>
+<p class="muted">Events gap-aware consumers took but do not apply yet: waiting for a predecessor, or parked (waited past park_after, the effect kept failing, a schema version the consumer does not know). Each holds back its own aggregate at that consumer. Decide with <code>outbox inbox release|skip ID --consumer NAME --reason ...</code>; the consumer carries it out.</p>
+<table id="inbox_held"><thead><tr><th>consumer</th><th>event</th><th>aggregate</th><th>#</th><th>type</th><th>state</th><th>since</th><th>reason</th></tr></thead><tbody></tbody></table>
 <h2>Slowest aggregates</h2>
 <table id="slowest"><thead><tr><th>aggregate</th><th>pending</th><th>head waiting (s)</th></tr></thead><tbody></tbody></table>
 <script>
@@ -156,6 +159,7 @@ async function refresh() {
   const age = o.backlog.reduce((a, b) => Math.max(a, b.oldest_pending_age), 0);
   const quarantined = o.backlog.reduce((a, b) => a + b.quarantined, 0);
   const inDoubt = o.backlog.reduce((a, b) => a + (b.in_doubt || 0), 0);
+  const parkedAtConsumers = (o.inbox_held || []).filter(h => h.parked).length;
   const verdict = document.getElementById("verdict");
   verdict.className = o.verdict.state;
   verdict.textContent = o.verdict.state + ": " + printable(o.verdict.reason);
@@ -163,7 +167,8 @@ async function refresh() {
   actionsEnabled = o.actions_enabled;
   document.getElementById("summary").textContent =
       "schema " + printable(o.schema) + ": " + pending + " pending, oldest " + age.toFixed(1) + " s, " +
-      quarantined + " quarantined, " + inDoubt + " in doubt" + (o.backlog_ok ? "" : " (backlog query failing)") +
+      quarantined + " quarantined, " + inDoubt + " in doubt, " + parkedAtConsumers +
+      " parked at consumers" + (o.backlog_ok ? "" : " (backlog query failing)") +
       (actionsEnabled ? "" : "; read-only: retry and skip need a token (start the listener with " +
        "--admin-token-file), or use `outbox quarantine`");
   fill("backlog", o.backlog, (tr, b) => { cell(tr, b.aggregate_type);
@@ -198,6 +203,13 @@ async function refresh() {
     cell(tr, d.event_id); cell(tr, d.aggregate_type + " " + d.aggregate_id);
     cell(tr, d.aggregate_sequence, "num"); cell(tr, d.event_type); cell(tr, d.in_doubt_at);
     cell(tr, d.reason); cell(tr, d.blocked_events, "num"); });
+  fill("inbox_held", o.inbox_held || [], (tr, h) => {
+    tr.dataset.eventId = h.event_id;
+    cell(tr, h.consumer); cell(tr, h.event_id); cell(tr, h.aggregate_type + " " + h.aggregate_id);
+    cell(tr, h.aggregate_sequence, "num"); cell(tr, h.event_type + " v" + h.schema_version);
+    cell(tr, (h.parked ? "parked (" + h.kind + ")" : h.kind) +
+             (h.decision ? ", " + h.decision + " pending" : ""));
+    cell(tr, h.held_at); cell(tr, h.reason); });
   fill("slowest", o.slowest, (tr, a) => { cell(tr, a.aggregate_type + " " + a.aggregate_id);
     cell(tr, a.pending, "num"); cell(tr, a.waiting_age.toFixed(1), "num"); });
   draw();

@@ -343,6 +343,7 @@ class ObserveServer::Impl {
     out["parts"] = std::move(parts);
     out["quarantine"] = observe::quarantine_json(list_quarantined(conn, options_.schema, 100));
     out["in_doubt"] = observe::in_doubt_json(list_in_doubt(conn, options_.schema, 100, false));
+    out["inbox_held"] = observe::inbox_held_json(list_held(conn, options_.schema, {}, 100));
     return out;
   }
 

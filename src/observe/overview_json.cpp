@@ -36,6 +36,25 @@ nlohmann::json quarantine_json(const std::vector<QuarantinedEvent>& events) {
   return quarantine;
 }
 
+nlohmann::json inbox_held_json(const std::vector<HeldEvent>& events) {
+  nlohmann::json held = nlohmann::json::array();
+  for (const HeldEvent& e : events) {
+    held.push_back({{"consumer", e.consumer_name},
+                    {"event_id", e.event_id.to_string()},
+                    {"aggregate_type", e.aggregate_type},
+                    {"aggregate_id", e.aggregate_id},
+                    {"aggregate_sequence", e.aggregate_sequence},
+                    {"event_type", e.event_type},
+                    {"schema_version", e.schema_version},
+                    {"kind", e.kind},
+                    {"parked", e.parked},
+                    {"reason", e.reason},
+                    {"held_at", e.held_at},
+                    {"decision", e.decision}});
+  }
+  return held;
+}
+
 nlohmann::json in_doubt_json(const std::vector<InDoubtEvent>& events) {
   nlohmann::json in_doubt = nlohmann::json::array();
   for (const InDoubtEvent& d : events) {

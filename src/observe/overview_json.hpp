@@ -8,6 +8,7 @@
 #include "observe/backlog_monitor.hpp"
 #include "observe/history.hpp"
 #include "observe/metric_families.hpp"
+#include "outbox/inbox_admin.hpp"
 #include "outbox/quarantine.hpp"
 #include "outbox/reconcile.hpp"
 
@@ -16,6 +17,8 @@ namespace outbox::observe {
 nlohmann::json backlog_json(const std::vector<BacklogRow>& rows);
 nlohmann::json quarantine_json(const std::vector<QuarantinedEvent>& events);
 nlohmann::json in_doubt_json(const std::vector<InDoubtEvent>& events);
+// Events gap-aware consumers hold back (outbox inbox list), parked first.
+nlohmann::json inbox_held_json(const std::vector<HeldEvent>& events);
 nlohmann::json slowest_json(const std::vector<SlowAggregate>& slowest);
 nlohmann::json slots_json(const std::vector<SlotRow>& slots);
 // Column by column: t (unix seconds), pending, quarantined, oldest_age, published_per_second

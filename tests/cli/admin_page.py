@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-url, token, to_retry, to_skip, screenshot, open_url, in_doubt = sys.argv[1:8]
+url, token, to_retry, to_skip, screenshot, open_url, in_doubt, held = sys.argv[1:9]
 
 
 def click(selector):
@@ -61,6 +61,11 @@ try:
     doubt = wait.until(ec.presence_of_element_located(
         (By.CSS_SELECTOR, f'#in_doubt tr[data-event-id="{in_doubt}"]'))).text
     assert "payment p-1" in doubt and "Operation timed out" in doubt, doubt
+    # An event a gap-aware consumer parked is listed under "Held by consumers", with why.
+    parked = wait.until(ec.presence_of_element_located(
+        (By.CSS_SELECTOR, f'#inbox_held tr[data-event-id="{held}"]'))).text
+    assert "projection" in parked and "parked (failed)" in parked and "boom" in parked, parked
+    assert "1 parked at consumers" in driver.find_element(By.ID, "summary").text
     # A slot no relay streams is said to keep WAL, with the command that drops it.
     slot = wait.until(ec.presence_of_element_located(
         (By.CSS_SELECTOR, '#slots tr[data-slot="left_behind"]'))).text

@@ -55,6 +55,14 @@ sql -c "INSERT INTO $schema.outbox_events (event_id, aggregate_type, aggregate_i
   attempt_count) VALUES ('$in_doubt_id', 'payment', 'p-1', 1, 'Charged', '{}', 'infinity', now(),
   'no status after the request was sent: Operation timed out', 1)"
 
+# An event a gap-aware consumer parked (as the consumer writes it): under "Held by consumers".
+held_id=44444444-4444-4444-8444-444444444444
+sql -c "INSERT INTO $schema.inbox_parked (consumer_name, event_id, aggregate_type, aggregate_id,
+  aggregate_sequence, event_type, schema_version, payload, traceparent, topic, partition,
+  \"offset\", kind, reason, park_at) VALUES ('projection', '$held_id', 'order', 'o-9', 2,
+  'OrderPaid', 1, '\\x7b7d', '', 'outbox.order', 0, 0, 'failed',
+  'its effect failed 10 times in a row; the last error: boom', now())"
+
 # A slot no relay streams: the page lists it as such (admin_page.py).
 sql -c "SELECT pg_create_logical_replication_slot('left_behind', 'pgoutput')" >/dev/null
 
@@ -109,7 +117,7 @@ fi
 # --- the page in Chromium -------------------------------------------------------------------------
 if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/admin_page.py" "http://127.0.0.1:$port/" \
   "$token" "$retry_id" "$skip_id" "$artefacts/admin-page.png" "http://127.0.0.1:$open_port/" \
-  "$in_doubt_id" \
+  "$in_doubt_id" "$held_id" \
   >"$work_dir/browser.log" 2>&1; then
   pass
 else
