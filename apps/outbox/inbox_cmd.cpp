@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -78,10 +79,31 @@ int run_inbox(const InboxFlags& flags) {
   decide_held(connection.get(), schema, flags.consumer, ids.front(),
               release ? HeldDecision::release : HeldDecision::skip, actor_or_user(flags.actor),
               flags.reason);
-  std::cout << fmt::format(
-      "{} {} at consumer '{}': recorded (outbox_operator_audit); the consumer carries it out "
-      "within seconds while it runs\n",
-      release ? "released" : "skipped", ids.front().to_string(), outbox::printable(flags.consumer));
+  std::cout << fmt::format("{} {} at consumer '{}': recorded (outbox_operator_audit)",
+                           release ? "released" : "skipped", ids.front().to_string(),
+                           outbox::printable(flags.consumer));
+  // A decision waits behind an earlier parked event of its aggregate that has none.
+  const auto held = list_held(connection.get(), schema, flags.consumer);
+  const auto decided = std::find_if(held.begin(), held.end(),
+                                    [&](const HeldEvent& e) { return e.event_id == ids.front(); });
+  const HeldEvent* blocker = nullptr;
+  for (const HeldEvent& e : held) {
+    if (decided != held.end() && e.aggregate_type == decided->aggregate_type &&
+        e.aggregate_id == decided->aggregate_id &&
+        e.aggregate_sequence < decided->aggregate_sequence && e.kind != "waiting" &&
+        e.decision.empty() &&
+        (blocker == nullptr || e.aggregate_sequence < blocker->aggregate_sequence)) {
+      blocker = &e;
+    }
+  }
+  if (blocker != nullptr) {
+    std::cout << fmt::format(
+        "; it waits behind parked event {} (sequence {}) of its aggregate: decide that one "
+        "first\n",
+        blocker->event_id.to_string(), blocker->aggregate_sequence);
+    return 0;
+  }
+  std::cout << "; the consumer carries it out within seconds while it runs\n";
   return 0;
 }
 

@@ -100,16 +100,26 @@ class Inbox {
   // them (kind 'failed', with the given reason): the consumers' run() fills it from the effects
   // that failed park_failing_after times. Same connection rules, atomicity and errors as
   // process_batch(); an event's aggregate_sequence must be positive.
+  // `unknown_version` (optional) says why an event cannot be brought to the version the effect
+  // is written for (Upcasters::unknown): such an event, fresh or held, is parked as
+  // 'unknown_version' when it would be applied.
+  using UnknownVersion = std::function<std::string(const ConsumedEvent&)>;
   OrderedBatchResult process_in_order(PGconn* conn, std::span<const ConsumedEvent> events,
                                       const Effect& effect,
-                                      const std::map<EventId, ParkRequest>& park = {}) const;
+                                      const std::map<EventId, ParkRequest>& park = {},
+                                      const UnknownVersion& unknown_version = {}) const;
 
   // Carries out operators' decisions on this consumer's parked events (`outbox inbox release`,
-  // `skip`): up to 100 aggregates with a decision, in one transaction, each with what its
-  // decision lets through. When an effect throws, the transaction is rolled back, the decision
-  // on the event that failed is withdrawn and its reason says so, and the exception propagates.
+  // `skip`): up to 100 aggregates with a decision no undecided parked row holds back, in one
+  // transaction, each with what its decision lets through (held events below a decision first).
+  // `park` and `unknown_version` as process_in_order's. When an effect throws, the transaction
+  // is rolled back and the exception propagates; when it was the decided event's own effect and
+  // not a retryable database error, its decision is withdrawn and its reason says so (no retry
+  // loop: an operator decides again).
   // Returns what it did (`results` empty: no batch). Needs ordering.enabled.
-  OrderedBatchResult carry_out_decisions(PGconn* conn, const Effect& effect) const;
+  OrderedBatchResult carry_out_decisions(PGconn* conn, const Effect& effect,
+                                         const std::map<EventId, ParkRequest>& park = {},
+                                         const UnknownVersion& unknown_version = {}) const;
 
   // This consumer's held events: how many still wait, how many are parked (waited past
   // park_after, failed, or of an unknown version). One indexed count.

@@ -18,7 +18,8 @@ namespace outbox {
 class SqlEffect {
  public:
   // Throws InvalidArgument when `statement` is empty, names no $1, or names another parameter
-  // ($2 …): it gets exactly one.
+  // ($2 …): it gets exactly one. The statement's text is scanned as a whole: a "$2" inside a
+  // string literal or a comment counts too (write '$' || '2'), and a "$1" there is typed as jsonb.
   explicit SqlEffect(std::string statement);
 
   // Prepares the statement on `conn` (idle) and drops it again: a syntax error, a function that

@@ -1,6 +1,8 @@
 #include "inbox/apply_batch.hpp"
 
 #include "common/backoff.hpp"
+#include "common/log.hpp"
+#include "common/printable.hpp"
 #include "outbox/error.hpp"
 
 namespace outbox::detail {
@@ -39,6 +41,64 @@ InboxApplier::Effect InboxApplier::upcasting(const Effect& effect) const {
   };
 }
 
+namespace {
+
+// Whether PostgreSQL's text takes `text`: well-formed UTF-8 without NUL (the inbox's database is
+// UTF-8; a broker message's fields are whatever its writer sent).
+bool storable(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b == 0) return false;
+    std::size_t length = b < 0x80           ? 1
+                         : (b >> 5) == 0x6  ? 2
+                         : (b >> 4) == 0xe  ? 3
+                         : (b >> 3) == 0x1e ? 4
+                                            : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    std::uint32_t code = length == 1 ? b : b & (0x7f >> length);
+    for (std::size_t k = 1; k < length; ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      if ((c & 0xc0) != 0x80) return false;
+      code = (code << 6) | (c & 0x3f);
+    }
+    const bool overlong = (length == 2 && code < 0x80) || (length == 3 && code < 0x800) ||
+                          (length == 4 && code < 0x10000);
+    if (overlong || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+    i += length;
+  }
+  return true;
+}
+
+// Why a gap-aware inbox cannot take `event` ("" when it can): it orders by the sequence and keeps
+// held events' fields in text columns.
+std::string unorderable(const ConsumedEvent& event) {
+  if (event.aggregate_sequence <= 0) return "no aggregate_sequence (it must be positive)";
+  for (const std::string* field : {&event.aggregate_type, &event.aggregate_id, &event.event_type,
+                                   &event.traceparent, &event.topic}) {
+    if (!storable(*field)) return "a field that is not UTF-8 text (or holds NUL)";
+  }
+  return {};
+}
+
+}  // namespace
+
+std::map<EventId, ParkRequest> InboxApplier::to_park() const {
+  std::map<EventId, ParkRequest> park;
+  const int limit = inbox_.ordering().park_failing_after;
+  for (const auto& [id, failures] : failures_) {
+    if (limit > 0 && failures.count >= limit) {
+      park[id] = {"its effect failed " + std::to_string(failures.count) +
+                  " times in a row; the last error: " + failures.last};
+    }
+  }
+  return park;
+}
+
+Inbox::UnknownVersion InboxApplier::unknown_version() const {
+  if (upcasters_.empty()) return {};
+  return [this](const ConsumedEvent& event) { return upcasters_.unknown(event); };
+}
+
 BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>& events,
                                  const Effect& effect, bool& effect_threw) {
   effect_threw = false;
@@ -58,20 +118,22 @@ BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>&
       }
       return counts;
     }
-    std::map<EventId, ParkRequest> park;
+    // A message the gap-aware inbox cannot order is no outbox event: rejected as one without an
+    // id is, rather than failing its whole batch for ever.
+    std::vector<ConsumedEvent> taken;
+    taken.reserve(events.size());
     for (const ConsumedEvent& event : events) {
-      if (std::string why = upcasters_.unknown(event); !why.empty()) {
-        park[event.event_id] = {std::move(why), /*unknown_version=*/true};
+      if (const std::string why = unorderable(event); !why.empty()) {
+        ++counts.rejected;
+        log().error("inbox {}: {}[{}]@{}, event {}: {}; skipped", printable(inbox_.consumer_name()),
+                    printable(event.topic), event.partition, event.offset,
+                    event.event_id.to_string(), why);
+        continue;
       }
+      taken.push_back(event);
     }
-    const int limit = inbox_.ordering().park_failing_after;
-    for (const auto& [id, failures] : failures_) {
-      if (limit > 0 && failures.count >= limit) {
-        park[id] = {"its effect failed " + std::to_string(failures.count) +
-                    " times in a row; the last error: " + failures.last};
-      }
-    }
-    const OrderedBatchResult result = inbox_.process_in_order(conn, events, each, park);
+    const OrderedBatchResult result =
+        inbox_.process_in_order(conn, taken, each, to_park(), unknown_version());
     counts.applied = result.applied_from_held;
     counts.decided = result.decided;
     for (const InboxResult r : result.results) {
@@ -80,6 +142,8 @@ BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>&
       if (r == InboxResult::held) ++counts.held;
     }
     counts.parked = result.parked.size();  // held rows parked in place count too
+    // Consecutive failures: the batch committed, so none of its events failed this time.
+    for (const ConsumedEvent& event : events) failures_.erase(event.event_id);
     for (const EventId& id : result.parked) failures_.erase(id);
     if (counts.parked > 0 || counts.held > 0) next_tend_ = {};  // the gauges show it at once
     return counts;
@@ -93,9 +157,17 @@ BatchApplied InboxApplier::carry_out(PGconn* conn, const Effect& effect, bool& e
   effect_threw = false;
   EventId failed;
   const Effect user = upcasting(effect);
-  const OrderedBatchResult result =
-      inbox_.carry_out_decisions(conn, watched(user, effect_threw, failed));
+  OrderedBatchResult result;
+  try {
+    result = inbox_.carry_out_decisions(conn, watched(user, effect_threw, failed), to_park(),
+                                        unknown_version());
+  } catch (const std::exception& error) {
+    if (effect_threw) remember_failure(failed, error.what());
+    throw;
+  }
+  for (const EventId& id : result.parked) failures_.erase(id);
   BatchApplied counts;
+  counts.parked = result.parked.size();
   counts.applied = result.applied_from_held;
   counts.decided = result.decided;
   return counts;

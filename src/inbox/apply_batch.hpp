@@ -25,6 +25,7 @@ struct BatchApplied {
   std::uint64_t held = 0;        // gap-aware: kept, waiting for a predecessor
   std::uint64_t parked = 0;      // gap-aware: parked after park_failing_after failed attempts
   std::uint64_t decided = 0;     // gap-aware: operators' releases and skips carried out
+  std::uint64_t rejected = 0;    // gap-aware: messages it cannot order (no sequence, not text)
 };
 
 // Adds a batch's counts to a consumer's counters.
@@ -35,6 +36,7 @@ void count_batch(Counters& counters, const BatchApplied& counts) {
   counters.held += counts.held;
   counters.effects_parked += counts.parked;
   counters.decisions_carried_out += counts.decided;
+  counters.rejected += counts.rejected;
 }
 
 // Every consumer's way into its Inbox: a batch through it, and between batches what a gap-aware
@@ -78,6 +80,9 @@ class InboxApplier {
 
   // The effect as the user wrote it, given each event at the version it is written for.
   Effect upcasting(const Effect& effect) const;
+  // Events whose effect failed park_failing_after times in a row, with the last error.
+  std::map<EventId, ParkRequest> to_park() const;
+  Inbox::UnknownVersion unknown_version() const;
 
   Inbox inbox_;
   Upcasters upcasters_;

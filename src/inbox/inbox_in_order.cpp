@@ -39,7 +39,8 @@ void check_events(std::span<const ConsumedEvent> events) {
 
 OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const ConsumedEvent> events,
                                            const Effect& effect,
-                                           const std::map<EventId, ParkRequest>& park) const {
+                                           const std::map<EventId, ParkRequest>& park,
+                                           const UnknownVersion& unknown_version) const {
   check_ordered(*this, conn);
   check_events(events);
   OrderedBatchResult result;
@@ -55,14 +56,14 @@ OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const Consume
   pg::exec(conn, "BEGIN");
   try {
     detail::OrderedTransaction transaction(*this, conn, effect);
+    transaction.park_unknown_versions(unknown_version);
     transaction.lock_and_load(order);
     // The events new to this consumer (each id once: the first delivery in the batch).
     std::set<EventId> seen = transaction.processed(events);
     for (std::size_t i = 0; i < events.size(); ++i) {
       if (!seen.insert(events[i].event_id).second) continue;
       by_aggregate[{events[i].aggregate_type, events[i].aggregate_id}].push_back(
-          {events[i].aggregate_sequence, false, i, false, detail::Decision::none,
-           park.contains(events[i].event_id)});
+          {events[i].aggregate_sequence, false, i, false, detail::Decision::none, false});
     }
     detail::StepTally tally;
     for (const detail::AggregateKey& key : order) {
@@ -80,11 +81,13 @@ OrderedBatchResult Inbox::process_in_order(PGconn* conn, std::span<const Consume
   }
 }
 
-OrderedBatchResult Inbox::carry_out_decisions(PGconn* conn, const Effect& effect) const {
+OrderedBatchResult Inbox::carry_out_decisions(PGconn* conn, const Effect& effect,
+                                              const std::map<EventId, ParkRequest>& park,
+                                              const UnknownVersion& unknown_version) const {
   check_ordered(*this, conn);
   pg::exec(conn, "BEGIN");
   detail::OrderedTransaction transaction(*this, conn, effect);
-  EventId failed;
+  transaction.park_unknown_versions(unknown_version);
   try {
     const auto keys = transaction.decided_aggregates(100);
     if (keys.empty()) {
@@ -95,7 +98,7 @@ OrderedBatchResult Inbox::carry_out_decisions(PGconn* conn, const Effect& effect
     detail::StepTally tally;
     std::vector<InboxResult> none;
     for (const detail::AggregateKey& key : keys) {
-      transaction.run(key, {}, {}, none, {}, tally);
+      transaction.run(key, {}, {}, none, park, tally);
     }
     transaction.write();
     pg::commit(conn, /*redo_is_safe=*/true);
@@ -106,7 +109,11 @@ OrderedBatchResult Inbox::carry_out_decisions(PGconn* conn, const Effect& effect
     return result;
   } catch (const std::exception& error) {
     pg::rollback_quietly(conn);
-    if (transaction.attempting() == nullptr || PQstatus(conn) != CONNECTION_OK) throw;
+    const auto* database = dynamic_cast<const DatabaseError*>(&error);
+    if (transaction.attempting() == nullptr || !transaction.attempting_decided() ||
+        PQstatus(conn) != CONNECTION_OK || (database != nullptr && database->retryable())) {
+      throw;  // a retry may do, or it is not the decided event's: counted as any failure
+    }
     // Withdraw the decision, or the next round would fail the same way forever.
     const std::string id = transaction.attempting()->event_id.to_string();
     const std::string reason =
@@ -116,6 +123,9 @@ OrderedBatchResult Inbox::carry_out_decisions(PGconn* conn, const Effect& effect
                  " SET decision = NULL, decided_by = NULL, kind = 'failed', reason = $3"
                  " WHERE consumer_name = $1 AND event_id = $2::uuid",
              {consumer_name_.c_str(), id.c_str(), reason.c_str()});
+    throw;
+  } catch (...) {
+    pg::rollback_quietly(conn);
     throw;
   }
 }

@@ -35,11 +35,19 @@ SELECT p.event_id, p.aggregate_type, p.aggregate_id, p.aggregate_sequence,
        p.partition, p."offset", p.kind, coalesce(p.decision, '')
 FROM {parked} p JOIN unnest($2::text[], $3::text[]) AS u(t, i)
   ON p.aggregate_type = u.t AND p.aggregate_id = u.i
-WHERE p.consumer_name = $1)SQL";
+WHERE p.consumer_name = $1
+FOR UPDATE OF p)SQL";
 
+// Decisions a parked row without one holds back wait for it (sequence_plan.hpp): left out, so
+// that they neither take the round every second nor crowd out the ones that can go.
 constexpr const char* kDecidedAggregates = R"SQL(
-SELECT DISTINCT aggregate_type, aggregate_id FROM {parked}
-WHERE consumer_name = $1 AND decision IS NOT NULL
+SELECT DISTINCT p.aggregate_type, p.aggregate_id FROM {parked} p
+WHERE p.consumer_name = $1 AND p.decision IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM {parked} b
+                  WHERE b.consumer_name = p.consumer_name AND b.aggregate_type = p.aggregate_type
+                    AND b.aggregate_id = p.aggregate_id
+                    AND b.aggregate_sequence < p.aggregate_sequence
+                    AND b.kind <> 'waiting' AND b.decision IS NULL)
 LIMIT $2)SQL";
 
 constexpr const char* kMovePositions = R"SQL(
@@ -60,7 +68,7 @@ FROM unnest($2::uuid[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::in
 ON CONFLICT DO NOTHING)SQL";
 
 constexpr const char* kParkHeld = R"SQL(
-UPDATE {parked} SET kind = $4, reason = $3, park_at = now(), decision = NULL
+UPDATE {parked} SET kind = $4, reason = $3, park_at = now(), decision = NULL, decided_by = NULL
 WHERE consumer_name = $1 AND event_id = $2::uuid)SQL";
 
 constexpr const char* kDeleteHeld = R"SQL(
@@ -186,12 +194,12 @@ std::set<EventId> OrderedTransaction::processed(std::span<const ConsumedEvent> e
 void OrderedTransaction::apply(const ConsumedEvent& event) {
   attempting_ = &event;
   effect_(conn_, event);
-  attempting_ = nullptr;
   if (PQtransactionStatus(conn_) != PQTRANS_INTRANS) {
     throw InvalidArgument(
         "inbox: the effect ended or broke the transaction (it must not COMMIT or ROLLBACK, and "
         "must not swallow a failed statement); what was still open is rolled back");
   }
+  attempting_ = nullptr;
 }
 
 void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEvent>& fresh,
@@ -199,10 +207,26 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
                              std::vector<InboxResult>& results,
                              const std::map<EventId, ParkRequest>& park, StepTally& tally) {
   std::vector<Held>& held = held_[key];
+  // What is to be parked: the caller's requests, and events of a version no upcaster reaches
+  // (fresh, or held and let through now); a row parked already stays as it is.
+  std::map<EventId, ParkRequest> parking;
+  const auto to_park = [&](const ConsumedEvent& event) {
+    if (const auto it = park.find(event.event_id); it != park.end()) {
+      parking[event.event_id] = it->second;
+      return true;
+    }
+    if (!unknown_version_) return false;
+    std::string why = unknown_version_(event);
+    if (why.empty()) return false;
+    parking[event.event_id] = {std::move(why), /*unknown_version=*/true};
+    return true;
+  };
   std::vector<PlanEvent> events = fresh;
+  for (PlanEvent& event : events) event.park = to_park(batch[event.index]);
   for (std::size_t i = 0; i < held.size(); ++i) {
+    const bool parked = held[i].blocking && held[i].decision == Decision::none;
     events.push_back({held[i].event.aggregate_sequence, true, i, held[i].blocking, held[i].decision,
-                      park.contains(held[i].event.event_id)});
+                      !parked && to_park(held[i].event)});
   }
   const auto position = positions_[key];
   const AggregatePlan plan =
@@ -212,6 +236,7 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
     const bool decided = step.held && held[step.index].decision != Decision::none;
     switch (step.kind) {
       case StepKind::apply:
+        attempting_decided_ = decided;
         apply(event);
         if (!step.held) results[step.index] = InboxResult::applied;
         break;
@@ -220,8 +245,8 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
         results[step.index] = InboxResult::held;
         break;
       case StepKind::park: {
-        const auto why = park.find(event.event_id);
-        const ParkRequest request = why == park.end() ? ParkRequest{"parked"} : why->second;
+        const auto why = parking.find(event.event_id);
+        const ParkRequest request = why == parking.end() ? ParkRequest{"parked"} : why->second;
         const std::string kind = request.unknown_version ? "unknown_version" : "failed";
         tally.parked.push_back(event.event_id);
         if (step.held) {
@@ -237,7 +262,7 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
       case StepKind::skip:
         break;
     }
-    if (step.kind != StepKind::hold && step.kind != StepKind::park) {
+    if (step.kind == StepKind::apply || step.kind == StepKind::skip) {
       processed_.push_back(event.event_id);
     }
     if (step.held && step.kind != StepKind::park) {

@@ -7,6 +7,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -54,8 +55,16 @@ class OrderedTransaction {
   // Writes the positions, the new held and parked rows, the deleted ones.
   void write();
 
-  // The event whose effect is running, or threw; nullptr when none did.
+  // The event whose effect is running, or threw; nullptr when none did. Whether it carried an
+  // operator's decision.
   [[nodiscard]] const ConsumedEvent* attempting() const noexcept { return attempting_; }
+  [[nodiscard]] bool attempting_decided() const noexcept { return attempting_decided_; }
+
+  // Why an event cannot be brought to the version the effect is written for ("" when it can):
+  // such an event is parked as 'unknown_version', fresh or held.
+  void park_unknown_versions(std::function<std::string(const ConsumedEvent&)> unknown) {
+    unknown_version_ = std::move(unknown);
+  }
 
  private:
   struct Held {
@@ -83,6 +92,8 @@ class OrderedTransaction {
   // have none until then, so the audit never counts one as applied).
   std::vector<EventId> processed_;
   const ConsumedEvent* attempting_ = nullptr;
+  bool attempting_decided_ = false;
+  std::function<std::string(const ConsumedEvent&)> unknown_version_;
 };
 
 }  // namespace outbox::detail

@@ -33,6 +33,15 @@ AggregatePlan plan_aggregate(std::optional<std::int64_t> position, bool start_at
   if (!position && start_at_first_seen && !events.empty()) {
     current = events.front().sequence - 1;
   }
+  // The highest operator decision that no parked row or park request precedes: the decision
+  // accepts every gap below it, so what is held below it is applied first, in order, never left
+  // behind below the new position.
+  std::int64_t accept_through = 0;
+  for (const PlanEvent& e : events) {
+    if (e.sequence <= current) continue;
+    if (e.park || (e.held && e.blocking && e.decision == Decision::none)) break;
+    if (e.held && e.decision != Decision::none) accept_through = e.sequence;
+  }
   Block block = Block::none;
   std::int64_t blocker = 0;  // the sequence a gap waits for, or the parked row's
   const auto push = [&plan](StepKind kind, const PlanEvent& event, std::string reason = {}) {
@@ -43,14 +52,8 @@ AggregatePlan plan_aggregate(std::optional<std::int64_t> position, bool start_at
       push(event.held ? StepKind::forget : StepKind::duplicate, event);
       continue;
     }
-    if (event.held && event.decision != Decision::none && block != Block::parked_row) {
-      push(event.decision == Decision::skip ? StepKind::skip : StepKind::apply, event);
-      current = event.sequence;
-      plan.position_moved = true;
-      block = Block::none;
-      continue;
-    }
-    if (block == Block::none && event.sequence != current + 1) {
+    const bool accepted = event.sequence <= accept_through;
+    if (block == Block::none && !accepted && event.sequence != current + 1) {
       block = Block::gap;
       blocker = current + 1;
     }
@@ -58,13 +61,18 @@ AggregatePlan plan_aggregate(std::optional<std::int64_t> position, bool start_at
       if (!event.held) push(StepKind::hold, event, hold_reason(block, current, blocker));
       continue;  // a held row stays as it is
     }
-    if (event.park || (event.held && event.blocking)) {
-      if (event.park) push(StepKind::park, event);
+    if (event.park) {
+      push(StepKind::park, event);
       block = Block::parked_row;
       blocker = event.sequence;
       continue;
     }
-    push(StepKind::apply, event);
+    if (event.held && event.blocking && event.decision == Decision::none) {
+      block = Block::parked_row;  // stays parked until an operator decides
+      blocker = event.sequence;
+      continue;
+    }
+    push(event.held && event.decision == Decision::skip ? StepKind::skip : StepKind::apply, event);
     current = event.sequence;
     plan.position_moved = true;
   }

@@ -81,8 +81,9 @@ void Upcasters::upcast(ConsumedEvent& event, PGconn* conn) const {
   if (const std::string why = unknown(event); !why.empty()) throw InvalidArgument(why);
   const auto target = current_version(event.event_type);
   if (!target) return;
+  event.schema_version = std::max(event.schema_version, 1);  // none given: the first
   while (event.schema_version < *target) {
-    const std::int32_t from = std::max(event.schema_version, 1);
+    const std::int32_t from = event.schema_version;
     const Entry& entry = steps_.at({event.event_type, from});
     if (entry.step) {
       event.payload = entry.step(event.payload);

@@ -50,7 +50,7 @@ GRANT SELECT ON {s}.outbox_schema_migrations TO {relay};
 GRANT SELECT, INSERT (consumer_name, event_id) ON {s}.processed_events TO {inbox};
 GRANT SELECT ON {s}.outbox_inbox_consumers TO {inbox};
 GRANT SELECT, INSERT, UPDATE (last_sequence) ON {s}.inbox_aggregates TO {inbox};
-GRANT SELECT, INSERT, DELETE, UPDATE (reason, kind, decision, decided_by)
+GRANT SELECT, INSERT, DELETE, UPDATE (reason, kind, park_at, decision, decided_by)
   ON {s}.inbox_parked TO {inbox};
 
 GRANT SELECT, UPDATE (published_at, claimed_by, claim_until, attempt_count, last_error,

@@ -202,9 +202,63 @@ TEST_F(InboxOrderTest, ReleasingAWaitingEventAcceptsTheGap) {
   decide(a3.event_id, "release");
   EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 1U);
   EXPECT_EQ(applied(), "a1 a3");
-  // The missing one, late, is below the position now: suppressed, never applied after 3.
+  // The missing one, late, is below the position now: suppressed, never applied after 3, and
+  // not recorded as applied (the audit counts it not applied).
   EXPECT_EQ(batch(inbox, {a2}).results, Results{InboxResult::duplicate});
   EXPECT_EQ(applied(), "a1 a3");
+  EXPECT_EQ(count(conn(),
+                  "SELECT count(*) FROM " + schema_.table("processed_events") +
+                      " WHERE event_id = $1::uuid",
+                  {a2.event_id.to_string().c_str()}),
+            0);
+}
+
+TEST_F(InboxOrderTest, ADecisionAcrossAGapAppliesTheEventsHeldBelowItFirst) {
+  const Inbox inbox(schema_, "projection", ordered());
+  const auto a1 = event("a", 1), a3 = event("a", 3), a5 = event("a", 5);
+  batch(inbox, {a1, a3, a5});  // 3 waits for 2, 5 for 4
+  decide(a5.event_id, "release");
+  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 1U);
+  EXPECT_EQ(applied(), "a1 a3 a5");  // 3 is not left behind below the new position
+  EXPECT_EQ(held_rows(), 0);
+}
+
+TEST_F(InboxOrderTest, AHeldEventOfAnUnknownVersionIsParkedAsSuchWhenItsTurnComes) {
+  const Inbox inbox(schema_, "projection", ordered());
+  ConsumedEvent a2 = event("a", 2);
+  a2.schema_version = 9;
+  const Inbox::UnknownVersion unknown = [](const ConsumedEvent& e) {
+    return e.schema_version > 1 ? std::string("too new") : std::string();
+  };
+  EXPECT_EQ(
+      inbox.process_in_order(conn(), std::vector{a2, event("a", 3)}, record(), {}, unknown).results,
+      (Results{InboxResult::held, InboxResult::held}));
+  const auto result =
+      inbox.process_in_order(conn(), std::vector{event("a", 1)}, record(), {}, unknown);
+  EXPECT_EQ(result.parked, std::vector{a2.event_id});
+  EXPECT_EQ(applied(), "a1");
+  EXPECT_EQ(held_rows("kind = 'unknown_version' AND reason = 'too new'"), 1);
+  EXPECT_EQ(held_rows("kind = 'waiting'"), 1);
+}
+
+TEST_F(InboxOrderTest, AFailureBehindAReleasedEventLeavesItsDecisionForTheNextRound) {
+  const Inbox inbox(schema_, "projection", ordered());
+  const auto a1 = event("a", 1), a2 = event("a", 2);
+  batch(inbox, {a1, a2}, {{a1.event_id, ParkRequest{"bad"}}});
+  decide(a1.event_id, "release");
+  EXPECT_THROW(inbox.carry_out_decisions(conn(),
+                                         [&](PGconn* c, const ConsumedEvent& e) {
+                                           if (e.event_id == a2.event_id) {
+                                             throw std::runtime_error("a2 failed");
+                                           }
+                                           record()(c, e);
+                                         }),
+               std::runtime_error);
+  // a2's own failure: a1's release stands, a2 is not called released or failed.
+  EXPECT_EQ(held_rows("decision = 'release'"), 1);
+  EXPECT_EQ(held_rows("kind = 'waiting'"), 1);
+  EXPECT_EQ(inbox.carry_out_decisions(conn(), record()).decided, 1U);
+  EXPECT_EQ(applied(), "a1 a2");
 }
 
 TEST_F(InboxOrderTest, AReleasedEventWhoseEffectFailsAgainStaysParkedWithTheError) {

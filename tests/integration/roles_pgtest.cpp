@@ -138,6 +138,30 @@ TEST_F(RolesTest, AGapAwareInboxHoldsAndAppliesAndTheAdminDecidesButRewritesNoth
   EXPECT_EQ(inbox.carry_out_decisions(inbox_connection.get(), nothing).decided, 1U);
   EXPECT_EQ(inbox.process_in_order(inbox_connection.get(), std::vector{e1}, nothing).results,
             std::vector{InboxResult::duplicate});
+  // A held event parked in place, and a release whose effect fails again withdrawn, by the
+  // inbox role.
+  ConsumedEvent e4 = e2, e5 = e2;
+  e4.event_id = EventId::generate();
+  e4.aggregate_sequence = 4;
+  e5.event_id = EventId::generate();
+  e5.aggregate_sequence = 5;
+  inbox.process_in_order(inbox_connection.get(), std::vector{e4, e5}, nothing);  // 3 is missing
+  ConsumedEvent e3 = e2;
+  e3.event_id = EventId::generate();
+  e3.aggregate_sequence = 3;
+  EXPECT_EQ(inbox
+                .process_in_order(inbox_connection.get(), std::vector{e3}, nothing,
+                                  {{e4.event_id, ParkRequest{"failed 10 times"}}})
+                .parked,
+            std::vector{e4.event_id});
+  decide_held(admin.get(), schema_, "projection", e4.event_id, HeldDecision::release, "ops", "");
+  EXPECT_THROW(inbox.carry_out_decisions(inbox_connection.get(),
+                                         [](PGconn*, const ConsumedEvent&) {
+                                           throw std::runtime_error("still failing");
+                                         }),
+               std::runtime_error);
+  EXPECT_EQ(list_held(admin.get(), schema_, "projection").front().reason,
+            "released, and its effect failed again: still failing");
   const std::string parked = schema_.table("inbox_parked");
   EXPECT_EQ(refusal(admin.get(), "UPDATE " + parked + " SET payload = 'x'"), "42501");
   EXPECT_EQ(refusal(admin.get(), "DELETE FROM " + parked), "42501");
@@ -147,7 +171,7 @@ TEST_F(RolesTest, AGapAwareInboxHoldsAndAppliesAndTheAdminDecidesButRewritesNoth
   EXPECT_EQ(refusal(inbox_connection.get(), "UPDATE " + parked + " SET payload = 'x'"), "42501");
   EXPECT_EQ(count(conn(), "SELECT count(*) FROM " + schema_.table("outbox_operator_audit") +
                               " WHERE action = 'inbox_release' AND consumer_name = 'projection'"),
-            1);
+            2);
 }
 
 TEST_F(RolesTest, AnAdminOperatesButNeitherWritesEventsNorChangesTheSchema) {

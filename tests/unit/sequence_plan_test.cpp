@@ -115,6 +115,23 @@ TEST(SequencePlan, ADecisionDoesNotPassAnEarlierParkedRow) {
           .empty());
 }
 
+TEST(SequencePlan, ADecisionAcrossAGapAppliesWhatIsHeldBelowItFirst) {
+  // 5 waits for 4; 7 is released: the gaps at 4 and 6 are accepted, 5 is not left behind.
+  const auto plan = plan_aggregate(
+      3, false, {held(5, 0), held(7, 1, false, Decision::release), fresh(6, 0), held(9, 2)});
+  EXPECT_EQ(steps(plan), (Steps{"held:apply 5", "apply 6", "held:apply 7"}));
+  EXPECT_EQ(plan.position, 7);
+  // A skip accepts them too; what is held past it still waits.
+  EXPECT_EQ(steps(plan_aggregate(3, false, {held(5, 0), held(6, 1, true, Decision::skip)})),
+            (Steps{"held:apply 5", "held:skip 6"}));
+}
+
+TEST(SequencePlan, AReleasedEventToParkIsParkedNotApplied) {
+  PlanEvent released = held(4, 0, true, Decision::release);
+  released.park = true;
+  EXPECT_EQ(steps(plan_aggregate(3, false, {released, held(5, 1)})), (Steps{"held:park 4"}));
+}
+
 TEST(SequencePlan, AHeldRowToParkIsParkedInPlace) {
   PlanEvent row = held(4, 0);
   row.park = true;
