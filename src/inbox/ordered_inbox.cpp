@@ -202,14 +202,14 @@ void OrderedTransaction::apply(const ConsumedEvent& event) {
   attempting_ = nullptr;
 }
 
-void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEvent>& fresh,
-                             std::span<const ConsumedEvent> batch,
-                             std::vector<InboxResult>& results,
-                             const std::map<EventId, ParkRequest>& park, StepTally& tally) {
-  std::vector<Held>& held = held_[key];
-  // What is to be parked: the caller's requests, and events of a version no upcaster reaches
-  // (fresh, or held and let through now); a row parked already stays as it is.
-  std::map<EventId, ParkRequest> parking;
+// The aggregate's events for its plan, and in `parking` what is to be parked: the caller's
+// requests, and events of a version no upcaster reaches (fresh, or held and let through now); a
+// row parked already stays as it is.
+std::vector<PlanEvent> OrderedTransaction::plan_events(const std::vector<Held>& held,
+                                                       const std::vector<PlanEvent>& fresh,
+                                                       std::span<const ConsumedEvent> batch,
+                                                       const std::map<EventId, ParkRequest>& park,
+                                                       std::map<EventId, ParkRequest>& parking) {
   const auto to_park = [&](const ConsumedEvent& event) {
     if (const auto it = park.find(event.event_id); it != park.end()) {
       parking[event.event_id] = it->second;
@@ -228,6 +228,29 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
     events.push_back({held[i].event.aggregate_sequence, true, i, held[i].blocking, held[i].decision,
                       !parked && to_park(held[i].event)});
   }
+  return events;
+}
+
+void OrderedTransaction::park_event(const Step& step, const ConsumedEvent& event,
+                                    const ParkRequest& request, std::vector<InboxResult>& results,
+                                    StepTally& tally) {
+  const std::string kind = request.unknown_version ? "unknown_version" : "failed";
+  tally.parked.push_back(event.event_id);
+  if (step.held) {
+    parked_held_.push_back({&event, kind, request.reason});
+  } else {
+    new_rows_.push_back({&event, kind, request.reason});
+    results[step.index] = InboxResult::parked;
+  }
+}
+
+void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEvent>& fresh,
+                             std::span<const ConsumedEvent> batch,
+                             std::vector<InboxResult>& results,
+                             const std::map<EventId, ParkRequest>& park, StepTally& tally) {
+  std::vector<Held>& held = held_[key];
+  std::map<EventId, ParkRequest> parking;
+  std::vector<PlanEvent> events = plan_events(held, fresh, batch, park, parking);
   const auto position = positions_[key];
   const AggregatePlan plan =
       plan_aggregate(position, inbox_.ordering().start_at_first_seen, std::move(events));
@@ -246,15 +269,8 @@ void OrderedTransaction::run(const AggregateKey& key, const std::vector<PlanEven
         break;
       case StepKind::park: {
         const auto why = parking.find(event.event_id);
-        const ParkRequest request = why == parking.end() ? ParkRequest{"parked"} : why->second;
-        const std::string kind = request.unknown_version ? "unknown_version" : "failed";
-        tally.parked.push_back(event.event_id);
-        if (step.held) {
-          parked_held_.push_back({&event, kind, request.reason});
-        } else {
-          new_rows_.push_back({&event, kind, request.reason});
-          results[step.index] = InboxResult::parked;
-        }
+        park_event(step, event, why == parking.end() ? ParkRequest{"parked"} : why->second, results,
+                   tally);
         break;
       }
       case StepKind::duplicate:

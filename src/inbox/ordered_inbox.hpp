@@ -78,6 +78,13 @@ class OrderedTransaction {
     std::string reason;
   };
   void apply(const ConsumedEvent& event);
+  std::vector<PlanEvent> plan_events(const std::vector<Held>& held,
+                                     const std::vector<PlanEvent>& fresh,
+                                     std::span<const ConsumedEvent> batch,
+                                     const std::map<EventId, ParkRequest>& park,
+                                     std::map<EventId, ParkRequest>& parking);
+  void park_event(const Step& step, const ConsumedEvent& event, const ParkRequest& request,
+                  std::vector<InboxResult>& results, StepTally& tally);
 
   const Inbox& inbox_;
   PGconn* conn_;
