@@ -35,6 +35,8 @@ void InboxApplier::remember_failure(const EventId& id, const std::string& what) 
 InboxApplier::Effect InboxApplier::upcasting(const Effect& effect) const {
   if (upcasters_.empty()) return effect;
   return [this, &effect](PGconn* c, const ConsumedEvent& event) {
+    const auto target = upcasters_.current_version(event.event_type);
+    if (!target || event.schema_version == *target) return effect(c, event);  // no copy
     ConsumedEvent current = event;
     upcasters_.upcast(current, c);  // throws for a version it cannot reach: never applied
     effect(c, current);
@@ -120,20 +122,21 @@ BatchApplied InboxApplier::apply(PGconn* conn, const std::vector<ConsumedEvent>&
     }
     // A message the gap-aware inbox cannot order is no outbox event: rejected as one without an
     // id is, rather than failing its whole batch for ever.
+    // The batch is copied only when it holds such a message (the hot path copies nothing).
     std::vector<ConsumedEvent> taken;
-    taken.reserve(events.size());
-    for (const ConsumedEvent& event : events) {
-      if (const std::string why = unorderable(event); !why.empty()) {
-        ++counts.rejected;
-        log().error("inbox {}: {}[{}]@{}, event {}: {}; skipped", printable(inbox_.consumer_name()),
-                    printable(event.topic), event.partition, event.offset,
-                    event.event_id.to_string(), why);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const std::string why = unorderable(events[i]);
+      if (why.empty()) {
+        if (counts.rejected > 0) taken.push_back(events[i]);
         continue;
       }
-      taken.push_back(event);
+      if (counts.rejected++ == 0) taken.assign(events.begin(), events.begin() + i);
+      log().error("inbox {}: {}[{}]@{}, event {}: {}; skipped", printable(inbox_.consumer_name()),
+                  printable(events[i].topic), events[i].partition, events[i].offset,
+                  events[i].event_id.to_string(), why);
     }
-    const OrderedBatchResult result =
-        inbox_.process_in_order(conn, taken, each, to_park(), unknown_version());
+    const OrderedBatchResult result = inbox_.process_in_order(
+        conn, counts.rejected > 0 ? taken : events, each, to_park(), unknown_version());
     counts.applied = result.applied_from_held;
     counts.decided = result.decided;
     for (const InboxResult r : result.results) {

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "outbox/duration.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
@@ -20,10 +21,11 @@ Inbox::Inbox(SchemaName schema, std::string consumer_name, InboxOrdering orderin
   if (consumer_name_.empty() || consumer_name_.size() > 255) {
     throw InvalidArgument("inbox consumer name must be 1..255 bytes; it scopes the dedup records");
   }
-  if (ordering_.park_after.count() < 0 || ordering_.park_failing_after < 0) {
+  if (ordering_.park_after.count() < 0 || ordering_.park_failing_after < 0 ||
+      ordering_.park_after > std::chrono::days(kMaxDurationDays)) {
     throw InvalidArgument(
-        "inbox ordering: park_after and park_failing_after must not be negative (0 parks a held "
-        "event at once, and never parks a failing effect)");
+        "inbox ordering: park_after must be 0 to 3650 days and park_failing_after not negative "
+        "(0 parks a held event at once, and never parks a failing effect)");
   }
 }
 

@@ -2,12 +2,15 @@
 // the count of held events. The per-aggregate rules are sequence_plan.cpp's; the statements are
 // ordered_inbox.cpp's.
 
+#include <fmt/format.h>
+
 #include <set>
 
 #include "inbox/ordered_inbox.hpp"
 #include "outbox/inbox.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
+#include "schema/inbox_tables.hpp"
 
 namespace outbox {
 namespace {
@@ -131,13 +134,12 @@ OrderedBatchResult Inbox::carry_out_decisions(PGconn* conn, const Effect& effect
 }
 
 Inbox::Waiting Inbox::waiting(PGconn* conn) const {
-  const auto counts =
-      pg::exec_prepared(conn,
-                        "SELECT count(*) FILTER (WHERE kind = 'waiting' AND park_at > now()),"
-                        " count(*) FILTER (WHERE kind <> 'waiting' OR park_at <= now())"
-                        " FROM " +
-                            schema_.table("inbox_parked") + " WHERE consumer_name = $1",
-                        {consumer_name_.c_str()});
+  const auto counts = pg::exec_prepared(
+      conn,
+      fmt::format("SELECT count(*) FILTER (WHERE NOT {0}), count(*) FILTER (WHERE {0}) FROM {1}"
+                  " WHERE consumer_name = $1",
+                  detail::kHeldIsParked, schema_.table("inbox_parked")),
+      {consumer_name_.c_str()});
   return {static_cast<std::uint64_t>(counts.int64(0, 0)),
           static_cast<std::uint64_t>(counts.int64(0, 1))};
 }

@@ -5,6 +5,7 @@
 #include "ops/audit_text.hpp"
 #include "outbox/inbox_admin.hpp"
 #include "pg/connection.hpp"
+#include "schema/inbox_tables.hpp"
 
 namespace outbox {
 namespace {
@@ -13,8 +14,7 @@ namespace {
 constexpr const char* kList = R"SQL(
 SELECT p.consumer_name, p.event_id, p.aggregate_type, p.aggregate_id,
 --       4                     5             6                 7       8
-       p.aggregate_sequence, p.event_type, p.schema_version, p.kind, (p.kind <> 'waiting' OR
-         p.park_at <= now()),
+       p.aggregate_sequence, p.event_type, p.schema_version, p.kind, {is_parked},
 --       9         10
        p.reason, to_char(p.held_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS"Z"'),
 --       11                         12
@@ -26,8 +26,8 @@ LIMIT $2)SQL";
 
 constexpr const char* kCount = R"SQL(
 SELECT consumer_name,
-       count(*) FILTER (WHERE kind = 'waiting' AND park_at > now()),
-       count(*) FILTER (WHERE kind <> 'waiting' OR park_at <= now())
+       count(*) FILTER (WHERE NOT {is_parked}),
+       count(*) FILTER (WHERE {is_parked})
 FROM {parked} GROUP BY consumer_name ORDER BY consumer_name)SQL";
 
 constexpr const char* kDecide = R"SQL(
@@ -42,14 +42,23 @@ RETURNING event_id)SQL";
 
 std::string sql(const char* text, const SchemaName& schema) {
   return fmt::format(fmt::runtime(text), fmt::arg("parked", schema.table("inbox_parked")),
-                     fmt::arg("audit", schema.table("outbox_operator_audit")));
+                     fmt::arg("audit", schema.table("outbox_operator_audit")),
+                     fmt::arg("is_parked", detail::kHeldIsParked));
+}
+
+// Whether the schema has the gap-aware inbox's tables: `outbox status` and the admin page of this
+// build read a schema not migrated to 19 yet.
+bool has_inbox_tables(PGconn* conn, const SchemaName& schema) {
+  return pg::exec(conn, "SELECT to_regclass($1) IS NOT NULL",
+                  {schema.table("inbox_parked").c_str()})
+             .text(0, 0) == "t";
 }
 
 }  // namespace
 
 std::vector<HeldEvent> list_held(PGconn* conn, const SchemaName& schema,
                                  const std::string& consumer_name, std::size_t limit) {
-  if (count_held(conn, schema).empty()) return {};  // none held, or no table yet
+  if (!has_inbox_tables(conn, schema)) return {};
   const std::string limit_text = std::to_string(limit);
   const auto rows = pg::exec(conn, sql(kList, schema), {consumer_name.c_str(), limit_text.c_str()});
   std::vector<HeldEvent> held;
@@ -74,11 +83,7 @@ std::vector<HeldEvent> list_held(PGconn* conn, const SchemaName& schema,
 }
 
 std::vector<HeldCount> count_held(PGconn* conn, const SchemaName& schema) {
-  // `outbox status` and the admin page of this build read a schema not migrated to 19 yet.
-  if (pg::exec(conn, "SELECT to_regclass($1) IS NULL", {schema.table("inbox_parked").c_str()})
-          .text(0, 0) == "t") {
-    return {};
-  }
+  if (!has_inbox_tables(conn, schema)) return {};
   const auto rows = pg::exec(conn, sql(kCount, schema));
   std::vector<HeldCount> counts;
   for (int row = 0; row < rows.rows(); ++row) {
@@ -105,21 +110,15 @@ void decide_held(PGconn* conn, const SchemaName& schema, const std::string& cons
   }
   const std::string id = event_id.to_string();
   const std::string action = std::string("inbox_") + verb;
-  pg::exec(conn, "BEGIN");
-  try {
-    const auto decided = pg::exec(
-        conn, sql(kDecide, schema),
-        {consumer_name.c_str(), id.c_str(), verb, actor.c_str(), action.c_str(), reason.c_str()});
-    if (decided.rows() != 1) {
-      throw InvalidArgument(fmt::format(
-          "{}: event {} is not held by consumer '{}', or already has a decision (see `outbox "
-          "inbox list`); nothing was changed",
-          command, id, detail::printable(consumer_name)));
-    }
-    pg::commit(conn);
-  } catch (...) {
-    pg::rollback_quietly(conn);
-    throw;
+  // One statement: the decision and its audit row commit together or not at all.
+  const auto decided = pg::exec(
+      conn, sql(kDecide, schema),
+      {consumer_name.c_str(), id.c_str(), verb, actor.c_str(), action.c_str(), reason.c_str()});
+  if (decided.rows() != 1) {
+    throw InvalidArgument(fmt::format(
+        "{}: event {} is not held by consumer '{}', or already has a decision (see `outbox "
+        "inbox list`); nothing was changed",
+        command, id, detail::printable(consumer_name)));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "outbox/duration.hpp"
 #include "pg/array_literal.hpp"
 #include "pg/connection.hpp"
 
@@ -27,11 +28,13 @@ PublishWait wait_published(PGconn* conn, const SchemaName& schema,
         "wait_published: the connection must be idle: wait after COMMIT (no relay sees an "
         "event before its transaction commits)");
   }
+  const std::chrono::milliseconds longest = std::chrono::days(kMaxDurationDays);
   if (options.timeout.count() < 0 || options.first_poll.count() <= 0 ||
-      options.max_poll < options.first_poll) {
+      options.max_poll < options.first_poll || options.timeout > longest ||
+      options.max_poll > longest) {
     throw InvalidArgument(
-        "wait_published: the timeout must not be negative, first_poll positive and max_poll at "
-        "least first_poll");
+        "wait_published: the timeout must be 0 to 3650 days, first_poll positive and max_poll "
+        "from first_poll to 3650 days");
   }
   std::set<EventId> left;
   for (const EventId& id : event_ids) {

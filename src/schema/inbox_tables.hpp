@@ -3,6 +3,11 @@
 
 namespace outbox::detail {
 
+// When a held event counts as parked: failed or of an unknown version at once, a waiting one once
+// park_at has passed. The one definition the consumer's gauges, `outbox status`, `outbox inbox
+// list` and the admin page read.
+inline constexpr const char* kHeldIsParked = "(kind <> 'waiting' OR park_at <= now())";
+
 inline constexpr const char* kGapAwareInbox = R"SQL(
 -- Per consumer and aggregate, the highest sequence whose effect committed (NULL: the consumer
 -- took the aggregate's first event without applying it). A gap-aware inbox applies k+1 only after

@@ -317,7 +317,22 @@ TEST_F(InboxOrderTest, RefusesWhatItCannotOrder) {
                InvalidArgument);
   InboxOrdering negative = ordered(-1ms);
   EXPECT_THROW(Inbox(schema_, "x", negative), InvalidArgument);
+  // Past PostgreSQL's interval range, every batch that holds an event would fail.
+  EXPECT_THROW(Inbox(schema_, "x", ordered(std::chrono::milliseconds::max())), InvalidArgument);
   EXPECT_EQ(held_rows(), 0);
+}
+
+TEST_F(InboxOrderTest, TheApplierRejectsWhatItCannotOrderAndAppliesTheRest) {
+  detail::InboxApplier applier(schema_, "projection", ordered(), {});
+  ConsumedEvent no_sequence = event("a", 0);
+  ConsumedEvent not_text = event(std::string("b\xff", 2), 1);
+  bool effect_threw = false;
+  const auto counts =
+      applier.apply(conn(), {event("c", 1), no_sequence, event("d", 1), not_text, event("e", 1)},
+                    record(), effect_threw);
+  EXPECT_EQ(counts.rejected, 2U);
+  EXPECT_EQ(counts.applied, 3U);
+  EXPECT_EQ(applied(), "c1 d1 e1");
 }
 
 TEST_F(InboxOrderTest, TheApplierParksAnEffectThatKeepsFailing) {

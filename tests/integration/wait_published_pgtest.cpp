@@ -63,6 +63,9 @@ TEST_F(WaitPublishedTest, AWriterMayWaitAndRefusesABusyConnection) {
   const auto ids = enqueue(1, 1);
   pg::exec(conn(), "UPDATE " + schema_.table("outbox_events") + " SET published_at = now()");
   EXPECT_TRUE(wait_published(writer.get(), schema_, ids).all_published());
+  WaitOptions forever;
+  forever.timeout = std::chrono::milliseconds::max();  // would overflow the deadline
+  EXPECT_THROW(wait_published(writer.get(), schema_, ids, forever), InvalidArgument);
   pg::exec(writer.get(), "BEGIN");
   EXPECT_THROW(wait_published(writer.get(), schema_, ids), InvalidArgument);
 }
