@@ -20,6 +20,7 @@
 #include "cli/cli_common.hpp"
 #include "cli/command.hpp"
 #include "demo_brokers.hpp"
+#include "demo_saga.hpp"
 #include "outbox/http_sink.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/producer.hpp"
@@ -40,9 +41,10 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 struct DemoOptions {
-  std::string database_url;   // empty: embedded PostgreSQL
-  std::string kafka_brokers;  // empty: embedded Kafka mock cluster
-  int orders = 3000;
+  std::string database_url;         // empty: embedded PostgreSQL
+  std::string kafka_brokers;        // empty: embedded Kafka mock cluster
+  std::string scenario = "orders";  // orders, or saga (demo_saga.cpp)
+  int orders = 0;                   // 0: 3000, or 40 for the saga
   int writers = 4;
   int relays = 2;
   int rollback_percent = 10;
@@ -498,7 +500,16 @@ bool run_once_http(const DemoOptions& options, Servers& servers, RelaySource sou
   return report.ok() && !writers.failed;
 }
 
-int run_demo(const DemoOptions& options) {
+int run_demo(const DemoOptions& given) {
+  if (given.scenario == "saga") {
+    return run_saga_demo({.database_url = given.database_url,
+                          .kafka_brokers = given.kafka_brokers,
+                          .orders = given.orders == 0 ? 40 : given.orders,
+                          .json = given.json,
+                          .quiet = given.quiet});
+  }
+  DemoOptions options = given;
+  if (options.orders == 0) options.orders = 3000;
   if (options.json || options.quiet) spdlog::set_level(spdlog::level::warn);
   auto say = [&](const std::string& text) {
     if (!options.json && !options.quiet) std::cout << text << std::endl;
@@ -555,7 +566,15 @@ void register_demo(Commands& commands) {
                    "use this database instead of an embedded one (schema outbox_demo is reset)");
   demo->add_option("--kafka-brokers", options->kafka_brokers,
                    "use these brokers instead of the embedded mock cluster");
-  demo->add_option("--orders", options->orders, "orders to write")->check(CLI::Range(1, 10000000));
+  demo->add_option("--scenario", options->scenario,
+                   "orders: writers, relays and an inbox consumer, with a report of lost, "
+                   "phantom and duplicate events; saga: the example order and payment services "
+                   "(examples/order-service, examples/payment-service) end to end, with a report "
+                   "of the saga's invariants")
+      ->check(CLI::IsMember({"orders", "saga"}))
+      ->capture_default_str();
+  demo->add_option("--orders", options->orders, "orders to write (default 3000; 40 for the saga)")
+      ->check(CLI::Range(1, 10000000));
   demo->add_option("--writers", options->writers, "concurrent writer threads")
       ->check(CLI::Range(1, 64));
   demo->add_option("--relays", options->relays, "concurrent relays")->check(CLI::Range(1, 16));

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a user does: install outbox, build a service against it with find_package(outbox), run it.
-# Installs the build tree into a temporary prefix, configures and builds examples/order_service
+# Installs the build tree into a temporary prefix, configures and builds examples/hello_outbox
 # against only that prefix, then runs it twice on a private PostgreSQL (`outbox-dev postgres`): the
 # first run must enqueue sequence 1, the second sequence 2 for the same aggregate. Then the same
 # service on libpqxx (examples/pqxx_order_service, outbox::pqxx) must enqueue sequence 3, and a
@@ -19,7 +19,7 @@ readonly startup_timeout_s=30
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cli_test_init install_consumer outbox-install-test
 readonly prefix="$work_dir/prefix"
-readonly example_build="$work_dir/order_service-build"
+readonly example_build="$work_dir/hello_outbox-build"
 
 # Runs the example once and checks it printed an event id and "sequence <expected>".
 check_order_run() {
@@ -29,7 +29,7 @@ check_order_run() {
   output="$("$@" 2>&1)" || rc=$?
   local uuid='[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
   if ((rc != 0)); then
-    fail "$description: order_service exited $rc; output: $output"
+    fail "$description: hello_outbox exited $rc; output: $output"
   elif ! [[ "$output" =~ event\ $uuid ]]; then
     fail "$description: output has no \"event <uuid>\"; output: $output"
   elif ! [[ "$output" =~ sequence\ ([0-9]+) ]] || [[ "${BASH_REMATCH[1]}" != "$expected_sequence" ]]; then
@@ -50,10 +50,10 @@ else
 fi
 
 # No package registry: find_package must succeed from the prefix alone, not from a build tree.
-if ! cmake -S "$source_dir/examples/order_service" -B "$example_build" \
+if ! cmake -S "$source_dir/examples/hello_outbox" -B "$example_build" \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
   >"$work_dir/configure.log" 2>&1; then
-  fatal --log "$work_dir/configure.log" "configuring examples/order_service with find_package(outbox) failed"
+  fatal --log "$work_dir/configure.log" "configuring examples/hello_outbox with find_package(outbox) failed"
 fi
 outbox_dir="$(sed -n 's/^outbox_DIR:PATH=//p' "$example_build/CMakeCache.txt")"
 if [[ "$outbox_dir" == "$prefix/"* ]]; then
@@ -62,14 +62,14 @@ else
   fail "find_package(outbox) should use the temporary prefix $prefix; it used \"$outbox_dir\""
 fi
 if ! cmake --build "$example_build" >"$work_dir/build.log" 2>&1; then
-  fatal --log "$work_dir/build.log" "building examples/order_service against the installed outbox failed"
+  fatal --log "$work_dir/build.log" "building examples/hello_outbox against the installed outbox failed"
 fi
 pass
 
 # An application that links only outbox::outbox gets no broker client and no mock broker: Kafka
 # is outbox::kafka, the embedded servers outbox::testing (both in the package, checked below).
-if ldd "$example_build/order_service" | grep 'librdkafka' >/dev/null; then
-  fail "order_service links only outbox::outbox but loads librdkafka: $(ldd "$example_build/order_service" | grep rdkafka)"
+if ldd "$example_build/hello_outbox" | grep 'librdkafka' >/dev/null; then
+  fail "hello_outbox links only outbox::outbox but loads librdkafka: $(ldd "$example_build/hello_outbox" | grep rdkafka)"
 else
   pass
 fi
@@ -86,13 +86,13 @@ start_postgres
 pass
 
 check_order_run "first run (connection string as argv[1])" 1 \
-  "$example_build/order_service" "$db"
+  "$example_build/hello_outbox" "$db"
 check_order_run "second run (connection string from OUTBOX_DATABASE_URL)" 2 \
-  env OUTBOX_DATABASE_URL="$db" "$example_build/order_service"
+  env OUTBOX_DATABASE_URL="$db" "$example_build/hello_outbox"
 
 # --- 3. the same service on libpqxx (outbox::pqxx), continuing the customer's sequence ----------
-if ldd "$example_build/order_service" | grep 'libpqxx' >/dev/null; then
-  fail "order_service links only outbox::outbox but loads libpqxx"
+if ldd "$example_build/hello_outbox" | grep 'libpqxx' >/dev/null; then
+  fail "hello_outbox links only outbox::outbox but loads libpqxx"
 else
   pass
 fi

@@ -5,7 +5,7 @@
 # /usr/bin/outbox, the docs, and not outbox-dev; its postinst makes the system user the units run
 # as, once, and postrm keeps it on purge (run here against stand-ins for adduser, deluser and
 # getent: the test machine's users stay as they are); prerm stops the units on removal. Unpacked
-# with dpkg -x, its outbox runs and examples/order_service builds against it alone.
+# with dpkg -x, its outbox runs and examples/hello_outbox builds against it alone.
 #
 # Usage: package.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -67,14 +67,14 @@ if [[ "$unit" == *"ExecStart=/usr/bin/outbox consume"* && "$unit" == *"--consume
 else
   fail "the packaged consume unit should run /usr/bin/outbox consume --consumer %i as outbox"
 fi
-if cmake -S "$source_dir/examples/order_service" -B "$work_dir/example" \
+if cmake -S "$source_dir/examples/hello_outbox" -B "$work_dir/example" \
   -DCMAKE_PREFIX_PATH="$root/usr" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$work_dir/example.log" 2>&1 &&
   cmake --build "$work_dir/example" >>"$work_dir/example.log" 2>&1 &&
   [[ "$(sed -n 's/^outbox_DIR:PATH=//p' "$work_dir/example/CMakeCache.txt")" == "$root/usr/"* ]]; then
   pass
 else
   show_log "example build" "$work_dir/example.log"
-  fail "examples/order_service should build against the unpacked package alone"
+  fail "examples/hello_outbox should build against the unpacked package alone"
 fi
 
 # --- 4. maintainer scripts: the system user made once and kept; the units stopped on removal ------

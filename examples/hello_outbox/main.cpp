@@ -1,8 +1,8 @@
-// order_service: the smallest service that uses the outbox. It stores an order and enqueues an
+// hello_outbox: the smallest service that uses the outbox. It stores an order and enqueues an
 // OrderPlaced event in one PostgreSQL transaction, so both commit or neither does; the relay
 // (`outbox relay`) publishes the event to Kafka after the COMMIT.
 //
-// Usage: order_service [CONNECTION [SCHEMA]]
+// Usage: hello_outbox [CONNECTION [SCHEMA]]
 //   CONNECTION  libpq connection string or URI; default $OUTBOX_DATABASE_URL, else the PG* variables
 //   SCHEMA      schema for outbox's tables and this example's orders table; default "outbox"
 
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
 
   Connection conn(PQconnectdb(database_url.c_str()), &PQfinish);
   if (PQstatus(conn.get()) != CONNECTION_OK) {
-    std::cerr << "order_service: cannot connect: " << PQerrorMessage(conn.get());
+    std::cerr << "hello_outbox: cannot connect: " << PQerrorMessage(conn.get());
     return 1;
   }
 
@@ -97,10 +97,10 @@ int main(int argc, char** argv) {
       throw;
     }
   } catch (const outbox::Error& e) {
-    std::cerr << "order_service: " << e.what() << (e.retryable() ? " (retryable)" : "") << "\n";
+    std::cerr << "hello_outbox: " << e.what() << (e.retryable() ? " (retryable)" : "") << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "order_service: " << e.what() << "\n";
+    std::cerr << "hello_outbox: " << e.what() << "\n";
     return 1;
   }
   return 0;

@@ -1,0 +1,96 @@
+#pragma once
+// What the saga examples (order-service, payment-service) share: a few lines of libpq, a
+// transaction that rolls back unless committed, and the named crash points the saga test arms.
+// Header only, so each example stays one CMake project built against the installed package.
+
+#include <libpq-fe.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <outbox/transaction.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace example {
+
+using Connection = std::unique_ptr<PGconn, decltype(&PQfinish)>;
+using Result = std::unique_ptr<PGresult, decltype(&PQclear)>;
+using Params = std::vector<std::optional<std::string>>;  // std::nullopt is SQL NULL
+
+inline Connection connect(const std::string& url) {
+  Connection conn(PQconnectdb(url.c_str()), &PQfinish);
+  if (PQstatus(conn.get()) != CONNECTION_OK) {
+    throw std::runtime_error(std::string("cannot connect to PostgreSQL: ") +
+                             PQerrorMessage(conn.get()));
+  }
+  return conn;
+}
+
+// One statement with text parameters; throws with the server's message unless it succeeded.
+inline Result exec(PGconn* conn, const std::string& sql, const Params& params = {}) {
+  std::vector<const char*> values;
+  for (const auto& param : params) values.push_back(param ? param->c_str() : nullptr);
+  Result result(PQexecParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                             values.data(), nullptr, nullptr, 0),
+                &PQclear);
+  const ExecStatusType status = PQresultStatus(result.get());
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+    std::string message = PQerrorMessage(conn);
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    throw std::runtime_error(message);
+  }
+  return result;
+}
+
+inline int rows(const Result& result) { return PQntuples(result.get()); }
+inline std::string value(const Result& result, int row, int column) {
+  return PQgetvalue(result.get(), row, column);
+}
+inline long affected(const Result& result) { return std::atol(PQcmdTuples(result.get())); }
+
+// BEGIN now; ROLLBACK when destroyed uncommitted (an exception, an early return), so nothing of
+// a failed request is left half-written. commit() throws outbox::OutcomeUnknown when the
+// connection broke while COMMIT was in flight: the caller cannot tell, and must not claim either.
+class Transaction {
+ public:
+  explicit Transaction(PGconn* conn) : conn_(conn) { exec(conn_, "BEGIN"); }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction() {
+    if (!done_) PQclear(PQexec(conn_, "ROLLBACK"));
+  }
+  void commit() {
+    done_ = true;
+    outbox::commit(conn_);
+  }
+
+ private:
+  PGconn* conn_;
+  bool done_ = false;
+};
+
+// A named step where the saga test kills the process: SAGA_CRASH_AT=<step>[@N] makes the Nth
+// pass through <step> (default the first) end the process with SIGKILL, as a power cut would.
+// Each call names a window in which a crash must lose nothing and double nothing.
+inline void crash_point(const char* step) {
+  static const std::string spec = [] {
+    const char* env = std::getenv("SAGA_CRASH_AT");
+    return std::string(env != nullptr ? env : "");
+  }();
+  if (spec.empty()) return;
+  const std::size_t at = spec.find('@');
+  if (spec.substr(0, at) != step) return;
+  static std::atomic<int> hits{0};
+  const int wanted = at == std::string::npos ? 1 : std::atoi(spec.c_str() + at + 1);
+  if (++hits == wanted) {
+    std::cerr << "crash point " << step << ": SIGKILL (SAGA_CRASH_AT)" << std::endl;
+    std::raise(SIGKILL);
+  }
+}
+
+}  // namespace example
