@@ -320,7 +320,7 @@ class ObserveServer::Impl {
     out["backlog"] = observe::backlog_json(reading.rows);
     out["slots"] = observe::slots_json(reading.slots);
     nlohmann::json parts = this_process_parts();
-    out["verdict"] = observe::verdict_json(reading, parts);
+    const nlohmann::json own_parts = parts;  // for the verdict: relay sessions say it themselves
     out["history"] = observe::history_json(reading.history);
     out["actions_enabled"] = !options_.token.empty();
     // The backlog thread's list (the page costs no second pass over the pending rows).
@@ -344,6 +344,8 @@ class ObserveServer::Impl {
     out["quarantine"] = observe::quarantine_json(list_quarantined(conn, options_.schema, 100));
     out["in_doubt"] = observe::in_doubt_json(list_in_doubt(conn, options_.schema, 100, false));
     out["inbox_held"] = observe::inbox_held_json(list_held(conn, options_.schema, {}, 100));
+    // Last, so a consumer's parked events (counted, not only the 100 listed) are in it.
+    out["verdict"] = observe::verdict_json(reading, own_parts, count_held(conn, options_.schema));
     return out;
   }
 

@@ -112,8 +112,8 @@ nlohmann::json history_json(const std::vector<HistorySample>& samples) {
           {"published_total", total}};
 }
 
-nlohmann::json verdict_json(const BacklogReading& reading,
-                            const nlohmann::json& this_process_parts) {
+nlohmann::json verdict_json(const BacklogReading& reading, const nlohmann::json& this_process_parts,
+                            const std::vector<HeldCount>& held) {
   VerdictInput in;
   in.backlog_read = reading.ok || !reading.error.empty();
   in.backlog_ok = reading.ok;
@@ -135,6 +135,11 @@ nlohmann::json verdict_json(const BacklogReading& reading,
   }
   for (const SlotRow& slot : reading.slots) {
     if (!slot.streamed) in.unstreamed_slots.push_back(slot.name);
+  }
+  for (const HeldCount& h : held) {
+    if (h.parked > 0) {
+      in.parked_at_consumers.emplace_back(h.consumer_name, static_cast<double>(h.parked));
+    }
   }
   const std::vector<HistorySample>& history = reading.history;
   if (reading.counts_complete && !history.empty() && history.back().published_per_second >= 0) {

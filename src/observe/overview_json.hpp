@@ -25,8 +25,9 @@ nlohmann::json slots_json(const std::vector<SlotRow>& slots);
 // (null where not known), published_total (since the server's first backlog run).
 nlohmann::json history_json(const std::vector<HistorySample>& samples);
 // The headline (verdict.hpp) from the backlog thread's reading with its history, and the parts
-// this process runs ({part, state, detail} each, as the overview lists them).
-nlohmann::json verdict_json(const BacklogReading& reading,
-                            const nlohmann::json& this_process_parts);
+// this process runs ({part, state, detail} each, as the overview lists them), and what the
+// gap-aware consumers hold (count_held).
+nlohmann::json verdict_json(const BacklogReading& reading, const nlohmann::json& this_process_parts,
+                            const std::vector<HeldCount>& held);
 
 }  // namespace outbox::observe

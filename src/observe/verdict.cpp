@@ -50,6 +50,12 @@ Verdict judge(const VerdictInput& in) {
   for (const std::string& part : in.unwell) reasons.push_back(part);
   if (in.quarantined > 0) reasons.push_back(events(in.quarantined) + " quarantined");
   if (in.in_doubt > 0) reasons.push_back(events(in.in_doubt) + " in doubt (outbox reconcile)");
+  for (const auto& [consumer, parked] : in.parked_at_consumers) {
+    if (parked > 0) {
+      reasons.push_back(events(parked) + " parked at consumer " + consumer +
+                        " (outbox inbox list)");
+    }
+  }
   if (in.oldest_age > kLateSeconds && stalled.empty()) {
     reasons.push_back("the oldest pending event has waited " + age_text(in.oldest_age));
   }

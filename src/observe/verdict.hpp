@@ -8,12 +8,14 @@
 //             longer than a minute.
 //   degraded  they go, but something needs a person: a silent relay session, a relay or consumer
 //             that reports a broker or database problem, quarantined events or events in doubt
-//             (waiting for `outbox reconcile`), the oldest pending
+//             (waiting for `outbox reconcile`), events a gap-aware consumer parked (waiting for
+//             `outbox inbox release|skip` or a predecessor), the oldest pending
 //             event older than a minute, a replication slot no relay streams, no relay at all.
 //   healthy   none of those.
 //   starting  no backlog run has ended yet: nothing is known.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "observe/metric_families.hpp"
@@ -34,6 +36,8 @@ struct VerdictInput {
   // What reports a problem of its own, each "relay r-1: broker_unavailable" or the like.
   std::vector<std::string> unwell;
   std::vector<std::string> unstreamed_slots;  // names
+  // Gap-aware consumers' parked events (outbox inbox list), by consumer name; 0s left out.
+  std::vector<std::pair<std::string, double>> parked_at_consumers;
   // Negative: not known (the first half minute of history, or a relay of a build before
   // migration 17 that writes no count).
   double published_last_minute = -1;

@@ -84,6 +84,7 @@ try:
     assert "2 events quarantined" in verdict.text and "slot left_behind" in verdict.text, \
         verdict.text
     assert "1 event in doubt (outbox reconcile)" in verdict.text, verdict.text
+    assert "1 event parked at consumer projection (outbox inbox list)" in verdict.text, verdict.text
     # The last hour comes from the server: a page opened now already has samples.
     samples = driver.execute_script("return hist.t.length")
     assert samples >= 1, "no history from the server"

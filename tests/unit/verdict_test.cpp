@@ -30,6 +30,16 @@ TEST(Verdict, HealthyWhenARelayRunsAndNothingWaitsLong) {
   EXPECT_EQ(judge(busy).reason, "1 relay(s) running; 40 events pending, the oldest 3 s old");
 }
 
+TEST(Verdict, DegradedWhileAConsumerHasParkedEvents) {
+  VerdictInput parked = running();
+  parked.parked_at_consumers = {{"projection", 3}, {"billing", 0}};
+  const Verdict v = judge(parked);
+  EXPECT_EQ(v.state, "degraded");
+  EXPECT_EQ(v.reason, "3 events parked at consumer projection (outbox inbox list)");
+  parked.parked_at_consumers = {{"billing", 0}};
+  EXPECT_EQ(judge(parked).state, "healthy") << "a consumer with nothing parked is no reason";
+}
+
 TEST(Verdict, StartingUntilTheFirstBacklogRunEnds) {
   VerdictInput none;  // no run yet: not ok, no error
   EXPECT_EQ(judge(none).state, "starting");
