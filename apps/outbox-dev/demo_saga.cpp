@@ -182,9 +182,11 @@ json report(PGconn* orders, PGconn* payments, int provider_port, const Placed& p
   for (const json& c : ledger.at("charges")) {
     if (c.at("status") == "succeeded") ++at_provider[c.at("reference").get<std::string>()];
   }
-  int double_charges = 0;
+  int double_charges = 0;  // references charged more than once
   int unmatched = 0;
+  std::int64_t successful = 0;  // every successful charge, a double one counted twice
   for (const auto& [reference, n] : at_provider) {
+    successful += n;
     double_charges += n > 1 ? 1 : 0;
     unmatched += succeeded_keys.count(reference) == 0 ? 1 : 0;
   }
@@ -196,15 +198,15 @@ json report(PGconn* orders, PGconn* payments, int provider_port, const Placed& p
             {"declined_cards", placed.declined},
             {"pending", pending},
             {"orders_without_exactly_one_final_event", state.int64(0, 3)},
-            {"successful_charges", static_cast<std::int64_t>(at_provider.size())},
+            {"successful_charges", successful},
             {"double_charges", double_charges},
             {"charges_for_no_confirmed_order", unmatched},
             {"retried_requests", placed.retried},
             {"retried_requests_answered_alike", placed.retried_same}};
   r["ok"] = pending == 0 && state.int64(0, 2) == placed.orders && state.int64(0, 3) == 0 &&
             confirmed == placed.orders - placed.declined && state.int64(0, 1) == placed.declined &&
-            static_cast<std::int64_t>(at_provider.size()) == confirmed && double_charges == 0 &&
-            unmatched == 0 && placed.retried_same == placed.retried;
+            successful == confirmed && double_charges == 0 && unmatched == 0 &&
+            placed.retried_same == placed.retried;
   return r;
 }
 

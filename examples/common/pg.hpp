@@ -31,7 +31,19 @@ inline Connection connect(const std::string& url) {
   return conn;
 }
 
-// One statement with text parameters; throws with the server's message unless it succeeded.
+// A statement that failed. retryable(): the connection broke or the server asks to try again
+// (a serialization failure, a deadlock, a shutdown, too many connections); else a bug to fix.
+class DatabaseFailure : public std::runtime_error {
+ public:
+  DatabaseFailure(const std::string& message, bool retryable)
+      : std::runtime_error(message), retryable_(retryable) {}
+  [[nodiscard]] bool retryable() const noexcept { return retryable_; }
+
+ private:
+  bool retryable_;
+};
+
+// One statement with text parameters; throws DatabaseFailure unless it succeeded.
 inline Result exec(PGconn* conn, const std::string& sql, const Params& params = {}) {
   std::vector<const char*> values;
   for (const auto& param : params) values.push_back(param ? param->c_str() : nullptr);
@@ -42,7 +54,12 @@ inline Result exec(PGconn* conn, const std::string& sql, const Params& params = 
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     std::string message = PQerrorMessage(conn);
     while (!message.empty() && message.back() == '\n') message.pop_back();
-    throw std::runtime_error(message);
+    const char* field = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
+    const std::string state = field != nullptr ? field : "";
+    const bool retryable = PQstatus(conn) != CONNECTION_OK || state.starts_with("40") ||
+                           state.starts_with("08") || state.starts_with("53") ||
+                           state.starts_with("57");
+    throw DatabaseFailure(message, retryable);
   }
   return result;
 }
@@ -53,8 +70,9 @@ inline std::string value(const Result& result, int row, int column) {
 }
 inline long affected(const Result& result) { return std::atol(PQcmdTuples(result.get())); }
 
-// BEGIN now; ROLLBACK when destroyed uncommitted (an exception, an early return), so nothing of
-// a failed request is left half-written. commit() throws outbox::OutcomeUnknown when the
+// BEGIN now; ROLLBACK when destroyed with the transaction still open (an exception, an early
+// return, a commit that failed before COMMIT was sent), so nothing of a failed request is left
+// half-written and the connection goes back idle. commit() throws outbox::OutcomeUnknown when the
 // connection broke while COMMIT was in flight: the caller cannot tell, and must not claim either.
 class Transaction {
  public:
@@ -62,17 +80,29 @@ class Transaction {
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;
   ~Transaction() {
-    if (!done_) PQclear(PQexec(conn_, "ROLLBACK"));
+    if (PQstatus(conn_) == CONNECTION_OK && PQtransactionStatus(conn_) != PQTRANS_IDLE) {
+      PQclear(PQexec(conn_, "ROLLBACK"));
+    }
   }
-  void commit() {
-    done_ = true;
-    outbox::commit(conn_);
-  }
+  void commit() { outbox::commit(conn_); }
 
  private:
   PGconn* conn_;
-  bool done_ = false;
 };
+
+// `conn` ready for a new transaction: opened (again) when missing or broken, rolled back when a
+// failure left a transaction open on it.
+inline PGconn* ready(Connection& conn, const std::string& url) {
+  if (conn && PQstatus(conn.get()) == CONNECTION_OK &&
+      PQtransactionStatus(conn.get()) != PQTRANS_IDLE) {
+    PQclear(PQexec(conn.get(), "ROLLBACK"));
+  }
+  if (!conn || PQstatus(conn.get()) != CONNECTION_OK ||
+      PQtransactionStatus(conn.get()) != PQTRANS_IDLE) {
+    conn = connect(url);
+  }
+  return conn.get();
+}
 
 // A named step where the saga test kills the process: SAGA_CRASH_AT=<step>[@N] makes the Nth
 // pass through <step> (default the first) end the process with SIGKILL, as a power cut would.

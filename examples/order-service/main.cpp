@@ -11,6 +11,7 @@
 
 #include <httplib.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -39,6 +40,9 @@ outbox::KafkaConsumerOptions consumer_options(const std::string& database_url,
   // A restarted instance gets the partitions of one that crashed after 6 s, not librdkafka's
   // default 45 s (the group waits that long for a member that stopped without leaving).
   options.properties["session.timeout.ms"] = "6000";
+  // An effect that fails is tried again after at most 5 s, so one that always fails is parked
+  // (park_failing_after, 10 failures) within about 20 s and its partition's other orders go on.
+  options.retry_backoff_max = std::chrono::seconds(5);
   return options;
 }
 
@@ -50,7 +54,6 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string database_url = argv[1];
-  const int port = argc > 3 ? std::stoi(argv[3]) : 8080;
   // SIGINT and SIGTERM go to the thread that waits for them, not to a worker.
   sigset_t signals;
   sigemptyset(&signals);
@@ -58,6 +61,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   try {
+    const int port = argc > 3 ? std::stoi(argv[3]) : 8080;
     outbox::arm_faults_from_environment();  // the crash campaign's points, when it arms them
     {
       const example::Connection conn = example::connect(database_url);
@@ -66,6 +70,8 @@ int main(int argc, char** argv) {
     }
     const outbox::Producer producer(
         outbox::ProducerOptions{.schema = outbox::SchemaName("outbox")});
+    // run() retries a failing effect with backoff and, gap-aware, parks it after
+    // park_failing_after failures; it reconnects to PostgreSQL and the brokers by itself.
     outbox::KafkaInboxConsumer consumer(
         consumer_options(database_url, argv[2]),
         [&producer](PGconn* tx, const outbox::ConsumedEvent& event) {
@@ -73,38 +79,42 @@ int main(int argc, char** argv) {
         });
 
     httplib::Server server;
+    server.set_payload_max_length(64 * 1024);  // an order is a few hundred bytes
     orders::add_routes(server, database_url, producer);
     const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
                                 : (server.bind_to_port("127.0.0.1", port) ? port : -1);
     if (bound < 0) throw std::runtime_error("cannot listen on 127.0.0.1:" + std::to_string(port));
     std::cout << "order-service listening on http://127.0.0.1:" << bound << std::endl;
 
-    std::atomic<bool> stop{false};
-    std::atomic<bool> inbox_failed{false};
+    std::atomic<int> exit_code{0};
+    std::atomic<bool> listening{true};
     std::thread inbox([&] {
       try {
-        while (!stop) consumer.poll(std::chrono::milliseconds(200));
-      } catch (const std::exception& e) {  // a setting the consumer cannot work with
+        consumer.run();
+      } catch (const std::exception& e) {  // what no retry fixes: a missing inbox table, ...
         std::cerr << "order-service: the payment events' consumer stopped: " << e.what() << "\n";
-        inbox_failed = true;
-        server.stop();
+        exit_code = 1;
+        kill(getpid(), SIGTERM);  // taken by the signal thread below: the service stops
       }
     });
     std::thread signal_waiter([&] {
       int signal = 0;
       sigwait(&signals, &signal);
-      stop = true;
-      server.stop();
+      consumer.request_stop();
+      // A stop() before listen_after_bind() has started is lost: ask until it has returned.
+      while (listening) {
+        server.stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
     });
     server.listen_after_bind();
-    stop = true;
-    inbox.join();
-    pthread_kill(signal_waiter.native_handle(), SIGTERM);  // if the server stopped on its own
+    listening = false;
+    kill(getpid(), SIGTERM);  // wakes the signal thread if the server ended on its own
     signal_waiter.join();
-    if (inbox_failed) return 1;
+    inbox.join();
+    return exit_code;
   } catch (const std::exception& e) {
     std::cerr << "order-service: " << e.what() << "\n";
     return 1;
   }
-  return 0;
 }

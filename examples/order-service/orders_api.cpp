@@ -1,7 +1,7 @@
 // order-service's HTTP API. Every request that changes an order writes the order, its outbox
 // events and (for POST) its idempotency record in ONE transaction: all of it commits or none.
 //
-//   POST  /orders        {"customer_id","amount_cents","card"}, header Idempotency-Key optional:
+//   POST  /orders        {"customer_id","amount_cents","card"}, header Idempotency-Key required:
 //                        201 with the new order; the same key and body again answer the same
 //                        201 (header Idempotent-Replayed: true) and create nothing; the same key
 //                        with another body is 422; while the first is in flight, 409.
@@ -11,6 +11,7 @@
 
 #include <httplib.h>
 
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,8 +40,41 @@ class BadRequest : public std::runtime_error {
 // One connection per HTTP worker thread, opened again after it broke.
 PGconn* connection(const std::string& url) {
   thread_local example::Connection conn(nullptr, &PQfinish);
-  if (!conn || PQstatus(conn.get()) != CONNECTION_OK) conn = example::connect(url);
-  return conn.get();
+  return example::ready(conn, url);
+}
+
+// Text a client sends that goes into a row and an event: no control characters (jsonb cannot
+// hold NUL, and libpq would cut a parameter at one).
+bool printable(const std::string& text) {
+  for (const unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+// An order id as this service makes them (gen_random_uuid): anything else is no order of ours,
+// answered without echoing it.
+bool is_order_id(const std::string& id) {
+  if (id.size() != 36) return false;
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? id[i] != '-' : !std::isxdigit(static_cast<unsigned char>(id[i]))) return false;
+  }
+  return true;
+}
+
+// The Idempotency-Key every POST must carry (cpp-httplib drops a header sent empty, so "sent
+// empty" and "not sent" are one case): 1 to 255 printable ASCII characters, new for each order
+// the client means to place and the same on every retry of it.
+void check_key(const std::string& key) {
+  if (key.empty()) {
+    throw BadRequest(
+        "send an Idempotency-Key header: a new value (a UUID) for each order, the "
+        "same on every retry of it");
+  }
+  bool ok = key.size() <= 255;
+  for (const unsigned char c : key) ok = ok && c >= 0x20 && c < 0x7f;
+  if (!ok) throw BadRequest("Idempotency-Key must be 1 to 255 printable ASCII characters");
 }
 
 json parse_object(const std::string& body) {
@@ -52,9 +86,9 @@ json parse_object(const std::string& body) {
 std::string text_field(const json& doc, const char* name, std::size_t max_length) {
   const auto it = doc.find(name);
   if (it == doc.end() || !it->is_string() || it->get<std::string>().empty() ||
-      it->get<std::string>().size() > max_length) {
+      it->get<std::string>().size() > max_length || !printable(it->get<std::string>())) {
     throw BadRequest(std::string("\"") + name + "\" must be a string of 1 to " +
-                     std::to_string(max_length) + " characters");
+                     std::to_string(max_length) + " bytes without control characters");
   }
   return it->get<std::string>();
 }
@@ -111,9 +145,7 @@ Answer place_order(PGconn* conn, const outbox::Producer& producer, const std::st
   const json order = parse_order(body);
   const std::string request = order.dump();
   example::Transaction tx(conn);
-  if (!key.empty()) {
-    if (auto answer = earlier_answer(conn, key, request)) return *answer;  // rolled back
-  }
+  if (auto answer = earlier_answer(conn, key, request)) return *answer;  // rolled back
   const std::string order_id =
       value(exec(conn,
                  "INSERT INTO orders (customer_id, amount_cents, card) VALUES ($1, $2, $3) "
@@ -131,7 +163,7 @@ Answer place_order(PGconn* conn, const outbox::Producer& producer, const std::st
                                               .payload = placed.dump()});
   const json answer = {
       {"order_id", order_id}, {"status", "pending"}, {"event_id", event.event_id.to_string()}};
-  if (!key.empty()) {
+  {
     exec(conn,
          "INSERT INTO idempotency_keys (key, request, status_code, response) "
          "VALUES ($1, $2, 201, $3)",
@@ -159,6 +191,7 @@ Answer change_order(PGconn* conn, const outbox::Producer& producer, const std::s
   for (const Change& c : kChanges) {
     if (doc.contains(c.field)) text_field(doc, c.field, 500);
   }
+  if (!is_order_id(order_id)) return {404, {{"error", "no such order"}}};
   example::Transaction tx(conn);
   const auto current =
       exec(conn, "SELECT status, shipping_address, note FROM orders WHERE order_id = $1 FOR UPDATE",
@@ -194,6 +227,7 @@ Answer change_order(PGconn* conn, const outbox::Producer& producer, const std::s
 }
 
 Answer get_order(PGconn* conn, const std::string& order_id) {
+  if (!is_order_id(order_id)) return {404, {{"error", "no such order"}}};
   const auto order = exec(conn,
                           "SELECT row_to_json(o)::text FROM (SELECT order_id, customer_id, "
                           "amount_cents, status, reason, shipping_address, note FROM orders "
@@ -211,12 +245,18 @@ void answer(httplib::Response& res, Handler&& handler) {
     a = handler();
   } catch (const BadRequest& e) {
     a = {400, {{"error", e.what()}}};
+  } catch (const outbox::InvalidArgument& e) {  // what the producer refuses in an event
+    a = {400, {{"error", e.what()}}};
   } catch (const outbox::OutcomeUnknown& e) {
     a = {503,
          {{"error", std::string("the outcome is unknown (") + e.what() +
                         "); retry with the same Idempotency-Key"}}};
+  } catch (const outbox::Error& e) {
+    a = {e.retryable() ? 503 : 500, {{"error", e.what()}}};
+  } catch (const example::DatabaseFailure& e) {
+    a = {e.retryable() ? 503 : 500, {{"error", e.what()}}};
   } catch (const std::exception& e) {
-    a = {503, {{"error", std::string("try again: ") + e.what()}}};
+    a = {500, {{"error", std::string("internal error: ") + e.what()}}};
   }
   res.status = a.status;
   if (a.replayed) res.set_header("Idempotent-Replayed", "true");
@@ -230,7 +270,7 @@ void add_routes(httplib::Server& server, const std::string& database_url,
   server.Post("/orders", [&, database_url](const httplib::Request& req, httplib::Response& res) {
     const std::string key = req.get_header_value("Idempotency-Key");
     answer(res, [&] {
-      if (key.size() > 255) throw BadRequest("Idempotency-Key is longer than 255 characters");
+      check_key(key);  // required: without it a retried POST would place a second order
       return place_order(connection(database_url), producer, req.body, key);
     });
   });

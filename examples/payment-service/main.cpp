@@ -12,6 +12,7 @@
 //                                    any retry instead of sending the charge again
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -64,21 +65,23 @@ int main(int argc, char** argv) {
     std::cout << "payment-service running" << std::endl;
 
     std::atomic<bool> stop{false};
-    int exit_code = 0;
+    std::atomic<int> exit_code{0};
     std::thread worker([&] { payments::run_worker(worker_options, producer, stop); });
+    // run() retries a failing effect with backoff and, gap-aware, parks it after
+    // park_failing_after failures; it reconnects to PostgreSQL and the brokers by itself.
     std::thread inbox([&] {
       try {
-        while (!stop) consumer.poll(std::chrono::milliseconds(200));
-      } catch (const std::exception& e) {
+        consumer.run();
+      } catch (const std::exception& e) {  // what no retry fixes: a missing inbox table, ...
         std::cerr << "payment-service: the order events' consumer stopped: " << e.what() << "\n";
         exit_code = 1;
-        stop = true;
         kill(getpid(), SIGTERM);  // wakes the sigwait below
       }
     });
     int signal = 0;
     sigwait(&signals, &signal);
     stop = true;
+    consumer.request_stop();
     inbox.join();
     worker.join();
     return exit_code;

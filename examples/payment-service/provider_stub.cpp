@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
     const Flags flags = parse(argc, argv);
     Ledger ledger(flags);
     httplib::Server server;
+    server.set_payload_max_length(64 * 1024);
     server.Post("/v1/charges", [&](const httplib::Request& req, httplib::Response& res) {
       const json request = json::parse(req.body, nullptr, false);
       if (!request.is_object()) return reply(res, {400, {{"error", "the body must be JSON"}}});

@@ -54,18 +54,30 @@ std::optional<Charge> claim(PGconn* conn, std::chrono::milliseconds lease) {
                 std::stoll(example::value(r, 0, 2)), std::stoi(example::value(r, 0, 4))};
 }
 
-// What a provider's answer says; std::nullopt when it says nothing sure (a timeout, a reset, a
-// 5xx, a 409 for a request with this key in flight): the charge may or may not have been made.
+// What a provider's answer says for sure; std::nullopt when it does not: no answer (a timeout, a
+// reset), a 5xx, a 409 (a request with this key in flight), a 429 or 408, another 4xx (a setting
+// to fix: 401, 403, 404), or a charge not final yet. The charge stays pending and is tried again
+// after the lease; only a success or an explicit decline settles it.
 std::optional<Outcome> read_answer(const httplib::Result& res) {
-  if (!res || res->status >= 500 || res->status == 409) return std::nullopt;
+  if (!res) return std::nullopt;
   const json body = json::parse(res->body, nullptr, false);
-  if (res->status == 200 || res->status == 201) {
-    const std::string status = body.value("status", "");
-    if (status == "succeeded") return Outcome{true, body.value("id", ""), ""};
-    // A charge found by reconciliation: the same reason as the 402 the charge itself answered.
-    return Outcome{false, "", status == "declined" ? "card_declined" : status};
+  const bool object = body.is_object();
+  if (res->status == 402) {  // declined: the card will not be charged
+    return Outcome{false, "", object ? body.value("error", "card_declined") : "card_declined"};
   }
-  return Outcome{false, "", body.is_object() ? body.value("error", "refused") : "refused"};
+  if (res->status != 200 && res->status != 201) {
+    if (res->status >= 400 && res->status < 500 && res->status != 408 && res->status != 409 &&
+        res->status != 429) {
+      std::cerr << "payment-service: the provider refused a charge with " << res->status
+                << " (a setting to fix?): " << res->body.substr(0, 200) << "\n";
+    }
+    return std::nullopt;
+  }
+  const std::string status = object ? body.value("status", "") : "";
+  if (status == "succeeded") return Outcome{true, body.value("id", ""), ""};
+  // A charge found by reconciliation: the same reason as the 402 the charge itself answered.
+  if (status == "declined") return Outcome{false, "", "card_declined"};
+  return std::nullopt;  // "pending", "processing", or no status at all: not settled yet
 }
 
 class Provider {
@@ -144,9 +156,8 @@ void run_worker(const WorkerOptions& options, const outbox::Producer& producer,
   example::Connection conn(nullptr, &PQfinish);
   while (!stop) {
     try {
-      if (!conn || PQstatus(conn.get()) != CONNECTION_OK)
-        conn = example::connect(options.database_url);
-      const std::optional<Charge> charge = claim(conn.get(), options.lease);
+      const std::optional<Charge> charge =
+          claim(example::ready(conn, options.database_url), options.lease);
       if (!charge) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;

@@ -64,8 +64,8 @@ supervise() {
   shift
   rm -f "$work_dir/$name.pid"
   (
-    child=""
-    trap 'if [[ -n "$child" ]]; then kill -TERM "$child" 2>/dev/null; wait "$child"; fi; exit 0' TERM
+    # Every child of this loop, the one just started included even before $! is read.
+    trap 'pkill -TERM -P "$BASHPID" 2>/dev/null; wait; exit 0' TERM
     while true; do
       armed=()
       if [[ -f "$work_dir/$name.arm" ]]; then
@@ -98,15 +98,57 @@ wait_started() {
   done
   wait_ready "$1" "$(cat "$work_dir/$1.pid")" "$work_dir/$1.out" "$2" "$startup_timeout_s"
 }
-kills() { grep -c '^137$' "$work_dir/$1.exits" 2>/dev/null || true; }
+kills() {  # kills NAME: how many of NAME's runs ended by SIGKILL (0 before any ended)
+  local n
+  n="$(grep -c '^137$' "$work_dir/$1.exits" 2>/dev/null)" || true
+  echo "${n:-0}"
+}
 
-# arm NAME VAR=VALUE: restarts NAME (SIGTERM, a clean stop) with VAR=VALUE for that one run.
+# alive_pid NAME: waits until NAME's current run is alive and prints its pid.
+alive_pid() {
+  local pid deadline=$((SECONDS + startup_timeout_s))
+  while ((SECONDS < deadline)); do
+    pid="$(cat "$work_dir/$1.pid" 2>/dev/null || true)"
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+      echo "$pid"
+      return 0
+    fi
+    sleep 0.05
+  done
+  fatal "$1 has no live run after $startup_timeout_s s"
+}
+
+# arm NAME VAR=VALUE: restarts NAME (SIGTERM, a clean stop) with VAR=VALUE for that one run, and
+# returns once that run has started. A run that started without taking the arm (the supervisor
+# had looked for it just before) is stopped too, until one takes it.
 arm() {
-  local pid
-  echo "$2" >"$work_dir/$1.arm"
-  pid="$(cat "$work_dir/$1.pid")"
-  kill -TERM "$pid" 2>/dev/null || true  # gone already (a kill point): the next run takes it
-  while [[ -f "$work_dir/$1.arm" ]]; do sleep 0.1; done
+  local name="$1" pid current deadline=$((SECONDS + startup_timeout_s))
+  pid="$(alive_pid "$name")"
+  echo "$2" >"$work_dir/$name.arm.new"
+  mv "$work_dir/$name.arm.new" "$work_dir/$name.arm"  # whole, never read half-written
+  kill -TERM "$pid" 2>/dev/null || true
+  while [[ -f "$work_dir/$name.arm" ]]; do
+    current="$(cat "$work_dir/$name.pid" 2>/dev/null || true)"
+    if [[ "$current" != "$pid" ]] && kill -0 "$current" 2>/dev/null; then
+      kill -TERM "$current" 2>/dev/null || true  # started before the arm was there
+      pid="$current"
+    fi
+    ((SECONDS < deadline)) || fatal "$name did not take the fault $2 within $startup_timeout_s s"
+    sleep 0.05
+  done
+  while [[ "$(cat "$work_dir/$name.pid" 2>/dev/null || true)" == "$pid" ]]; do
+    ((SECONDS < deadline)) || fatal "$name's armed run did not start within $startup_timeout_s s"
+    sleep 0.05
+  done
+}
+
+# http_up: until order-service answers HTTP at all (a restarted one binds in a few ms).
+http_up() {
+  local deadline=$((SECONDS + startup_timeout_s))
+  until [[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$order_url/orders/x" || true)" != 000 ]]; do
+    ((SECONDS < deadline)) || fatal "order-service does not answer HTTP after $startup_timeout_s s"
+    sleep 0.05
+  done
 }
 
 start_provider() {
@@ -241,13 +283,28 @@ expect_status() {  # expect_status CODE DESCRIPTION CURL_ARG...
 }
 expect_status 422 "the same key with another body" -X POST -H 'Idempotency-Key: key-1' \
   -d '{"card":"tok_visa","amount_cents":101,"customer_id":"customer-1"}' "$order_url/orders"
-expect_status 400 "an amount that is not a number" -X POST \
+expect_status 400 "an amount that is not a number" -X POST -H 'Idempotency-Key: k-bad' \
   -d '{"card":"tok_visa","amount_cents":"1","customer_id":"c"}' "$order_url/orders"
-expect_status 400 "an unknown field" -X POST \
+expect_status 400 "an unknown field" -X POST -H 'Idempotency-Key: k-bad' \
   -d '{"card":"tok_visa","amount_cents":1,"customer_id":"c","coupon":"x"}' "$order_url/orders"
-expect_status 400 "a body that is not JSON" -X POST -d 'amount=1' "$order_url/orders"
+expect_status 400 "a body that is not JSON" -X POST -H 'Idempotency-Key: k-bad' -d 'amount=1' "$order_url/orders"
 expect_status 404 "PATCH of an order that does not exist" -X PATCH -d '{"note":"x"}' \
   "$order_url/orders/no-such-order"
+# Hostile input: refused with 400 (or 404), never "503, try again", and nothing written.
+expect_status 400 "no Idempotency-Key" -X POST \
+  -d '{"card":"tok_visa","amount_cents":1,"customer_id":"c"}' "$order_url/orders"
+expect_status 400 "an Idempotency-Key sent empty" -X POST -H 'Idempotency-Key;' \
+  -d '{"card":"tok_visa","amount_cents":1,"customer_id":"c"}' "$order_url/orders"
+expect_status 400 "an Idempotency-Key that is not ASCII" -X POST -H $'Idempotency-Key: \xff' \
+  -d '{"card":"tok_visa","amount_cents":1,"customer_id":"c"}' "$order_url/orders"
+expect_status 400 "a NUL in customer_id" -X POST -H 'Idempotency-Key: k-bad' \
+  -d '{"card":"tok_visa","amount_cents":1,"customer_id":"a\u0000b"}' "$order_url/orders"
+expect_status 404 "an order id that is not UTF-8" "$order_url/orders/%FF"
+if [[ "$(orders_sql -c "SELECT count(*) FROM orders WHERE customer_id NOT LIKE 'customer-%'")" == 0 ]]; then
+  pass
+else
+  fail "a refused request wrote an order"
+fi
 
 # Six requests with one new key at once: one order; each answer is that order or 409.
 racers=()
@@ -283,12 +340,13 @@ changes() {
 }
 before="$(kills order-service)"
 arm order-service SAGA_CRASH_AT=order.between_changes
+http_up
 curl -s -o /dev/null --max-time 10 -X PATCH -d "$patch_body" "$order_url/orders/$first_order" || true
 if (($(kills order-service) > before)) && [[ "$(changes)" == none &&
   -z "$(orders_sql -c "SELECT shipping_address FROM orders WHERE order_id = '$first_order'")" ]]; then
   pass
 else
-  fail "a PATCH killed between its two events should leave nothing: kills $(kills order-service), events $(changes)"
+  fail "a PATCH killed between its two events should leave nothing: kills $(kills order-service) (before $before), events $(changes), address $(orders_sql -c "SELECT shipping_address FROM orders WHERE order_id = '$first_order'")"
 fi
 deadline=$((SECONDS + 30))
 until patch="$(curl -s -f --max-time 10 -X PATCH -d "$patch_body" "$order_url/orders/$first_order")" ||
@@ -363,7 +421,12 @@ if check_invariants "provider without idempotency" "$work_dir/ledger.all.json"; 
 # --- 4. the check can fail: blind retries against that provider charge twice ----------------------
 unsupervise payment-service
 supervise payment-service "$payment_service" "$payments_db" "$brokers" "$provider_url"
-post_orders 4
+# Three cards that go through, charged one after another by the one worker: of any two requests
+# in a row one is slow (--slow-every 2), times out, and is sent again blindly.
+for i in 1 2 3; do
+  order_number=$((order_number + 1))
+  post_order "key-$order_number" "customer-blind" 100 tok_visa
+done
 wait_settled
 ledger ledger.4.json
 python3 -c 'import json,sys
@@ -374,6 +437,29 @@ if ! check_invariants "blind retries (expected to fail)" "$work_dir/ledger.all.j
   pass
 else
   fail "a payment service retrying blindly against a provider without idempotency should be caught double charging: $(cat "$work_dir/blind.out")"
+fi
+
+# --- 5. a payment event the order service can never apply: parked, the service stays up ---------
+exits_before="$(wc -l <"$work_dir/order-service.exits")"
+payments_sql -c "SELECT event_id FROM outbox.enqueue('payment', 'no-such-order',
+  'PaymentSucceeded', '{\"order_id\": \"no-such-order\"}')" >"$work_dir/poison.id"
+post_orders 2
+deadline=$((SECONDS + 90))
+until [[ "$(orders_sql -c "SELECT count(*) FROM outbox.inbox_parked WHERE consumer_name = 'order-service'
+    AND event_id = '$(cat "$work_dir/poison.id")' AND kind = 'failed'")" == 1 ]] || ((SECONDS > deadline)); do
+  sleep 0.5
+done
+wait_settled
+if [[ "$(orders_sql -c "SELECT count(*) FROM outbox.inbox_parked WHERE event_id = '$(cat "$work_dir/poison.id")'")" == 1 &&
+  "$(wc -l <"$work_dir/order-service.exits")" == "$exits_before" ]]; then
+  pass
+else
+  fail "a PaymentSucceeded for an unknown order should be parked while order-service runs on: $(tail -n 5 "$work_dir/order-service.err")"
+fi
+if "$outbox_binary" inbox --db "$orders_db" list --consumer order-service | grep -q "unknown order no-such-order"; then
+  pass
+else
+  fail "outbox inbox list should show the parked event with its reason: $("$outbox_binary" inbox --db "$orders_db" list --consumer order-service 2>&1)"
 fi
 
 for name in order-service payment-service order-relay payment-relay; do
