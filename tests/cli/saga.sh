@@ -342,6 +342,8 @@ before="$(kills order-service)"
 arm order-service SAGA_CRASH_AT=order.between_changes
 http_up
 curl -s -o /dev/null --max-time 10 -X PATCH -d "$patch_body" "$order_url/orders/$first_order" || true
+deadline=$((SECONDS + 30))  # curl sees the connection close before the supervisor records the exit
+while (($(kills order-service) == before && SECONDS < deadline)); do sleep 0.1; done
 if (($(kills order-service) > before)) && [[ "$(changes)" == none &&
   -z "$(orders_sql -c "SELECT shipping_address FROM orders WHERE order_id = '$first_order'")" ]]; then
   pass
