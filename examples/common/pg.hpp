@@ -4,6 +4,7 @@
 // Header only, so each example stays one CMake project built against the installed package.
 
 #include <libpq-fe.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -14,6 +15,7 @@
 #include <outbox/transaction.hpp>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace example {
@@ -102,6 +104,23 @@ inline PGconn* ready(Connection& conn, const std::string& url) {
     conn = connect(url);
   }
   return conn.get();
+}
+
+// Runs consumer.run() (an outbox inbox consumer) on a thread of its own. run() retries a failing
+// effect with backoff, parks it when gap-aware, and reconnects by itself; what no retry fixes (a
+// missing inbox table) ends it: then this says so, sets `exit_code` to 1 and sends the process
+// SIGTERM, so the service stops as on a signal (its main thread waits in sigwait for one).
+template <typename Consumer>
+std::thread inbox_thread(Consumer& consumer, const char* service, std::atomic<int>& exit_code) {
+  return std::thread([&consumer, service, &exit_code] {
+    try {
+      consumer.run();
+    } catch (const std::exception& e) {
+      std::cerr << service << ": the inbox consumer stopped: " << e.what() << std::endl;
+      exit_code = 1;
+      kill(getpid(), SIGTERM);
+    }
+  });
 }
 
 // A named step where the saga test kills the process: SAGA_CRASH_AT=<step>[@N] makes the Nth

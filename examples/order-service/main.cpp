@@ -88,15 +88,7 @@ int main(int argc, char** argv) {
 
     std::atomic<int> exit_code{0};
     std::atomic<bool> listening{true};
-    std::thread inbox([&] {
-      try {
-        consumer.run();
-      } catch (const std::exception& e) {  // what no retry fixes: a missing inbox table, ...
-        std::cerr << "order-service: the payment events' consumer stopped: " << e.what() << "\n";
-        exit_code = 1;
-        kill(getpid(), SIGTERM);  // taken by the signal thread below: the service stops
-      }
-    });
+    std::thread inbox = example::inbox_thread(consumer, "order-service", exit_code);
     std::thread signal_waiter([&] {
       int signal = 0;
       sigwait(&signals, &signal);

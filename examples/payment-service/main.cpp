@@ -67,17 +67,7 @@ int main(int argc, char** argv) {
     std::atomic<bool> stop{false};
     std::atomic<int> exit_code{0};
     std::thread worker([&] { payments::run_worker(worker_options, producer, stop); });
-    // run() retries a failing effect with backoff and, gap-aware, parks it after
-    // park_failing_after failures; it reconnects to PostgreSQL and the brokers by itself.
-    std::thread inbox([&] {
-      try {
-        consumer.run();
-      } catch (const std::exception& e) {  // what no retry fixes: a missing inbox table, ...
-        std::cerr << "payment-service: the order events' consumer stopped: " << e.what() << "\n";
-        exit_code = 1;
-        kill(getpid(), SIGTERM);  // wakes the sigwait below
-      }
-    });
+    std::thread inbox = example::inbox_thread(consumer, "payment-service", exit_code);
     int signal = 0;
     sigwait(&signals, &signal);
     stop = true;
