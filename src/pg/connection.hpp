@@ -67,6 +67,20 @@ Result exec(PGconn* conn, const std::string& sql, const std::vector<const char*>
 Result exec_prepared(PGconn* conn, const std::string& sql,
                      const std::vector<const char*>& params = {});
 
+// A statement sent without waiting for its answer, so the caller works on while the server runs
+// it (the CDC relay's marks: relay/cdc/streamed_marks.hpp). One at a time per connection, outside
+// a transaction, and nothing else on that connection until take_answer(). Prepared as
+// exec_prepared prepares (that Prepare waits for its answer, once per connection). Throws
+// DatabaseError when it cannot be sent.
+void send_prepared(PGconn* conn, const std::string& sql,
+                   const std::vector<const char*>& params = {});
+// Whether the answer of the statement sent has arrived; never blocks. Throws DatabaseError when
+// the connection broke.
+bool answer_arrived(PGconn* conn);
+// The answer of the statement sent (waits for it), as exec_prepared's; DatabaseError as the server
+// refused it (a vanished prepared statement: retryable, and prepared again by the next send).
+Result take_answer(PGconn* conn, const std::string& sql);
+
 // One statement of a pipeline: its text and its text parameters (nullptr = SQL NULL).
 struct Statement {
   const std::string* sql;

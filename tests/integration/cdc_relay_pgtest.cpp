@@ -256,6 +256,42 @@ TEST_F(CdcRelayTest, ARestartResumesWhereTheSlotWasConfirmedAndLosesNothing) {
   EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "the slot, not the claim, brought them";
 }
 
+// Streamed events are marked on a session of their own while the loop goes on (StreamedMarks).
+// That session killed: what it had not answered is marked again on a new one, nothing is lost,
+// nothing fenced, and order holds.
+TEST_F(CdcRelayTest, TheMarkSessionKilledLosesNothingAndMarksOnANewOne) {
+  Relay relay(cdc_options("cdc"), sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  std::vector<EventId> ids = enqueue(10, 3);
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  // The relay's session that marks: no advisory lock (the table path's session holds one), and
+  // its last statement names this test's table.
+  const std::string table = schema_.table("outbox_events");
+  const auto kill_marks = [&] {
+    return count(conn(),
+                 "SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a "
+                 "WHERE a.application_name = 'outbox-relay' AND a.backend_type = 'client backend' "
+                 "AND position($1 in a.query) > 0 AND NOT EXISTS (SELECT 1 FROM pg_locks l "
+                 "WHERE l.pid = a.pid AND l.locktype = 'advisory')",
+                 {table.c_str()});
+  };
+  ASSERT_EQ(kill_marks(), 1) << "the relay marks on a session of its own";
+  const std::uint64_t reconnects = relay.stats().reconnects;
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<EventId> more = enqueue(10, 2);
+    ids.insert(ids.end(), more.begin(), more.end());
+    ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  }
+  EXPECT_GT(relay.stats().reconnects, reconnects) << "the dead session was noticed";
+  EXPECT_EQ(kill_marks(), 1) << "and a new one marks";
+  running.stop();
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "the stream, not the table path, brought them";
+  EXPECT_EQ(relay.stats().fenced, 0U);
+}
+
 TEST_F(CdcRelayTest, AFailedSendIsRetriedFromTheTableAndItsAggregateWaitsBehindIt) {
   Relay relay(cdc_options("cdc"), std::make_unique<FailOnceSink>(sink(), "agg-3", std::int64_t{2}));
   Running running(relay);

@@ -36,6 +36,13 @@ std::vector<std::string> ids(const std::vector<Event>& events) {
   return out;
 }
 
+std::vector<std::string> ids(const std::vector<const Event*>& events) {
+  std::vector<std::string> out;
+  for (const Event* e : events)
+    out.push_back(e->aggregate_id + "#" + std::to_string(e->aggregate_sequence));
+  return out;
+}
+
 // Hands out everything it may (no check blocks anything); returns what goes.
 std::vector<Event> send_all(StreamBook& book) {
   book.next(100, 1000000, true);

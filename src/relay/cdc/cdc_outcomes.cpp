@@ -63,25 +63,41 @@ void CdcSource::retry_unwritten() {
 // it leaves the proc array): it is tried again at the next turn. One still not there after
 // kUnwrittenGiveUp belongs to another claim (a straggler claim, an operator's skip): counted as
 // fenced, as in polling.
+//
+// Published outcomes are marked on their own session (StreamedMarks) while the loop goes on; the
+// book hears of them when the answer comes (collect_marks), so an aggregate's next event and the
+// confirmed position wait for the mark as before. Failed ones (rare) are written here at once.
 void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
   if (outcomes.empty()) return;
   if (!session_.table_less.empty()) {
     settle_table_less(outcomes, failed);
     if (outcomes.empty()) return;
   }
+  if (!failed) {
+    marks_.add(outcomes);
+    collect_marks(false);
+    return;
+  }
   std::vector<EventId> ids;
   for (const Outcome& outcome : outcomes) ids.push_back(outcome.event_id);
   std::vector<Outcome> unwritten;
-  if (failed) {
-    table_.record_unclaimed_failed(outcomes, unwritten);
-  } else {
-    table_.record_unclaimed_published(outcomes, unwritten);
-  }
+  table_.record_unclaimed_failed(outcomes, unwritten);
   std::unordered_set<EventId, cdc::StreamBook::IdHash> missing;
   for (const Outcome& outcome : unwritten) missing.insert(outcome.event_id);
-  for (const EventId& id : ids) {
-    if (!missing.contains(id)) streamed_done(id, failed);
-  }
+  std::erase_if(ids, [&](const EventId& id) { return missing.contains(id); });
+  settle_written(ids, unwritten, true);
+}
+
+void CdcSource::collect_marks(bool wait) {
+  std::vector<EventId> written;
+  std::vector<Outcome> unwritten;
+  marks_.collect(wait, written, unwritten);
+  if (!written.empty() || !unwritten.empty()) settle_written(written, unwritten, false);
+}
+
+void CdcSource::settle_written(const std::vector<EventId>& written, std::vector<Outcome>& unwritten,
+                               bool failed) {
+  for (const EventId& id : written) streamed_done(id, failed);
   const auto now = Clock::now();
   for (Outcome& outcome : unwritten) {
     const auto since = unwritten_since_.try_emplace(outcome.event_id, now).first->second;

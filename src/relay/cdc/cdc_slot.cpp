@@ -138,7 +138,7 @@ bool CdcSource::any_streamed_out(const SendWindow& window) const {
   const auto streamed = [](const auto& outcome) { return outcome.origin == Origin::unclaimed; };
   return std::any_of(window.in_flight().begin(), window.in_flight().end(),
                      [](const auto& entry) { return entry.second.origin == Origin::unclaimed; }) ||
-         !retry_published_.empty() || !retry_failed_.empty() ||
+         marks_.pending() || !retry_published_.empty() || !retry_failed_.empty() ||
          std::any_of(window.published().begin(), window.published().end(), streamed) ||
          std::any_of(window.failed().begin(), window.failed().end(), streamed);
 }

@@ -20,6 +20,7 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters,
                  ? relay_sql::shard_condition("e.", options.cdc.shards, options.cdc.shard)
                  : std::string(),
              health),
+      marks_(options, counters),
       check_sql_(cdc_sql::check_streamed(options.schema)),
       message_prefix_(options.schema.message_prefix()),
       replay_prefix_(options.schema.replay_message_prefix()) {
@@ -40,8 +41,12 @@ void CdcSource::stream_or_stand_by() {
 }
 
 Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) {
+  collect_marks(false);  // what a mark wrote frees its aggregate's next event
   if (polling()) return fetch_polling(limit, byte_room, holding_nothing);
   read_stream(milliseconds(0));
+  // Nothing to hand out but a mark out: its answer is the only news there can be, wait for it
+  // (with candidates, the loop sends them while the server writes the mark).
+  if (!session_.book.has_candidates() && marks_.out()) collect_marks(true);
   Fetched fetched;
   std::uint64_t used = 0;
   for (Event& event : stream_candidates(limit, byte_room, holding_nothing)) {
@@ -92,7 +97,7 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
   }
   session_.deferred = !check.invisible.empty();
   for (const std::size_t finished : check.finished) {
-    session_.table_less.erase(candidates.events[finished].event_id);  // its row went out already
+    session_.table_less.erase(candidates.events[finished]->event_id);  // its row went out already
   }
   std::vector<Event> go = session_.book.decide(check.blocked, check.invisible, check.finished);
   materialize_left(true);
@@ -102,7 +107,7 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
 cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidates& candidates) {
   pg::ArrayLiteral ids, types, aggregates, sequences, check_lower, xids;
   for (std::size_t i = 0; i < candidates.events.size(); ++i) {
-    const Event& event = candidates.events[i];
+    const Event& event = *candidates.events[i];
     const auto table_less = session_.table_less.find(event.event_id);
     if (table_less == session_.table_less.end()) {
       xids.add_null();
@@ -128,6 +133,10 @@ cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidat
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {
+  if (timeout > milliseconds(0) && marks_.out()) {
+    collect_marks(true);  // an aggregate's next event may go now
+    return true;
+  }
   if (polling()) return table_.wait_for_news(timeout);
   return read_stream(std::min(timeout, session_.stream->until_status_due()));
 }
@@ -156,6 +165,7 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
     }
   }
   retry_unwritten();
+  collect_marks(false);
   if (polling()) return news;
   if (session_.stream->status_due()) send_status(false);
   if (now >= next_sharding_sweep_) drop_other_shardings();
@@ -180,6 +190,14 @@ bool CdcSource::reconnect(SendWindow& window) {
 }
 
 void CdcSource::leave() noexcept {
+  try {
+    while (marks_.pending()) collect_marks(true);  // written before the relay counts as gone
+  } catch (const std::exception& error) {
+    log().warn(
+        "relay {}: stopped with streamed events' marks unwritten ({}); they are streamed "
+        "again and their duplicates published",
+        options_.relay_id, error.what());
+  }
   table_.leave();
   try {
     if (session_.streaming()) {

@@ -47,6 +47,7 @@
 #include "relay/cdc/resume_position.hpp"
 #include "relay/cdc/slot_mode.hpp"
 #include "relay/cdc/stream_session.hpp"
+#include "relay/cdc/streamed_marks.hpp"
 #include "relay/event_source.hpp"
 #include "relay/polling_source.hpp"
 #include "relay/relay_counters.hpp"
@@ -165,7 +166,14 @@ class CdcSource final : public RelaySourceBase {
   void report_clashes(pg::ArrayLiteral& event_ids);
 
   // --- outcomes of streamed events (cdc_outcomes.cpp) ---
+  // Published ones go to marks_ (written while the loop goes on), failed ones are written here.
   void write_streamed(std::vector<Outcome>& outcomes, bool failed);
+  // Takes the answer of the marks out, if it came (`wait`: waits for it).
+  void collect_marks(bool wait);
+  // The book hears of the outcomes written; those whose rows were not there are tried again, or
+  // counted fenced after kUnwrittenGiveUp.
+  void settle_written(const std::vector<EventId>& written, std::vector<Outcome>& unwritten,
+                      bool failed);
   // Table-less outcomes: published, done; failed, written to the table first. The rest stay.
   void settle_table_less(std::vector<Outcome>& outcomes, bool failed);
   void streamed_done(const EventId& id, bool failed);
@@ -173,7 +181,8 @@ class CdcSource final : public RelaySourceBase {
   const RelayOptions& options_;
   RelayCounters& counters_;
   Publications publications_;
-  PollingSource table_;  // the table path, and the session for marks and checks
+  PollingSource table_;  // the table path, and the session for checks and failure records
+  StreamedMarks marks_;  // the marks of streamed events, on a session of their own
   const std::string check_sql_;
   const std::string message_prefix_;
   const std::string replay_prefix_;

@@ -45,7 +45,7 @@ void StreamBook::spill() {
   left_to_table_ += reading_->size();
   for (const Waiting& waiting : *reading_) left_.push_back(waiting.event.event_id);
   reading_->clear();
-  reading_->shrink_to_fit();
+  reading_->shrink_to_fit();  // a spilled transaction may have been large
   reading_ids_ = {};
   reading_bytes_ = 0;
   spilled_ = true;
@@ -53,7 +53,7 @@ void StreamBook::spill() {
 
 void StreamBook::commit(Lsn end_lsn, PgTimestamp commit_time) {
   if (!reading_) throw std::logic_error("StreamBook: Commit outside a transaction");
-  std::vector<Waiting> read = std::move(*reading_);
+  std::deque<Waiting> read = std::move(*reading_);
   reading_.reset();
   reading_ids_ = {};
   reading_bytes_ = 0;
@@ -95,19 +95,20 @@ StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_ro
   if (!checking_.empty()) throw std::logic_error("StreamBook: next() before decide()");
   Candidates candidates;
   std::uint64_t taken = 0;
-  while (!ready_.empty() && candidates.events.size() < limit) {
+  while (!ready_.empty() && checking_.size() < limit) {
     Waiting& front = ready_.front();
-    const bool alone = holding_nothing && candidates.events.empty();
+    const bool alone = holding_nothing && checking_.empty();
     if (!alone && taken + front.bytes > byte_room) break;
     taken += front.bytes;
     const Aggregate& aggregate = *events_.at(front.event.event_id).aggregate;
     const std::int64_t sequence = front.event.aggregate_sequence;
     candidates.needs_check.push_back(sequence > 1 && aggregate.published != sequence - 1);
-    candidates.events.push_back(front.event);
     waiting_bytes_ -= front.bytes;
     checking_.push_back(std::move(front));
     ready_.pop_front();
   }
+  candidates.events.reserve(checking_.size());  // checking_ no longer grows: pointers stay valid
+  for (const Waiting& waiting : checking_) candidates.events.push_back(&waiting.event);
   return candidates;
 }
 

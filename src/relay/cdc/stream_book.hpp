@@ -40,9 +40,10 @@ class StreamBook {
     std::size_t operator()(const EventId& id) const;
   };
 
-  // Candidates for sending, in stream order, from next().
+  // Candidates for sending, in stream order, from next(): the book's own events (not copies),
+  // valid until decide() or undo_next().
   struct Candidates {
-    std::vector<Event> events;
+    std::vector<const Event*> events;
     std::vector<bool> needs_check;  // ask the table whether a lower sequence is pending
   };
 
@@ -159,7 +160,8 @@ class StreamBook {
   void leave_behind_to_table(Aggregate& aggregate);
   void became_idle(Key key);
 
-  std::optional<std::vector<Waiting>> reading_;      // the transaction being read
+  // The transaction being read: a deque, so a large one grows without moving what it holds.
+  std::optional<std::deque<Waiting>> reading_;
   std::unordered_set<EventId, IdHash> reading_ids_;  // its events' ids
   std::uint64_t reading_bytes_ = 0;
   bool spilled_ = false;
