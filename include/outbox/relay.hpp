@@ -143,6 +143,9 @@ inline constexpr std::string_view kRelayApplicationName = "outbox-relay";
     "Mark statements run (each completes a group of acks).")                                       \
   X(successors, counter, never, "", "",                                                            \
     "Of the claimed rows: taken by the mark of their predecessor.")                                \
+  X(unchecked, counter, never, "", "",                                                             \
+    "Of the streamed rows (CDC): sent without the check statement, their predecessor sent and "    \
+    "marked through the stream and their transaction ended before a snapshot the relay took.")     \
   X(leases_taken_over, counter, when_set, "outbox_relay_leases_taken_over_total",                  \
     "{} lease(s) taken over",                                                                      \
     "Rows claimed whose previous lease had expired or whose relay session had ended: a relay "     \

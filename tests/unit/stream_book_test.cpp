@@ -64,6 +64,33 @@ TEST(StreamBook, AnAggregatesNextEventWaitsUntilItsPredecessorIsPublished) {
   const StreamBook::Candidates after = book.next(100, 1000000, true);
   EXPECT_EQ(ids(after.events), (std::vector<std::string>{"a#2"}));
   EXPECT_EQ(after.needs_check, (std::vector<bool>{false})) << "the book saw a#1 published";
+  EXPECT_EQ(after.follows_own_send, (std::vector<bool>{true})) << "and sent it itself";
+  book.decide({});
+}
+
+// What the source needs to send an event without the check statement: that its predecessor went
+// out through this book's own send, and its transaction's id (visible once it ended).
+TEST(StreamBook, ACandidateSaysWhetherItFollowsTheBooksOwnSendAndNamesItsTransaction) {
+  StreamBook book;
+  book.begin(700);
+  const Event a1 = event("a", 1), a2 = event("a", 2), b4 = event("b", 4);
+  book.add(a1, 10);
+  book.commit(100);
+  book.begin(701);
+  book.add(a2, 10);
+  book.add(b4, 10);
+  book.commit(200);
+  const StreamBook::Candidates first = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(first.events), (std::vector<std::string>{"a#1", "b#4"}));
+  EXPECT_EQ(first.follows_own_send, (std::vector<bool>{false, false}))
+      << "a first event, and one whose predecessor the book never saw";
+  EXPECT_EQ(first.xids, (std::vector<std::uint32_t>{700, 701}));
+  book.decide({});
+  book.published(a1.event_id);
+  const StreamBook::Candidates next = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(next.events), (std::vector<std::string>{"a#2"}));
+  EXPECT_EQ(next.follows_own_send, (std::vector<bool>{true}));
+  EXPECT_EQ(next.xids, (std::vector<std::uint32_t>{701}));
   book.decide({});
 }
 
@@ -138,6 +165,9 @@ TEST(StreamBook, AFinishedCandidateIsDoneWithoutASendAndItsSuccessorGoesUnchecke
   const StreamBook::Candidates next = book.next(100, 1000000, true);
   EXPECT_EQ(ids(next.events), (std::vector<std::string>{"a#2"}));
   EXPECT_FALSE(next.needs_check.front()) << "its predecessor is finished: no lower check";
+  EXPECT_FALSE(next.follows_own_send.front())
+      << "but someone else published a#1 (a run before a restart): the check asks whether a#2 "
+         "was published too";
   const std::vector<Event> second = book.decide({});
   book.published(second.front().event_id);
   EXPECT_EQ(book.confirmable(), 0U) << "b#1 is still out";

@@ -90,7 +90,7 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
   if (candidates.events.empty()) return session_.book.decide({});
   cdc_sql::StreamCheck check;
   try {
-    check = check_candidates(candidates);
+    check = check_candidates(candidates, asked_about(candidates));
   } catch (...) {
     session_.book.undo_next();  // looked at again after the reconnect
     throw;
@@ -104,9 +104,35 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
   return go;
 }
 
-cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidates& candidates) {
-  pg::ArrayLiteral ids, types, aggregates, sequences, check_lower, xids;
+// The candidates the check must ask about: all but rows whose predecessor this book sent and
+// marked and whose transaction is known visible (it ended before the oldest transaction a recent
+// snapshot saw running: every later snapshot sees it committed). About those there is nothing to
+// ask: no lower sequence can be pending, and nothing but this stream takes them (the table path
+// claims only touched rows and rows past the horizon, both of which the book leaves alone). What
+// the table says of them can change only by a race that the check's own snapshot has too (an
+// operator's quarantine or skip between the check and the send: the mark then finds a skip).
+std::vector<std::size_t> CdcSource::asked_about(const cdc::StreamBook::Candidates& candidates) {
+  std::vector<std::size_t> asked;
+  bool refreshed = false;
   for (std::size_t i = 0; i < candidates.events.size(); ++i) {
+    const bool own = candidates.follows_own_send[i] && candidates.xids[i] != 0 &&
+                     !session_.table_less.contains(candidates.events[i]->event_id);
+    if (own && !visible_xmin_.ended_before(candidates.xids[i]) && !refreshed) {
+      visible_xmin_.refresh(table_.connection());  // once per batch, only when it may help
+      refreshed = true;
+    }
+    if (!own || !visible_xmin_.ended_before(candidates.xids[i])) asked.push_back(i);
+  }
+  RelayCounters::add(counters_.unchecked, candidates.events.size() - asked.size());
+  return asked;
+}
+
+cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidates& candidates,
+                                                 const std::vector<std::size_t>& asked) {
+  cdc_sql::StreamCheck check;
+  if (asked.empty()) return check;
+  pg::ArrayLiteral ids, types, aggregates, sequences, check_lower, xids;
+  for (const std::size_t i : asked) {
     const Event& event = *candidates.events[i];
     const auto table_less = session_.table_less.find(event.event_id);
     if (table_less == session_.table_less.end()) {
@@ -129,7 +155,12 @@ cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidat
                                             .array(check_lower)
                                             .array(xids)
                                             .pointers());
-  return cdc_sql::read_check_streamed(result);
+  check = cdc_sql::read_check_streamed(result);
+  // Positions among those asked about, back to positions among the candidates (still sorted).
+  for (auto* positions : {&check.invisible, &check.blocked, &check.finished}) {
+    for (std::size_t& position : *positions) position = asked.at(position);
+  }
+  return check;
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {

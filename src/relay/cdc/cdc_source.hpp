@@ -95,7 +95,9 @@ class CdcSource final : public RelaySourceBase {
   // The book's candidates, checked against the table: the events to send.
   std::vector<Event> stream_candidates(std::size_t limit, std::uint64_t byte_room,
                                        bool holding_nothing);
-  cdc_sql::StreamCheck check_candidates(const cdc::StreamBook::Candidates& candidates);
+  std::vector<std::size_t> asked_about(const cdc::StreamBook::Candidates& candidates);
+  cdc_sql::StreamCheck check_candidates(const cdc::StreamBook::Candidates& candidates,
+                                        const std::vector<std::size_t>& asked);
   Fetched fetch_polling(std::size_t limit, std::uint64_t byte_room, bool holding_nothing);
   // Streams, or waits as a standby when another relay streams the slot.
   void stream_or_stand_by();
@@ -183,6 +185,7 @@ class CdcSource final : public RelaySourceBase {
   Publications publications_;
   PollingSource table_;  // the table path, and the session for checks and failure records
   StreamedMarks marks_;  // the marks of streamed events, on a session of their own
+  cdc_sql::VisibleXmin visible_xmin_;  // transactions every new snapshot sees ended
   const std::string check_sql_;
   const std::string message_prefix_;
   const std::string replay_prefix_;

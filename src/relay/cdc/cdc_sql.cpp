@@ -105,6 +105,27 @@ StreamCheck read_check_streamed(const pg::Result& result) {
   return check;
 }
 
+bool VisibleXmin::ended_before(std::uint32_t xid) const {
+  if (xmin_ == 0) return false;
+  // The full id nearest to xmin with these low 32 bits: transaction ids in use are within 2^31
+  // of each other (PostgreSQL's wraparound rule).
+  constexpr std::uint64_t kEpoch = std::uint64_t{1} << 32;
+  constexpr std::uint64_t kHalf = std::uint64_t{1} << 31;
+  std::uint64_t full = (xmin_ & ~(kEpoch - 1)) | xid;
+  if (full > xmin_ && full - xmin_ > kHalf && full >= kEpoch) {
+    full -= kEpoch;  // from the epoch before xmin's
+  } else if (full < xmin_ && xmin_ - full > kHalf) {
+    full += kEpoch;  // from the epoch after
+  }
+  return full < xmin_;
+}
+
+void VisibleXmin::refresh(PGconn* conn) {
+  static const std::string sql = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text";
+  const pg::Result result = pg::exec_prepared(conn, sql);
+  xmin_ = std::stoull(std::string(result.text(0, 0)));
+}
+
 std::vector<std::string> idle_slots_of(PGconn* conn, const SchemaName& schema,
                                        const std::string& base) {
   const auto slots = pg::exec(

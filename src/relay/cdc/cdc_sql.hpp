@@ -42,6 +42,22 @@ struct StreamCheck {
 };
 StreamCheck read_check_streamed(const pg::Result& result);
 
+// The oldest transaction a snapshot of the server saw running (pg_snapshot_xmin): every
+// transaction with a lower id had ended by then, so one the stream brought (committed) is visible
+// to every snapshot taken since.
+class VisibleXmin {
+ public:
+  // Whether transaction `xid` (32 bits, as pgoutput's Begin gives it) had ended at the last
+  // refresh. False before the first.
+  [[nodiscard]] bool ended_before(std::uint32_t xid) const;
+  void refresh(PGconn* conn);
+  // For tests: the full xmin (epoch and id) as refresh() would set it.
+  void set(std::uint64_t xmin) { xmin_ = xmin; }
+
+ private:
+  std::uint64_t xmin_ = 0;
+};
+
 // Idle pgoutput slots of this database whose names start with `base`, except those registered
 // for table-less events (the only copy of their events).
 std::vector<std::string> idle_slots_of(PGconn* conn, const SchemaName& schema,

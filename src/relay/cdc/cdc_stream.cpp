@@ -205,7 +205,7 @@ void CdcSource::take_change(std::string_view payload) {
     session_.witness.begin();
     session_.reading_xid = begin->xid;
     session_.reading_commit_time = begin->commit_time;
-    session_.book.begin();
+    session_.book.begin(begin->xid);
   } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {
     session_.book.commit(commit->end_lsn, commit->commit_time);
   } else if (const auto* relation = std::get_if<cdc::Relation>(&change)) {

@@ -20,9 +20,10 @@ std::size_t StreamBook::IdHash::operator()(const EventId& id) const {
   return hash;
 }
 
-void StreamBook::begin() {
+void StreamBook::begin(std::uint32_t xid) {
   if (reading_) throw std::logic_error("StreamBook: Begin inside a transaction");
   reading_.emplace();
+  reading_xid_ = xid;
   reading_ids_.clear();
   reading_bytes_ = 0;
   spilled_ = false;
@@ -58,7 +59,7 @@ void StreamBook::commit(Lsn end_lsn, PgTimestamp commit_time) {
   reading_ids_ = {};
   reading_bytes_ = 0;
   const std::uint64_t number = first_transaction_ + transactions_.size();
-  transactions_.push_back({end_lsn, read.size(), commit_time});
+  transactions_.push_back({reading_xid_, end_lsn, read.size(), commit_time});
   last_commit_time_ = std::max(last_commit_time_, commit_time);
   for (Waiting& waiting : read) {
     waiting.transaction = number;
@@ -103,6 +104,9 @@ StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_ro
     const Aggregate& aggregate = *events_.at(front.event.event_id).aggregate;
     const std::int64_t sequence = front.event.aggregate_sequence;
     candidates.needs_check.push_back(sequence > 1 && aggregate.published != sequence - 1);
+    candidates.follows_own_send.push_back(sequence > 1 && aggregate.published == sequence - 1 &&
+                                          aggregate.published_by_send);
+    candidates.xids.push_back(transactions_.at(front.transaction - first_transaction_).xid);
     waiting_bytes_ -= front.bytes;
     checking_.push_back(std::move(front));
     ready_.pop_front();
@@ -152,7 +156,7 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
   }
   for (const EventId& id : already) {  // done as if published: its next event a candidate
     events_.at(id).out = true;
-    published(id);
+    done_sent(id, false);
   }
   return go;
 }
@@ -170,12 +174,15 @@ bool StreamBook::is_out(const EventId& id) const {
   return found != events_.end() && found->second.out;
 }
 
-void StreamBook::published(const EventId& id) {
+void StreamBook::done_sent(const EventId& id, bool sent) {
   const auto found = events_.find(id);
   // Not the stream's (the table path's), already done, or not sent by this book.
   if (found == events_.end() || !found->second.out) return;
   Aggregate& aggregate = *found->second.aggregate;
   aggregate.published = found->second.sequence;
+  // Found finished, it was published by someone else (a run before a restart): so may its
+  // successor have been, and the check must ask about it.
+  aggregate.published_by_send = sent;
   Key key = found->second.key;
   done(id);
   if (!aggregate.behind.empty()) {  // still busy: its next event is a candidate, unchecked

@@ -45,11 +45,16 @@ class StreamBook {
   struct Candidates {
     std::vector<const Event*> events;
     std::vector<bool> needs_check;  // ask the table whether a lower sequence is pending
+    // Its predecessor went out through this book and was marked by its send (not found finished,
+    // not left to the table): nothing about its row needs asking but whether its transaction is
+    // visible, which the source may know without a statement (the transaction ids below).
+    std::vector<bool> follows_own_send;
+    std::vector<std::uint32_t> xids;  // each one's transaction id (Begin's; 0 when unknown)
   };
 
   // --- reading the stream ---
-  // A transaction begins; add() its outbox inserts, then commit().
-  void begin();
+  // A transaction begins (`xid`: its id from Begin); add() its outbox inserts, then commit().
+  void begin(std::uint32_t xid = 0);
   void add(Event event, std::uint64_t bytes);
   // The transaction being read is too large to hold: its events read so far are dropped and
   // later ones ignored; they stay pending in the table, whose path publishes them (rows older
@@ -88,7 +93,7 @@ class StreamBook {
   // Only for events decide() returned: an outcome of any other id (a send from before the book
   // was made anew, whose event this book read again and has not sent) changes nothing.
   // Published: done; the next event of its aggregate becomes a candidate that needs no check.
-  void published(const EventId& id);
+  void published(const EventId& id) { done_sent(id, true); }
   // Failed (recorded in the table with backoff or quarantine): done; what waits behind it is left
   // to the table, where it stays behind the failed one.
   void failed(const EventId& id);
@@ -135,11 +140,13 @@ class StreamBook {
     std::uint64_t transaction = 0;
   };
   struct Aggregate {
-    bool busy = false;           // an event of it is a candidate, out or in flight
-    std::deque<Waiting> behind;  // its events read after that one, in order
-    std::int64_t published = 0;  // the sequence last published through the book (0: none)
+    bool busy = false;               // an event of it is a candidate, out or in flight
+    std::deque<Waiting> behind;      // its events read after that one, in order
+    std::int64_t published = 0;      // the sequence last published through the book (0: none)
+    bool published_by_send = false;  // that one by this book's send, not found finished
   };
   struct Transaction {
+    std::uint32_t xid = 0;
     Lsn end_lsn = 0;
     std::size_t open = 0;  // events not done
     PgTimestamp commit_time = 0;
@@ -155,6 +162,8 @@ class StreamBook {
   };
 
   void place(Waiting waiting);
+  // An event out is done: published by its send (`sent`), or found finished by the check.
+  void done_sent(const EventId& id, bool sent);
   void done(const EventId& id);
   void done_transactions();
   void leave_behind_to_table(Aggregate& aggregate);
@@ -164,6 +173,7 @@ class StreamBook {
   std::optional<std::deque<Waiting>> reading_;
   std::unordered_set<EventId, IdHash> reading_ids_;  // its events' ids
   std::uint64_t reading_bytes_ = 0;
+  std::uint32_t reading_xid_ = 0;
   bool spilled_ = false;
   std::deque<Waiting> ready_;      // candidates not handed out yet, in order
   std::vector<Waiting> checking_;  // handed out by next(), until decide()
