@@ -42,9 +42,10 @@ void check(const BenchOptions& options) {
         "bench: --events, --aggregates, --clients and --seconds must be positive");
   }
   for (const std::string& s : options.only) {
-    if (s != "producer" && s != "ceiling" && s != "drain" && s != "live" && s != "answer") {
+    if (s != "producer" && s != "ceiling" && s != "drain" && s != "table-less" && s != "live" &&
+        s != "answer") {
       throw InvalidArgument("bench: unknown scenario \"" + s +
-                            "\"; use producer, ceiling, drain, live or answer");
+                            "\"; use producer, ceiling, drain, table-less, live or answer");
     }
   }
   if (options.sources.empty()) throw InvalidArgument("bench: --sources needs polling, cdc or both");
@@ -78,11 +79,12 @@ std::vector<RelaySource> sources(const BenchOptions& options) {
 
 // One backlog scenario (ceiling or drain) with each source; its curves go to `chart`, each
 // result to `report`, compared with `ceilings` (events/s by source) and, for CDC, with the
-// polling figure of the same scenario in this run. Returns its events/s by source.
-std::map<RelaySource, double> run_backlog(const Setup& setup, bool discard,
-                                          const std::map<RelaySource, double>& ceilings,
-                                          Chart& chart, const std::function<void(json)>& report) {
+// polling figure of the same scenario in this run. Returns its results by source.
+std::map<RelaySource, json> run_backlog(const Setup& setup, bool discard,
+                                        const std::map<RelaySource, double>& ceilings, Chart& chart,
+                                        const std::function<void(json)>& report) {
   std::map<RelaySource, double> rates;
+  std::map<RelaySource, json> results;
   for (const RelaySource source : sources(setup.options)) {
     Series s{fmt::format("{}{}", source_name(source),
                          discard ? ": SQL only (sink acknowledges at once)" : ": through Kafka"),
@@ -99,8 +101,9 @@ std::map<RelaySource, double> run_backlog(const Setup& setup, bool discard,
     }
     chart.series.push_back(std::move(s));
     report(r);
+    results[source] = r;
   }
-  return rates;
+  return results;
 }
 
 // ceiling and drain, each a backlog drained by relay processes; their curves in one plot.
@@ -111,8 +114,31 @@ void run_backlogs(const Setup& setup, const std::function<void(json)>& report) {
                    false,
                    {}};
   std::map<RelaySource, double> ceilings;
-  if (wanted(setup.options, "ceiling")) ceilings = run_backlog(setup, true, {}, throughput, report);
-  if (wanted(setup.options, "drain")) run_backlog(setup, false, ceilings, throughput, report);
+  if (wanted(setup.options, "ceiling")) {
+    for (const auto& [source, r] : run_backlog(setup, true, {}, throughput, report)) {
+      ceilings[source] = r["events_per_s"].get<double>();
+    }
+  }
+  std::map<RelaySource, json> drains;
+  if (wanted(setup.options, "drain"))
+    drains = run_backlog(setup, false, ceilings, throughput, report);
+  const auto all = sources(setup.options);
+  if (wanted(setup.options, "table-less") &&
+      std::find(all.begin(), all.end(), RelaySource::cdc) != all.end()) {
+    Series s{"cdc: table-less events through Kafka", {}};
+    json r = bench_table_less(setup, s.points);
+    // Against the polling drain of the same backlog in this run (issue 29's targets).
+    if (const auto polling = drains.find(RelaySource::polling); polling != drains.end()) {
+      const json& p = polling->second;
+      r["of_polling"] = r["events_per_s"].get<double>() / p["events_per_s"].get<double>();
+      if (r["relay_side_cpu_s_per_10k"].is_number() && p["relay_side_cpu_s_per_10k"].is_number()) {
+        r["cpu_of_polling"] = r["relay_side_cpu_s_per_10k"].get<double>() /
+                              p["relay_side_cpu_s_per_10k"].get<double>();
+      }
+    }
+    throughput.series.push_back(std::move(s));
+    report(r);
+  }
   if (!throughput.series.empty()) {
     write_svg((setup.out / "drain-throughput.svg").string(), throughput);
   }
@@ -258,7 +284,10 @@ void register_bench(Commands& commands) {
                    "that deduplicates by Idempotency-Key; ceiling and drain, live)")
       ->check(CLI::IsMember({"kafka", "nats", "rabbitmq", "redis", "http"}))
       ->capture_default_str();
-  bench->add_option("--only", options->only, "producer, ceiling, drain, live, answer (comma list)")
+  bench
+      ->add_option("--only", options->only,
+                   "producer, ceiling, drain, table-less (with the cdc source), live, answer "
+                   "(comma list)")
       ->delimiter(',');
   bench
       ->add_option("--cdc-shards", options->cdc_shards,

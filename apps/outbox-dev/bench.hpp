@@ -92,16 +92,22 @@ struct Setup {
   // `events` events over `aggregates` aggregates, sequence-major (every aggregate's #1, then every
   // #2, ...), as interleaved traffic would leave them. Written by SQL in chunks: this is setup.
   void load_backlog(const SchemaName& schema) const;
+  // The same backlog as table-less events (no rows: one transactional message per aggregate and
+  // transaction, its counter moved in the same transaction, as a table-less producer writes),
+  // sequence-major: one transaction per sequence over all aggregates, in chunks of 100,000 events.
+  void load_table_less_backlog(const SchemaName& schema) const;
 
   // `outbox relay` for `schema`, with JSON stats every 250 ms; `discard`: --sink discard. A CDC
   // relay reads the slot slot_name(schema) through the publication the relay makes by default.
-  [[nodiscard]] std::vector<std::string> relay_args(
-      const SchemaName& schema, bool discard, int index = 0,
-      RelaySource source = RelaySource::polling) const;
+  [[nodiscard]] std::vector<std::string> relay_args(const SchemaName& schema, bool discard,
+                                                    int index = 0,
+                                                    RelaySource source = RelaySource::polling,
+                                                    bool table_less = false) const;
 
   // A CDC relay's slot and publication made before anything is written (a CDC relay started once
   // and stopped), so that the slot keeps what is written while no relay runs.
-  void create_slot(const SchemaName& schema) const;
+  // With `table_less`, the relay registers the slot for table-less events.
+  void create_slot(const SchemaName& schema, bool table_less = false) const;
   // The slot of a CDC relay on `schema` (one per schema: only one relay streams per slot).
   static std::string slot_name(const SchemaName& schema) { return schema.name(); }
 };

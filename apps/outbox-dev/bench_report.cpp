@@ -77,9 +77,15 @@ std::string backlog_text(const json& r) {
   if (r.contains("of_polling")) {
     text += fmt::format("; {}x polling's", number(r["of_polling"]));
   }
+  if (r.contains("cpu_of_polling")) {
+    text += fmt::format(" at {}x its CPU per event", number(r["cpu_of_polling"]));
+  }
   if (r["scenario"] == "ceiling") text += " (sink acknowledges at once: SQL only)";
   if (r["scenario"] == "drain" && r.value("source", "") == "cdc") {
     text += " (catch-up: written while no relay ran, kept by the slot)";
+  }
+  if (r["scenario"] == "table-less") {
+    text += " (table-less events, no rows: catch-up from the slot)";
   }
   return text;
 }
@@ -139,7 +145,7 @@ void print_table(const std::vector<json>& results) {
     std::string text;
     if (scenario == "producer") {
       text = producer_text(r) + " (the same producer path whichever relay source runs)";
-    } else if (scenario == "ceiling" || scenario == "drain") {
+    } else if (scenario == "ceiling" || scenario == "drain" || scenario == "table-less") {
       text = backlog_text(r);
     } else if (scenario == "live") {
       text = live_text(r);

@@ -30,6 +30,11 @@ nlohmann::json bench_producer(const Setup& setup);
 nlohmann::json bench_backlog(const Setup& setup, bool discard, RelaySource source,
                              std::vector<std::pair<double, double>>& curve);
 
+// table-less: the same backlog written as table-less events (no rows) while no relay runs, then
+// drained by one `relay --source cdc --table-less` (catch-up from the slot). Its time runs from
+// the relay's start to the stats line that counted the last event (lines every 250 ms).
+nlohmann::json bench_table_less(const Setup& setup, std::vector<std::pair<double, double>>& curve);
+
 // live at every --rates rate, then max (bracketed by the producers alone, and compared with
 // `producer_scenario_per_s` when the producer scenario ran). Each result goes to `report`; each
 // rate's latency distribution becomes a series of `latency`.

@@ -115,8 +115,53 @@ GROUP BY aggregate_type, aggregate_id)SQL",
   pg::exec(c.get(), "CHECKPOINT");
 }
 
+void Setup::load_table_less_backlog(const SchemaName& schema) const {
+  auto c = connect();
+  const std::int64_t events = options.events;
+  const std::int64_t aggregates = std::min<std::int64_t>(options.aggregates, events);
+  const int note = std::max(0, options.payload_bytes - 72);
+  const std::string prefix = schema.message_prefix();
+  const auto started = Clock::now();
+  // Event i: aggregate i % aggregates, sequence i / aggregates + 1, as load_backlog; one
+  // transaction per sequence, in which each counter moves to it once and vouches for one message
+  // (relay/cdc/sequence_witness.hpp).
+  for (std::int64_t from = 0; from < events; from += aggregates) {
+    const std::int64_t to = std::min(events, from + aggregates) - 1;
+    pg::exec(c.get(), "BEGIN");
+    pg::exec(c.get(),
+             fmt::format(R"SQL(
+INSERT INTO {seq} AS q (aggregate_type, aggregate_id, last_sequence)
+SELECT 'order', 'order-' || (i % {a}), i / {a} + 1
+FROM generate_series({from}::bigint, {to}::bigint) i
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = EXCLUDED.last_sequence)SQL",
+                         fmt::arg("seq", schema.table("outbox_aggregate_sequences")),
+                         fmt::arg("a", aggregates), fmt::arg("from", from), fmt::arg("to", to)));
+    pg::exec(c.get(),
+             fmt::format(R"SQL(
+SELECT count(pg_logical_emit_message(true, $1, json_build_object(
+  'xid', pg_current_xact_id()::text, 'occurred_at', now()::text,
+  'aggregate_type', 'order', 'aggregate_id', 'order-' || (i % {a}),
+  'events', json_build_array(json_build_object(
+     'event_id', {s}.uuid_v7(), 'sequence', i / {a} + 1, 'event_type', 'OrderPlaced',
+     'schema_version', 1, 'headers', '{{}}',
+     'payload', jsonb_build_object('order_id', i, 'customer', 'c-' || (i % 997),
+                                   'total_cents', (i * 7919) % 100000,
+                                   'note', repeat('x', {note}))::text)))::text))
+FROM generate_series({from}::bigint, {to}::bigint) i)SQL",
+                         fmt::arg("s", schema.quoted()), fmt::arg("a", aggregates),
+                         fmt::arg("note", note), fmt::arg("from", from), fmt::arg("to", to)),
+             {prefix.c_str()});
+    pg::exec(c.get(), "COMMIT");
+    if (to + 1 == events || (to + 1) / 100000 != from / 100000) {
+      progress(fmt::format("loading table-less backlog into {}: {}/{} events, {:.0f} s",
+                           schema.name(), to + 1, events, seconds_since(started)));
+    }
+  }
+  pg::exec(c.get(), "CHECKPOINT");
+}
+
 std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discard, int index,
-                                           RelaySource source) const {
+                                           RelaySource source, bool table_less) const {
   std::vector<std::string> args{self,
                                 "relay",
                                 "--db",
@@ -137,6 +182,7 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
   if (source == RelaySource::cdc) {
     args.insert(args.end(), {"--source", "cdc", "--slot", slot_name(schema), "--shards",
                              std::to_string(options.cdc_shards)});
+    if (table_less) args.emplace_back("--table-less");
   }
   if (discard) {
     args.insert(args.end(), {"--sink", "discard"});
@@ -172,8 +218,8 @@ std::vector<std::string> Setup::relay_args(const SchemaName& schema, bool discar
   return args;
 }
 
-void Setup::create_slot(const SchemaName& schema) const {
-  RelayProcess relay(relay_args(schema, true, 0, RelaySource::cdc),
+void Setup::create_slot(const SchemaName& schema, bool table_less) const {
+  RelayProcess relay(relay_args(schema, true, 0, RelaySource::cdc, table_less),
                      (out / fmt::format("relay-{}-slot.log", schema.name())).string());
   auto c = connect();
   const std::string slot = slot_name(schema);

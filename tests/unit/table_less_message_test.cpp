@@ -105,6 +105,53 @@ TEST(TableLessMessage, EventsMustBeThereAndWhatTheTableAccepts) {
   EXPECT_NE(refusal(empty_type).find("an empty name"), std::string::npos);
 }
 
+// The message is read in one pass, without a document (MessageReader): what a document would
+// have given must still come out, whatever else the text holds.
+TEST(TableLessMessage, UnknownKeysAreSkippedWholeAndARepeatedKeyKeepsItsLastValue) {
+  nlohmann::json extra = producers();
+  extra["trace"] = {{"events", nlohmann::json::array({1, 2})}, {"xid", {{"deep", {true}}}}};
+  extra["events"][0]["extra"] = nlohmann::json::array({nlohmann::json::object({{"sequence", 99}})});
+  extra["events"][1]["note"] = nullptr;
+  auto parsed = parse_table_less_message(extra.dump(), kXid);
+  ASSERT_TRUE(std::holds_alternative<TableLessMessage>(parsed)) << std::get<std::string>(parsed);
+  const TableLessMessage& message = std::get<TableLessMessage>(parsed);
+  ASSERT_EQ(message.events.size(), 2U);
+  EXPECT_EQ(message.events[0].aggregate_sequence, 7) << "not the 99 inside an unknown key";
+  EXPECT_EQ(message.events[1].aggregate_sequence, 8);
+
+  const std::string twice = R"({"xid": "1", "xid": ")" + std::to_string(kXid) +
+                            R"(", "occurred_at": "t", "aggregate_type": "a", "aggregate_id": "b",
+      "events": [], "events": [{"event_id": "0190f7a4-1e4b-7a3c-8f00-000000000000", "sequence": 1,
+      "event_type": "E", "schema_version": 1, "payload": "{}", "headers": "{}"}]})";
+  auto last = parse_table_less_message(twice, kXid);
+  ASSERT_TRUE(std::holds_alternative<TableLessMessage>(last)) << std::get<std::string>(last);
+  EXPECT_EQ(std::get<TableLessMessage>(last).events.size(), 1U);
+}
+
+TEST(TableLessMessage, AKnownKeyWithAnotherKindOfValueIsRefused) {
+  const auto top = [](const char* key, nlohmann::json value) {
+    nlohmann::json doc = producers();
+    doc[key] = std::move(value);
+    return refusal(doc);
+  };
+  EXPECT_NE(top("aggregate_id", nlohmann::json::object()).find("\"aggregate_id\" is an object"),
+            std::string::npos);
+  EXPECT_NE(top("occurred_at", nlohmann::json::array()), "");
+  EXPECT_NE(top("aggregate_type", nullptr), "");
+  EXPECT_NE(top("events", "[]").find("no events"), std::string::npos);
+  nlohmann::json scalar_item = producers(1);
+  scalar_item["events"][0] = "an event";
+  EXPECT_NE(refusal(scalar_item).find("not an object"), std::string::npos);
+  nlohmann::json payload_object = producers(1);
+  payload_object["events"][0]["payload"] = {{"total", 12}};
+  EXPECT_NE(refusal(payload_object).find("\"payload\" is an object"), std::string::npos)
+      << "the payload is JSON text in a string, as the producer writes it";
+  nlohmann::json no_headers = producers(1);
+  no_headers["events"][0].erase("headers");
+  EXPECT_NE(refusal(no_headers).find("no \"headers\""), std::string::npos);
+  EXPECT_NE(refusal(nlohmann::json("a string")), "");
+}
+
 TEST(TableLessMessage, SequencesAndVersionsArePositiveIntegers) {
   const auto with = [](const char* key, nlohmann::json value) {
     nlohmann::json doc = producers(1);

@@ -196,7 +196,6 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
     }
   }
   retry_unwritten();
-  collect_marks(false);
   if (polling()) return news;
   if (session_.stream->status_due()) send_status(false);
   if (now >= next_sharding_sweep_) drop_other_shardings();

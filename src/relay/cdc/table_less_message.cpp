@@ -2,15 +2,169 @@
 
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
 namespace outbox::detail {
 
 namespace {
 
+using json = nlohmann::json;
+
+// The message read in one pass with nlohmann's SAX interface: each field a producer writes goes
+// straight to its place and no document is built (building one was most of a table-less relay's
+// CPU: docs/PERFORMANCE.md). Keys it does not know are skipped whole, and a key given twice keeps
+// its last value, as a parsed document would. A known key with a value of another kind stops the
+// reading with the reason.
+class MessageReader final : public nlohmann::json_sax<json> {
+ public:
+  struct Item {
+    std::optional<std::string> event_id, event_type, payload, headers;
+    std::optional<std::int64_t> sequence, schema_version;
+  };
+  std::optional<std::string> xid, occurred_at, aggregate_type, aggregate_id;
+  std::optional<std::vector<Item>> items;  // "events", when it was an array
+  std::string problem;
+
+  bool null() override { return other("null"); }
+  bool boolean(bool /*value*/) override { return other("a boolean"); }
+  bool number_integer(number_integer_t value) override { return integer(value); }
+  bool number_unsigned(number_unsigned_t value) override {
+    constexpr auto kMost = static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max());
+    return integer(value > kMost ? -1 : static_cast<std::int64_t>(value));  // -1: never valid
+  }
+  bool number_float(number_float_t /*value*/, const string_t& /*text*/) override {
+    return other("a number that is not an integer");
+  }
+  bool binary(binary_t& /*value*/) override { return other("binary"); }
+  bool string(string_t& value) override {
+    if (std::optional<std::string>* field = text_field()) {
+      *field = std::move(value);
+      return true;
+    }
+    return other("a string");
+  }
+  bool start_object(std::size_t /*size*/) override { return open(true); }
+  bool start_array(std::size_t /*size*/) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& value) override {
+    key_ = std::move(value);
+    return true;
+  }
+  bool parse_error(std::size_t /*position*/, const std::string& /*token*/,
+                   const nlohmann::detail::exception& error) override {
+    if (problem.empty()) problem = error.what();
+    return false;
+  }
+
+ private:
+  enum class Frame { top, events, item, skipped };
+
+  bool open(bool object) {
+    if (frames_.empty()) {
+      if (!object) return fail("not a JSON object");
+      frames_.push_back(Frame::top);
+      return true;
+    }
+    switch (frames_.back()) {
+      case Frame::top:
+        if (key_ == "events") {
+          if (object) items.reset();  // an object, not a list: no events
+          if (!object) items.emplace();
+          frames_.push_back(object ? Frame::skipped : Frame::events);
+          return true;
+        }
+        break;
+      case Frame::events:
+        if (!object) return fail("an item of \"events\" is not an object");
+        items->emplace_back();
+        frames_.push_back(Frame::item);
+        return true;
+      case Frame::item:
+      case Frame::skipped:
+        break;
+    }
+    if (known()) return fail("\"" + key_ + "\" is " + (object ? "an object" : "an array"));
+    frames_.push_back(Frame::skipped);
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return true;
+  }
+  // Whether the current key names a field of the frame it is in.
+  [[nodiscard]] bool known() const {
+    if (frames_.empty()) return false;
+    switch (frames_.back()) {
+      case Frame::top:
+        return key_ == "xid" || key_ == "occurred_at" || key_ == "aggregate_type" ||
+               key_ == "aggregate_id" || key_ == "events";
+      case Frame::item:
+        return key_ == "event_id" || key_ == "event_type" || key_ == "payload" ||
+               key_ == "headers" || key_ == "sequence" || key_ == "schema_version";
+      case Frame::events:
+        return true;  // every item must be an object
+      case Frame::skipped:
+        return false;
+    }
+    return false;
+  }
+  // Where a string for the current key goes; nullptr when it takes none.
+  std::optional<std::string>* text_field() {
+    if (frames_.empty()) return nullptr;
+    if (frames_.back() == Frame::top) {
+      return key_ == "xid"              ? &xid
+             : key_ == "occurred_at"    ? &occurred_at
+             : key_ == "aggregate_type" ? &aggregate_type
+             : key_ == "aggregate_id"   ? &aggregate_id
+                                        : nullptr;
+    }
+    if (frames_.back() != Frame::item) return nullptr;
+    Item& item = items->back();
+    return key_ == "event_id"     ? &item.event_id
+           : key_ == "event_type" ? &item.event_type
+           : key_ == "payload"    ? &item.payload
+           : key_ == "headers"    ? &item.headers
+                                  : nullptr;
+  }
+  bool integer(std::int64_t value) {
+    if (!frames_.empty() && frames_.back() == Frame::item &&
+        (key_ == "sequence" || key_ == "schema_version")) {
+      (key_ == "sequence" ? items->back().sequence : items->back().schema_version) = value;
+      return true;
+    }
+    return other("a number");
+  }
+  // A scalar where the current key takes no such value: "events" that is not a list has no
+  // events; another known key refuses it; an unknown key's value is skipped.
+  bool other(const char* what) {
+    if (frames_.empty()) return fail("not a JSON object");
+    if (frames_.back() == Frame::events) return fail("an item of \"events\" is not an object");
+    if (frames_.back() == Frame::top && key_ == "events") {
+      items.reset();
+      return true;
+    }
+    if (!known()) return true;
+    return fail("\"" + key_ + "\" is " + what);
+  }
+  bool fail(std::string why) {
+    problem = std::move(why);
+    return false;
+  }
+
+  std::vector<Frame> frames_;
+  std::string key_;
+};
+
+template <typename T>
+const T& required(const std::optional<T>& field, const char* name) {
+  if (!field) throw std::invalid_argument(std::string("no \"") + name + "\"");
+  return *field;
+}
+
 // The transaction that carries the message: its xid's low 32 bits are Begin's.
-std::string read_xid(const nlohmann::json& doc, std::uint32_t begin_xid) {
-  auto xid = doc.at("xid").get<std::string>();
+std::string read_xid(const std::string& xid, std::uint32_t begin_xid) {
   if (xid.empty() || xid.size() > 20 || xid.find_first_not_of("0123456789") != std::string::npos) {
     throw std::invalid_argument("xid is not a transaction id");
   }
@@ -20,43 +174,49 @@ std::string read_xid(const nlohmann::json& doc, std::uint32_t begin_xid) {
   return xid;
 }
 
-// One item of "events". get<int64_t>() would convert a float silently: integers only.
-Event read_event(const nlohmann::json& item) {
+// One item of "events".
+Event read_event(MessageReader::Item& item) {
   Event event;
-  const std::optional<EventId> id = EventId::parse(item.at("event_id").get<std::string>());
+  const std::optional<EventId> id = EventId::parse(required(item.event_id, "event_id"));
   if (!id) throw std::invalid_argument("event_id is not a UUID");
   event.event_id = *id;
-  const nlohmann::json& sequence = item.at("sequence");
-  const nlohmann::json& version = item.at("schema_version");
-  if (!sequence.is_number_integer() || !version.is_number_integer() ||
-      sequence.get<std::int64_t>() < 1 || version.get<std::int64_t>() < 1 ||
-      version.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
+  const std::int64_t sequence = required(item.sequence, "sequence");
+  const std::int64_t version = required(item.schema_version, "schema_version");
+  if (sequence < 1 || version < 1 || version > std::numeric_limits<std::int32_t>::max()) {
     throw std::invalid_argument("sequence or schema_version is not a positive integer");
   }
-  event.aggregate_sequence = sequence.get<std::int64_t>();
-  event.event_type = item.at("event_type").get<std::string>();
-  event.schema_version = static_cast<std::int32_t>(version.get<std::int64_t>());
-  event.payload = item.at("payload").get<std::string>();
-  event.headers = item.at("headers").get<std::string>();
+  event.aggregate_sequence = sequence;
+  event.schema_version = static_cast<std::int32_t>(version);
+  event.event_type = std::move(required(item.event_type, "event_type"));
+  event.payload = std::move(required(item.payload, "payload"));
+  event.headers = std::move(required(item.headers, "headers"));
   return event;
+}
+
+bool headers_are_an_object(const std::string& headers) {
+  if (headers == "{}") return true;  // what most events carry
+  const json parsed = json::parse(headers, nullptr, false);
+  return !parsed.is_discarded() && parsed.is_object();
 }
 
 bool table_accepts(const Event& event) {
   return !event.aggregate_type.empty() && !event.aggregate_id.empty() &&
-         !event.event_type.empty() && nlohmann::json::accept(event.payload) &&
-         nlohmann::json::accept(event.headers) && nlohmann::json::parse(event.headers).is_object();
+         !event.event_type.empty() && json::accept(event.payload) &&
+         headers_are_an_object(event.headers);
 }
 
 TableLessMessage read_message(std::string_view content, std::uint32_t begin_xid) {
-  const nlohmann::json doc = nlohmann::json::parse(content);
+  MessageReader reader;
+  if (!json::sax_parse(content, &reader)) {
+    throw std::invalid_argument(reader.problem.empty() ? "not JSON" : reader.problem);
+  }
   TableLessMessage message;
-  message.xid = read_xid(doc, begin_xid);
-  const auto occurred_at = doc.at("occurred_at").get<std::string>();
-  const auto aggregate_type = doc.at("aggregate_type").get<std::string>();
-  const auto aggregate_id = doc.at("aggregate_id").get<std::string>();
-  const nlohmann::json& items = doc.at("events");
-  if (!items.is_array() || items.empty()) throw std::invalid_argument("no events");
-  for (const nlohmann::json& item : items) {
+  message.xid = read_xid(required(reader.xid, "xid"), begin_xid);
+  const std::string& occurred_at = required(reader.occurred_at, "occurred_at");
+  const std::string& aggregate_type = required(reader.aggregate_type, "aggregate_type");
+  const std::string& aggregate_id = required(reader.aggregate_id, "aggregate_id");
+  if (!reader.items || reader.items->empty()) throw std::invalid_argument("no events");
+  for (MessageReader::Item& item : *reader.items) {
     Event event = read_event(item);
     event.aggregate_type = aggregate_type;
     event.aggregate_id = aggregate_id;
