@@ -43,9 +43,9 @@ void check(const BenchOptions& options) {
   }
   for (const std::string& s : options.only) {
     if (s != "producer" && s != "ceiling" && s != "drain" && s != "table-less" && s != "live" &&
-        s != "answer") {
+        s != "answer" && s != "ack") {
       throw InvalidArgument("bench: unknown scenario \"" + s +
-                            "\"; use producer, ceiling, drain, table-less, live or answer");
+                            "\"; use producer, ceiling, drain, table-less, live, answer or ack");
     }
   }
   if (options.sources.empty()) throw InvalidArgument("bench: --sources needs polling, cdc or both");
@@ -208,6 +208,7 @@ int run_bench(const BenchOptions& options) {
   if (wanted(options, "answer")) {
     for (const RelaySource source : sources(options)) report(bench_answer(setup, source));
   }
+  if (wanted(options, "ack") && options.sink == "kafka") report(bench_ack(setup));
   finish_report(options, results, about);
   return 0;
 }
@@ -286,8 +287,8 @@ void register_bench(Commands& commands) {
       ->capture_default_str();
   bench
       ->add_option("--only", options->only,
-                   "producer, ceiling, drain, table-less (with the cdc source), live, answer "
-                   "(comma list)")
+                   "producer, ceiling, drain, table-less (with the cdc source), live, answer, "
+                   "ack (Kafka) (comma list)")
       ->delimiter(',');
   bench
       ->add_option("--cdc-shards", options->cdc_shards,

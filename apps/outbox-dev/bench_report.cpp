@@ -149,6 +149,14 @@ void print_table(const std::vector<json>& results) {
       text = backlog_text(r);
     } else if (scenario == "live") {
       text = live_text(r);
+    } else if (scenario == "ack") {
+      const auto hop = [](const json& h) {
+        return fmt::format("p50 {:.2f} / p95 {:.2f} / p99 {:.2f} ms", h["p50_ms"].get<double>(),
+                           h["p95_ms"].get<double>(), h["p99_ms"].get<double>());
+      };
+      text = fmt::format("send→ack at {:.0f}/s: librdkafka alone {}; outbox's Kafka sink {}",
+                         r["offered_per_s"].get<double>(), hop(r["librdkafka"]),
+                         hop(r["outbox_sink"]));
     } else if (scenario == "answer") {
       text = fmt::format(
           "answer at commit p50 {:.2f} ms, after publish p50 {:.2f} / p99 {:.2f} ms ({:.1f} "

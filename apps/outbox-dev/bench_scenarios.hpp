@@ -42,6 +42,10 @@ void bench_live(const Setup& setup, RelaySource source,
                 std::optional<double> producer_scenario_per_s,
                 const std::function<void(nlohmann::json)>& report, Chart& latency);
 
+// ack: the send→ack hop alone at 1,000 events/s, through a bare librdkafka producer and through
+// outbox's Kafka sink with the same settings, alternating rounds (Kafka only).
+nlohmann::json bench_ack(const Setup& setup);
+
 // answer: one client's requests answered at COMMIT, then only after wait_published saw the event
 // published (outbox/wait_published.hpp), while a relay runs: what the wait costs a request.
 nlohmann::json bench_answer(const Setup& setup, RelaySource source);

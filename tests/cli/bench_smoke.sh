@@ -27,8 +27,8 @@ check() {
   fi
 }
 # Each relay scenario runs once per source (--sources, default polling,cdc); the producer once.
-check "one result per scenario and source (producer; ceiling, drain (then table-less, cdc only), live 100/s, live max and answer for polling and cdc), then the machine" \
-  "[(x['scenario'], x.get('source')) for x in r] == [('producer', None), ('ceiling', 'polling'), ('ceiling', 'cdc'), ('drain', 'polling'), ('drain', 'cdc'), ('table-less', 'cdc'), ('live', 'polling'), ('live', 'polling'), ('live', 'cdc'), ('live', 'cdc'), ('answer', 'polling'), ('answer', 'cdc'), ('machine', None)]"
+check "one result per scenario and source (producer; ceiling, drain (then table-less, cdc only), live 100/s, live max and answer for polling and cdc; ack), then the machine" \
+  "[(x['scenario'], x.get('source')) for x in r] == [('producer', None), ('ceiling', 'polling'), ('ceiling', 'cdc'), ('drain', 'polling'), ('drain', 'cdc'), ('table-less', 'cdc'), ('live', 'polling'), ('live', 'polling'), ('live', 'cdc'), ('live', 'cdc'), ('answer', 'polling'), ('answer', 'cdc'), ('ack', None), ('machine', None)]"
 check "the machine is described" "r[-1]['cpus'] >= 1 and r[-1]['postgresql'].startswith('15') and r[-1]['fsync'] == 'on'"
 check "both producer rates are positive" \
   "r[0]['without_event_tx_per_s'] > 0 and r[0]['with_event_tx_per_s'] > 0"
@@ -38,6 +38,8 @@ check "drain is compared with the ceiling, and the CDC catch-up with the polling
   "all(0 < x['of_ceiling'] for x in r if x['scenario'] == 'drain') and [x for x in r if x['scenario'] == 'drain'][1]['of_polling'] > 0"
 check "table-less events (no rows) were all published from the slot, and compared with the polling drain" \
   "[(x['events'], x['materialized']) for x in r if x['scenario'] == 'table-less'] == [(4000, 0)] and all(x['events_per_s'] > 0 and x['of_polling'] > 0 and x['cpu_of_polling'] > 0 for x in r if x['scenario'] == 'table-less')"
+check "ack timed every send of the bare librdkafka producer and of outbox's sink at 1,000/s" \
+  "all(x[k]['acked'] >= 900 and 0 < x[k]['p50_ms'] <= x[k]['p99_ms'] for x in r if x['scenario'] == 'ack' for k in ('librdkafka', 'outbox_sink'))"
 check "answer waited for every request's event to be published, which costs more than the commit" \
   "all(x['not_published_in_5s'] == 0 and x['polls_per_wait'] >= 1 and x['answer_after_publish_ms']['p50'] > x['commit_ms']['p50'] and x['requests_per_s_after_publish'] > 0 for x in r if x['scenario'] == 'answer')"
 check "live runs published every event and report latency percentiles, for both sources" \
