@@ -68,6 +68,21 @@ TEST(StreamBook, AnAggregatesNextEventWaitsUntilItsPredecessorIsPublished) {
   book.decide({});
 }
 
+// A mark that was fenced (someone else completes the row): its aggregate's next event is asked
+// about, since the other may hold it too (its mark claims successors).
+TEST(StreamBook, AfterAnEventPublishedByAnotherTheNextIsAskedAbout) {
+  StreamBook book;
+  const auto first = read(book, {event("a", 1)}, 100);
+  read(book, {event("a", 2)}, 200);
+  send_all(book);
+  book.published_by_another(first[0].event_id);
+  const StreamBook::Candidates next = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(next.events), (std::vector<std::string>{"a#2"}));
+  EXPECT_EQ(next.follows_own_send, (std::vector<bool>{false}));
+  book.decide({});
+  EXPECT_EQ(book.confirmable(), 100U) << "a#1 is done all the same";
+}
+
 // What the source needs to send an event without the check statement: that its predecessor went
 // out through this book's own send, and its transaction's id (visible once it ended).
 TEST(StreamBook, ACandidateSaysWhetherItFollowsTheBooksOwnSendAndNamesItsTransaction) {

@@ -126,6 +126,27 @@ TEST(TableLessMessage, UnknownKeysAreSkippedWholeAndARepeatedKeyKeepsItsLastValu
   auto last = parse_table_less_message(twice, kXid);
   ASSERT_TRUE(std::holds_alternative<TableLessMessage>(last)) << std::get<std::string>(last);
   EXPECT_EQ(std::get<TableLessMessage>(last).events.size(), 1U);
+
+  // A refused value that a later one for the same key replaces is forgotten, as a document
+  // keeping the last value would; the other way round the last one is refused.
+  const std::string event = R"({"event_id": "0190f7a4-1e4b-7a3c-8f00-000000000000",
+      "sequence": 1, "sequence": 2, "event_type": "E", "schema_version": 1, "payload": "{}",
+      "headers": "{}"})";
+  const std::string head = R"({"aggregate_type": "a", "aggregate_id": "b", "occurred_at": "t", )";
+  const std::string xid = std::to_string(kXid);
+  auto later_good = parse_table_less_message(
+      head + R"("xid": 5, "xid": ")" + xid + R"(", "events": [1], "events": [)" + event + "]}",
+      kXid);
+  ASSERT_TRUE(std::holds_alternative<TableLessMessage>(later_good))
+      << std::get<std::string>(later_good);
+  EXPECT_EQ(std::get<TableLessMessage>(later_good).events.at(0).aggregate_sequence, 2);
+  auto later_bad = parse_table_less_message(
+      head + R"("xid": ")" + xid + R"(", "xid": 5, "events": [)" + event + "]}", kXid);
+  ASSERT_TRUE(std::holds_alternative<std::string>(later_bad));
+  EXPECT_NE(std::get<std::string>(later_bad).find("\"xid\" is a number"), std::string::npos);
+  auto bad_item_last = parse_table_less_message(
+      head + R"("xid": ")" + xid + R"(", "events": [)" + event + R"(, "x"]})", kXid);
+  ASSERT_TRUE(std::holds_alternative<std::string>(bad_item_last));
 }
 
 TEST(TableLessMessage, AKnownKeyWithAnotherKindOfValueIsRefused) {

@@ -88,6 +88,10 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
   settle_written(ids, unwritten, true);
 }
 
+void CdcSource::write_marks() {
+  while (marks_.pending()) collect_marks(true);
+}
+
 void CdcSource::collect_marks(bool wait) {
   std::vector<EventId> written;
   std::vector<Outcome> unwritten;
@@ -111,17 +115,20 @@ void CdcSource::settle_written(const std::vector<EventId>& written, std::vector<
         "relay {}: event {}: its row is not ours to complete (claimed by another, or "
         "skipped); a duplicate publish is possible",
         options_.relay_id, outcome.event_id.to_string());
-    streamed_done(outcome.event_id, failed);
+    // Someone else completes it: its successor may be theirs already, so it is checked.
+    streamed_done(outcome.event_id, failed, false);
   }
   if (failed) materialize_left(true);  // table-less events that waited behind a failed one
 }
 
-void CdcSource::streamed_done(const EventId& id, bool failed) {
+void CdcSource::streamed_done(const EventId& id, bool failed, bool ours) {
   unwritten_since_.erase(id);
   if (failed) {
     session_.book.failed(id);
-  } else {
+  } else if (ours) {
     session_.book.published(id);
+  } else {
+    session_.book.published_by_another(id);
   }
 }
 

@@ -5,10 +5,26 @@
 #include <algorithm>
 
 #include "common/log.hpp"
+#include "common/timestamp.hpp"
 #include "pg/params.hpp"
 #include "relay/relay_sql.hpp"
 
 namespace outbox::detail {
+
+namespace {
+
+// Whether a row's occurred_at (as the stream printed it) is at or after `pg_micros`
+// (microseconds since 2000-01-01, cdc::PgTimestamp); false when it does not read.
+bool occurred_since(std::string_view occurred_at, std::int64_t pg_micros) {
+  constexpr std::int64_t kUnixToPgMicros = 946684800LL * 1000000;
+  const auto at = parse_timestamptz(occurred_at);
+  if (!at) return false;
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(at->time_since_epoch()).count();
+  return micros - kUnixToPgMicros >= pg_micros;
+}
+
+}  // namespace
 
 CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters,
                      const HealthBoard* health)
@@ -44,9 +60,9 @@ Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holdin
   collect_marks(false);  // what a mark wrote frees its aggregate's next event
   if (polling()) return fetch_polling(limit, byte_room, holding_nothing);
   read_stream(milliseconds(0));
-  // Nothing to hand out but a mark out: its answer is the only news there can be, wait for it
-  // (with candidates, the loop sends them while the server writes the mark).
-  if (!session_.book.has_candidates() && marks_.out()) collect_marks(true);
+  // Nothing to hand out but marks not written: their answers are the only news there can be,
+  // wait for them (with candidates, the loop sends them while the server writes the mark).
+  while (!session_.book.has_candidates() && marks_.pending()) collect_marks(true);
   Fetched fetched;
   std::uint64_t used = 0;
   for (Event& event : stream_candidates(limit, byte_room, holding_nothing)) {
@@ -90,7 +106,9 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
   if (candidates.events.empty()) return session_.book.decide({});
   cdc_sql::StreamCheck check;
   try {
-    check = check_candidates(candidates, asked_about(candidates));
+    const std::vector<std::size_t> asked = asked_about(candidates);
+    check = check_candidates(candidates, asked);
+    RelayCounters::add(counters_.unchecked, candidates.events.size() - asked.size());
   } catch (...) {
     session_.book.undo_next();  // looked at again after the reconnect
     throw;
@@ -105,25 +123,32 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
 }
 
 // The candidates the check must ask about: all but rows whose predecessor this book sent and
-// marked and whose transaction is known visible (it ended before the oldest transaction a recent
-// snapshot saw running: every later snapshot sees it committed). About those there is nothing to
-// ask: no lower sequence can be pending, and nothing but this stream takes them (the table path
-// claims only touched rows and rows past the horizon, both of which the book leaves alone). What
-// the table says of them can change only by a race that the check's own snapshot has too (an
-// operator's quarantine or skip between the check and the send: the mark then finds a skip).
+// marked (not fenced, not found finished), that occurred after the table path's horizon, and
+// whose transaction is known visible (it ended before the oldest transaction a recent snapshot
+// saw running: every later snapshot sees it committed). About those there is nothing to ask: no
+// lower sequence can be pending, the table path claims only touched rows and rows older than its
+// horizon, and what finished or claimed them would have finished or claimed their predecessor
+// first. What is left is what the check's own snapshot leaves too, only over a longer window: an
+// operator's quarantine or skip, or a relay that let its slot go claiming every pending row,
+// between the read and the send (a duplicate; the mark then finds the skip or the claim).
 std::vector<std::size_t> CdcSource::asked_about(const cdc::StreamBook::Candidates& candidates) {
   std::vector<std::size_t> asked;
   bool refreshed = false;
+  const auto now = Clock::now();
+  const std::int64_t certain = certain_position();
+  const auto grace =
+      std::chrono::duration_cast<std::chrono::microseconds>(options_.cdc.horizon_grace);
   for (std::size_t i = 0; i < candidates.events.size(); ++i) {
     const bool own = candidates.follows_own_send[i] && candidates.xids[i] != 0 &&
-                     !session_.table_less.contains(candidates.events[i]->event_id);
-    if (own && !visible_xmin_.ended_before(candidates.xids[i]) && !refreshed) {
-      visible_xmin_.refresh(table_.connection());  // once per batch, only when it may help
+                     !session_.table_less.contains(candidates.events[i]->event_id) &&
+                     (certain == 0 ||
+                      occurred_since(candidates.events[i]->occurred_at, certain - grace.count()));
+    if (own && !visible_xmin_.ended_before(candidates.xids[i], now) && !refreshed) {
+      visible_xmin_.refresh(table_.connection(), now);  // once per batch, when it may help
       refreshed = true;
     }
-    if (!own || !visible_xmin_.ended_before(candidates.xids[i])) asked.push_back(i);
+    if (!own || !visible_xmin_.ended_before(candidates.xids[i], now)) asked.push_back(i);
   }
-  RelayCounters::add(counters_.unchecked, candidates.events.size() - asked.size());
   return asked;
 }
 
@@ -164,7 +189,7 @@ cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidat
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {
-  if (timeout > milliseconds(0) && marks_.out()) {
+  if (timeout > milliseconds(0) && marks_.pending()) {
     collect_marks(true);  // an aggregate's next event may go now
     return true;
   }
@@ -221,7 +246,7 @@ bool CdcSource::reconnect(SendWindow& window) {
 
 void CdcSource::leave() noexcept {
   try {
-    while (marks_.pending()) collect_marks(true);  // written before the relay counts as gone
+    write_marks();  // written before the relay counts as gone
   } catch (const std::exception& error) {
     log().warn(
         "relay {}: stopped with streamed events' marks unwritten ({}); they are streamed "

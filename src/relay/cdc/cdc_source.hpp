@@ -178,7 +178,11 @@ class CdcSource final : public RelaySourceBase {
                       bool failed);
   // Table-less outcomes: published, done; failed, written to the table first. The rest stay.
   void settle_table_less(std::vector<Outcome>& outcomes, bool failed);
-  void streamed_done(const EventId& id, bool failed);
+  // `ours`: written by this relay's mark (not fenced: someone else completes the row).
+  void streamed_done(const EventId& id, bool failed, bool ours = true);
+  // Waits until every mark is written (before a stream starts again: what it brings again is
+  // then found finished, not sent twice).
+  void write_marks();
 
   const RelayOptions& options_;
   RelayCounters& counters_;

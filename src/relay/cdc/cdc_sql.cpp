@@ -105,8 +105,8 @@ StreamCheck read_check_streamed(const pg::Result& result) {
   return check;
 }
 
-bool VisibleXmin::ended_before(std::uint32_t xid) const {
-  if (xmin_ == 0) return false;
+bool VisibleXmin::ended_before(std::uint32_t xid, Clock::time_point now) const {
+  if (xmin_ == 0 || now - at_ >= kFresh) return false;
   // The full id nearest to xmin with these low 32 bits: transaction ids in use are within 2^31
   // of each other (PostgreSQL's wraparound rule).
   constexpr std::uint64_t kEpoch = std::uint64_t{1} << 32;
@@ -120,10 +120,11 @@ bool VisibleXmin::ended_before(std::uint32_t xid) const {
   return full < xmin_;
 }
 
-void VisibleXmin::refresh(PGconn* conn) {
+void VisibleXmin::refresh(PGconn* conn, Clock::time_point now) {
   static const std::string sql = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text";
   const pg::Result result = pg::exec_prepared(conn, sql);
   xmin_ = std::stoull(std::string(result.text(0, 0)));
+  at_ = now;
 }
 
 std::vector<std::string> idle_slots_of(PGconn* conn, const SchemaName& schema,

@@ -6,6 +6,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,18 +45,26 @@ StreamCheck read_check_streamed(const pg::Result& result);
 
 // The oldest transaction a snapshot of the server saw running (pg_snapshot_xmin): every
 // transaction with a lower id had ended by then, so one the stream brought (committed) is visible
-// to every snapshot taken since.
+// to every snapshot taken since. Trusted for kFresh after it was read: a 32-bit id is read in the
+// epoch nearest that xmin, which holds while fewer than 2^31 transactions passed since (an xmin
+// kept for days of traffic could read a new id as an old one).
 class VisibleXmin {
  public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kFresh{1};
   // Whether transaction `xid` (32 bits, as pgoutput's Begin gives it) had ended at the last
-  // refresh. False before the first.
-  [[nodiscard]] bool ended_before(std::uint32_t xid) const;
-  void refresh(PGconn* conn);
-  // For tests: the full xmin (epoch and id) as refresh() would set it.
-  void set(std::uint64_t xmin) { xmin_ = xmin; }
+  // refresh, made less than kFresh before `now`. False before the first and once stale.
+  [[nodiscard]] bool ended_before(std::uint32_t xid, Clock::time_point now) const;
+  void refresh(PGconn* conn, Clock::time_point now);
+  // For tests: the full xmin (epoch and id) as refresh() would set it at `at`.
+  void set(std::uint64_t xmin, Clock::time_point at) {
+    xmin_ = xmin;
+    at_ = at;
+  }
 
  private:
   std::uint64_t xmin_ = 0;
+  Clock::time_point at_{};
 };
 
 // Idle pgoutput slots of this database whose names start with `base`, except those registered

@@ -28,6 +28,7 @@ void CdcSource::reset_session() { session_ = StreamSession{}; }
 // Another relay may drop or create the same slot meanwhile (two relays that both found it lost):
 // such a race is looked at again, a few times, before it counts as an error.
 void CdcSource::start_stream() {
+  write_marks();    // what the new stream brings again is then found finished, not sent twice
   reset_session();  // the old stream goes first: the new one streams the same slot
   cdc::ReplicationStreamOptions stream_options;
   stream_options.application_name = std::string(kRelayApplicationName);

@@ -94,6 +94,8 @@ class StreamBook {
   // was made anew, whose event this book read again and has not sent) changes nothing.
   // Published: done; the next event of its aggregate becomes a candidate that needs no check.
   void published(const EventId& id) { done_sent(id, true); }
+  // Done, but completed by someone else (its mark was fenced): its successor is checked.
+  void published_by_another(const EventId& id) { done_sent(id, false); }
   // Failed (recorded in the table with backoff or quarantine): done; what waits behind it is left
   // to the table, where it stays behind the failed one.
   void failed(const EventId& id);

@@ -1,6 +1,7 @@
 #include "relay/cdc/table_less_message.hpp"
 
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -14,17 +15,19 @@ using json = nlohmann::json;
 // The message read in one pass with nlohmann's SAX interface: each field a producer writes goes
 // straight to its place and no document is built (building one was most of a table-less relay's
 // CPU: docs/PERFORMANCE.md). Keys it does not know are skipped whole, and a key given twice keeps
-// its last value, as a parsed document would. A known key with a value of another kind stops the
-// reading with the reason.
+// its last value, as a parsed document would: a known key whose value is of another kind is
+// noted as a problem, which a later value of the right kind for that key clears.
 class MessageReader final : public nlohmann::json_sax<json> {
  public:
   struct Item {
     std::optional<std::string> event_id, event_type, payload, headers;
     std::optional<std::int64_t> sequence, schema_version;
+    std::map<std::string, std::string> bad;  // key -> why its last value is refused
   };
   std::optional<std::string> xid, occurred_at, aggregate_type, aggregate_id;
   std::optional<std::vector<Item>> items;  // "events", when it was an array
-  std::string problem;
+  std::map<std::string, std::string> bad;  // of the top object, as Item::bad
+  std::string problem;                     // why the text could not be read at all
 
   bool null() override { return other("null"); }
   bool boolean(bool /*value*/) override { return other("a boolean"); }
@@ -40,6 +43,7 @@ class MessageReader final : public nlohmann::json_sax<json> {
   bool string(string_t& value) override {
     if (std::optional<std::string>* field = text_field()) {
       *field = std::move(value);
+      good();
       return true;
     }
     return other("a string");
@@ -70,6 +74,7 @@ class MessageReader final : public nlohmann::json_sax<json> {
     switch (frames_.back()) {
       case Frame::top:
         if (key_ == "events") {
+          bad.erase("events");
           if (object) items.reset();  // an object, not a list: no events
           if (!object) items.emplace();
           frames_.push_back(object ? Frame::skipped : Frame::events);
@@ -77,15 +82,17 @@ class MessageReader final : public nlohmann::json_sax<json> {
         }
         break;
       case Frame::events:
-        if (!object) return fail("an item of \"events\" is not an object");
-        items->emplace_back();
-        frames_.push_back(Frame::item);
-        return true;
+        if (object) {
+          items->emplace_back();
+          frames_.push_back(Frame::item);
+          return true;
+        }
+        break;
       case Frame::item:
       case Frame::skipped:
         break;
     }
-    if (known()) return fail("\"" + key_ + "\" is " + (object ? "an object" : "an array"));
+    if (known()) refuse(object ? "an object" : "an array");
     frames_.push_back(Frame::skipped);
     return true;
   }
@@ -132,6 +139,7 @@ class MessageReader final : public nlohmann::json_sax<json> {
     if (!frames_.empty() && frames_.back() == Frame::item &&
         (key_ == "sequence" || key_ == "schema_version")) {
       (key_ == "sequence" ? items->back().sequence : items->back().schema_version) = value;
+      good();
       return true;
     }
     return other("a number");
@@ -140,13 +148,40 @@ class MessageReader final : public nlohmann::json_sax<json> {
   // events; another known key refuses it; an unknown key's value is skipped.
   bool other(const char* what) {
     if (frames_.empty()) return fail("not a JSON object");
-    if (frames_.back() == Frame::events) return fail("an item of \"events\" is not an object");
     if (frames_.back() == Frame::top && key_ == "events") {
+      bad.erase("events");
       items.reset();
       return true;
     }
-    if (!known()) return true;
-    return fail("\"" + key_ + "\" is " + what);
+    if (known()) refuse(what);
+    return true;
+  }
+  // The current key's value is of a kind it does not take: noted (the field is gone), unless a
+  // later value for the key is good. An item of "events" that is not an object spoils the list.
+  void refuse(const char* what) {
+    if (frames_.back() == Frame::events) {
+      bad["events"] = "an item of \"events\" is not an object";
+      return;
+    }
+    const std::string why = "\"" + key_ + "\" is " + what;
+    if (frames_.back() == Frame::item) {
+      Item& item = items->back();
+      item.bad[key_] = why;
+      if (key_ == "sequence") item.sequence.reset();
+      if (key_ == "schema_version") item.schema_version.reset();
+      if (std::optional<std::string>* field = text_field()) field->reset();
+      return;
+    }
+    bad[key_] = why;
+    if (std::optional<std::string>* field = text_field()) field->reset();
+  }
+  // The current key got a value of its kind: an earlier refused one is forgotten.
+  void good() {
+    if (frames_.back() == Frame::item) {
+      items->back().bad.erase(key_);
+    } else {
+      bad.erase(key_);
+    }
   }
   bool fail(std::string why) {
     problem = std::move(why);
@@ -210,6 +245,7 @@ TableLessMessage read_message(std::string_view content, std::uint32_t begin_xid)
   if (!json::sax_parse(content, &reader)) {
     throw std::invalid_argument(reader.problem.empty() ? "not JSON" : reader.problem);
   }
+  if (!reader.bad.empty()) throw std::invalid_argument(reader.bad.begin()->second);
   TableLessMessage message;
   message.xid = read_xid(required(reader.xid, "xid"), begin_xid);
   const std::string& occurred_at = required(reader.occurred_at, "occurred_at");
@@ -217,6 +253,7 @@ TableLessMessage read_message(std::string_view content, std::uint32_t begin_xid)
   const std::string& aggregate_id = required(reader.aggregate_id, "aggregate_id");
   if (!reader.items || reader.items->empty()) throw std::invalid_argument("no events");
   for (MessageReader::Item& item : *reader.items) {
+    if (!item.bad.empty()) throw std::invalid_argument(item.bad.begin()->second);
     Event event = read_event(item);
     event.aggregate_type = aggregate_type;
     event.aggregate_id = aggregate_id;
