@@ -108,30 +108,33 @@ std::string statement_name(const std::string& sql) {
   return fmt::format("outbox_{:016x}", hash);
 }
 
+void prepare(PGconn* conn, PreparedNames& prepared, const std::string& name, const std::string& sql,
+             int params) {
+  if (prepared.names.contains(name)) return;
+  const bool in_transaction = PQtransactionStatus(conn) != PQTRANS_IDLE;
+  const Result parsed(PQprepare(conn, name.c_str(), sql.c_str(), params, nullptr));
+  const ExecStatusType status =
+      parsed.get() != nullptr ? PQresultStatus(parsed.get()) : PGRES_FATAL_ERROR;
+  const char* state =
+      parsed.get() != nullptr ? PQresultErrorField(parsed.get(), PG_DIAG_SQLSTATE) : nullptr;
+  if (status != PGRES_COMMAND_OK && (state == nullptr || std::string_view(state) != "42P05")) {
+    throw make_error(conn, parsed.get(), "preparing statement failed [" + first_line(sql) + "]");
+  }
+  if (status == PGRES_COMMAND_OK) {
+    prepared.names.insert(name);
+  } else {
+    DatabaseError error = prepared.already_there(first_line(sql), name);
+    if (in_transaction) throw error;  // outside one: use it
+  }
+}
+
 Result exec_prepared(PGconn* conn, const std::string& sql, const std::vector<const char*>& params) {
   PreparedNames& prepared = prepared_names(conn);
   const std::string name = statement_name(sql);
   for (int attempt = 0;; ++attempt) {
     if (prepared.unprepared()) return exec(conn, sql, params);
     const bool in_transaction = PQtransactionStatus(conn) != PQTRANS_IDLE;
-    if (!prepared.names.contains(name)) {
-      Result parsed(
-          PQprepare(conn, name.c_str(), sql.c_str(), static_cast<int>(params.size()), nullptr));
-      const ExecStatusType status =
-          parsed.get() != nullptr ? PQresultStatus(parsed.get()) : PGRES_FATAL_ERROR;
-      const char* state =
-          parsed.get() != nullptr ? PQresultErrorField(parsed.get(), PG_DIAG_SQLSTATE) : nullptr;
-      if (status != PGRES_COMMAND_OK && (state == nullptr || std::string_view(state) != "42P05")) {
-        throw make_error(conn, parsed.get(),
-                         "preparing statement failed [" + first_line(sql) + "]");
-      }
-      if (status == PGRES_COMMAND_OK) {
-        prepared.names.insert(name);
-      } else {
-        DatabaseError error = prepared.already_there(first_line(sql), name);
-        if (in_transaction) throw error;  // outside one: use it
-      }
-    }
+    prepare(conn, prepared, name, sql, static_cast<int>(params.size()));
     Result result(PQexecPrepared(conn, name.c_str(), static_cast<int>(params.size()), params.data(),
                                  nullptr, nullptr, 0));
     const ExecStatusType status =

@@ -18,21 +18,7 @@ void send_prepared(PGconn* conn, const std::string& sql, const std::vector<const
     return;
   }
   const std::string name = statement_name(sql);
-  if (!prepared.names.contains(name)) {
-    // The Prepare waits for its answer: once per connection.
-    const Result parsed(PQprepare(conn, name.c_str(), sql.c_str(), count, nullptr));
-    const ExecStatusType status =
-        parsed.get() != nullptr ? PQresultStatus(parsed.get()) : PGRES_FATAL_ERROR;
-    const char* state =
-        parsed.get() != nullptr ? PQresultErrorField(parsed.get(), PG_DIAG_SQLSTATE) : nullptr;
-    if (status == PGRES_COMMAND_OK) {
-      prepared.names.insert(name);
-    } else if (state != nullptr && std::string_view(state) == "42P05") {
-      (void)prepared.already_there(first_line(sql), name);  // outside a transaction: use it
-    } else {
-      throw make_error(conn, parsed.get(), "preparing statement failed [" + first_line(sql) + "]");
-    }
-  }
+  prepare(conn, prepared, name, sql, count);  // waits for its answer, once per connection
   if (PQsendQueryPrepared(conn, name.c_str(), count, params.data(), nullptr, nullptr, 0) == 0) {
     throw make_error(conn, nullptr, "sending statement failed [" + first_line(sql) + "]");
   }

@@ -44,4 +44,10 @@ PreparedNames& prepared_names(PGconn* conn);
 // sharing it through a pooler (a name found already prepared is taken to mean the same text).
 std::string statement_name(const std::string& sql);
 
+// Prepares `sql` as `name` on `conn` unless `prepared` says it is there (waits for the answer).
+// Throws DatabaseError as the server refuses it; a name the session already had (42P05) is used
+// outside a transaction and, inside one (now aborted), a retryable error.
+void prepare(PGconn* conn, PreparedNames& prepared, const std::string& name, const std::string& sql,
+             int params);
+
 }  // namespace outbox::pg

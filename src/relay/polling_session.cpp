@@ -22,10 +22,7 @@ namespace outbox::detail {
 // relay that reconnects while its old session lingers on a half-open connection must not wait for
 // itself) and non-negative (relay_sql::sweep reads it back from pg_locks).
 PollingSource::Session PollingSource::open_session(const RelayOptions& options) {
-  auto connection = pg::Connection::open(options.database_url, std::string(kRelayApplicationName));
-  for (const std::string& setting : relay_sql::session_settings(options.durable_marks)) {
-    pg::exec(connection.get(), setting);
-  }
+  auto connection = relay_sql::open_relay_session(options.database_url, options.durable_marks);
   static thread_local std::mt19937_64 random(std::random_device{}());
   std::int64_t lock_key = 0;
   for (;;) {  // a key some other session holds already (2^-63 per session) is simply redrawn

@@ -17,6 +17,8 @@ namespace outbox::relay_sql {
 
 // What the relay sets on its connection before it prepares anything (relay_sql.cpp says why).
 std::vector<std::string> session_settings(bool durable_marks = false);
+// A relay's session: a connection named kRelayApplicationName with session_settings applied.
+pg::Connection open_relay_session(const std::string& database_url, bool durable_marks);
 
 // $1 claim token, $2 aggregates to visit (the batch size), $3 lease in ms, $4/$5 the cursor (the
 // last aggregate visited by the previous claim; '' and '' to start over), $6 text[]: the

@@ -2,9 +2,18 @@
 // session lock, the sweep of ended sessions, and the schema's version (relay_sql.hpp).
 #include <fmt/format.h>
 
+#include "outbox/relay.hpp"
 #include "relay/relay_sql.hpp"
 
 namespace outbox::relay_sql {
+
+pg::Connection open_relay_session(const std::string& database_url, bool durable_marks) {
+  auto connection = pg::Connection::open(database_url, std::string(kRelayApplicationName));
+  for (const std::string& setting : session_settings(durable_marks)) {
+    pg::exec(connection.get(), setting);
+  }
+  return connection;
+}
 
 namespace {
 

@@ -23,10 +23,7 @@ void StreamedMarks::send_queued() {
   try {
     if (!connection_) {
       connection_.emplace(
-          pg::Connection::open(options_.database_url, std::string(kRelayApplicationName)));
-      for (const std::string& setting : relay_sql::session_settings(options_.durable_marks)) {
-        pg::exec(connection_->get(), setting);
-      }
+          relay_sql::open_relay_session(options_.database_url, options_.durable_marks));
     }
     pg::ArrayLiteral ids, tokens;
     for (const Outcome& outcome : queued_) {
