@@ -12,6 +12,7 @@ packages=(
   libhiredis-dev redis-server  # outbox::redis, the Redis Streams sink (hiredis); the tests start their own redis-server
   libpqxx-dev  # outbox::pqxx, the producer in a libpqxx transaction (include/outbox/pqxx.hpp)
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
+  libsimdjson-dev  # the CDC relay reads table-less events' messages with simdjson
   prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP
   libtomlplusplus-dev  # outbox --config outbox.toml
   prometheus  # promtool checks what is served and the alert rules; the alert drill runs the server

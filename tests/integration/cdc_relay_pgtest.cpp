@@ -853,6 +853,54 @@ TEST_F(TableLessTest, AFailedEventIsWrittenToTheTableRetriedAndItsAggregateWaits
   EXPECT_EQ(rows("aggregate_id <> 'agg-3'"), 0) << "other aggregates were not held up";
 }
 
+// A relay whose stream went may have written a table-less event to the table (its send failed)
+// after its predecessor's send went, and before the slot's position moved past either. The next
+// stream brings both again: the predecessor goes again (a duplicate, as after any restart), but
+// the event whose row is pending is the table's. It is checked, though it follows this stream's
+// own send, and goes once, from its row. Events committed after the stream started skip the check
+// after their predecessor's send (counted unchecked).
+TEST_F(TableLessTest, AnEventAnEarlierStreamWroteToTheTableIsCheckedAndGoesOnce) {
+  {
+    Relay first(table_less_options("tl"), sink());  // makes and registers the slot, then stops
+    Running running(first);
+    ASSERT_TRUE(wait_until([&] { return first.stats().health == Health::running; }, 10s))
+        << first.stats().last_error;
+  }
+  const std::vector<EventId> ids = enqueue_table_less(1, 3);  // agg-0: 1, 2, 3
+  // Event 2's row, as the earlier relay wrote it when its send failed: in its backoff.
+  pg::exec(conn(),
+           "INSERT INTO " + schema_.table("outbox_events") +
+               " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, "
+               "schema_version, payload, headers, occurred_at, available_at, attempt_count) "
+               "VALUES ($1, 'order', 'agg-0', 2, 'Step', 1, '{\"k\":1}', '{}', "
+               "now() - interval '1 second', now() + interval '1 second', 1)",
+           {ids.at(1).to_string().c_str()});
+  Relay relay(table_less_options("tl"), sink());
+  Running running(relay);
+  ASSERT_TRUE(
+      wait_until([&] { return relay.stats().published >= ids.size() && unpublished() == 0; }, 20s))
+      << relay.stats().published << " of " << ids.size() << "; " << relay.stats().last_error;
+  std::this_thread::sleep_for(500ms);  // a second send of event 2 would have gone by now
+  EXPECT_EQ(relay.stats().published, ids.size()) << "event 2 from its row only";
+  const std::vector<EventId> later = enqueue_table_less(2, 3, 3);  // after the stream started
+  ASSERT_TRUE(wait_until([&] { return relay.stats().published >= ids.size() + later.size(); }, 20s))
+      << relay.stats().published << "; " << relay.stats().last_error;
+  EXPECT_GE(relay.stats().unchecked, 4U) << "agg-1's 2 and 3, agg-0's 5 and 6 follow own sends";
+  running.stop();
+  std::vector<EventId> all = ids;
+  all.insert(all.end(), later.begin(), later.end());
+  expect_on_broker_in_order(all);
+  const auto messages = read_topic_until(
+      kafka().bootstrap_servers(), topic_,
+      [&](const std::vector<ReadMessage>& so_far) { return so_far.size() >= all.size(); }, 20s);
+  EXPECT_EQ(std::count_if(messages.begin(), messages.end(),
+                          [&](const ReadMessage& m) {
+                            return m.headers.at("event_id") == ids.at(1).to_string();
+                          }),
+            1)
+      << "event 2 once";
+}
+
 // A transaction too large to hold in memory is written to the table as it is read.
 TEST_F(TableLessTest, ATransactionLargerThanTheByteBudgetIsWrittenToTheTable) {
   RelayOptions o = table_less_options("tl");

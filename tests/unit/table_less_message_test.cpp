@@ -188,6 +188,30 @@ TEST(TableLessMessage, SequencesAndVersionsArePositiveIntegers) {
   EXPECT_EQ(with("schema_version", (std::int64_t{1} << 31) - 1), "");
 }
 
+// The payload is checked as the table's jsonb would take it: nested deeper than simdjson's default
+// 1,024 levels is still JSON; text after the value, or a bad UTF-8 byte in a string, is not.
+TEST(TableLessMessage, APayloadIsCheckedAsTheTableWouldTakeIt) {
+  const auto with_payload = [](const std::string& payload) {
+    nlohmann::json doc = producers(1);
+    doc["events"][0]["payload"] = payload;
+    return refusal(doc);
+  };
+  EXPECT_EQ(with_payload(std::string(5000, '[') + std::string(5000, ']')), "");
+  EXPECT_EQ(with_payload(" {\"a\": \"\\u0000 \xc3\xa9\"} "), "");
+  EXPECT_NE(with_payload(R"({"a": 1} x)"), "");
+  EXPECT_NE(with_payload(""), "");
+  // Bytes that are not UTF-8, in the payload's text and in the message's own.
+  std::string text = producers(1).dump();
+  const std::size_t total = text.find(R"(\"total\": 12)");
+  ASSERT_NE(total, std::string::npos) << text;
+  std::string bad_payload = text;
+  bad_payload.replace(total, 13, "\\\"total\\\": \\\"\xff\\\"");
+  EXPECT_NE(parse_table_less_message(bad_payload, kXid).index(), 0U) << bad_payload;
+  std::string bad_message = text;
+  bad_message.replace(text.find("OrderPlaced"), 11, "Order\xc3");
+  EXPECT_NE(parse_table_less_message(bad_message, kXid).index(), 0U) << "a bad byte in the message";
+}
+
 TEST(TableLessMessage, SequencesFollowOneAnother) {
   nlohmann::json gap = producers(2);
   gap["events"][1]["sequence"] = 9;

@@ -12,6 +12,7 @@ std::vector<SourcedEvent> CdcSource::record_published(std::vector<Outcome>& publ
                                                       std::uint64_t successor_bytes) {
   std::vector<Outcome> streamed = std::move(retry_published_), claimed;
   retry_published_.clear();
+  streamed.reserve(streamed.size() + published.size());  // at catch-up, all of them
   for (Outcome& outcome : published) {
     (outcome.origin == Origin::unclaimed ? streamed : claimed).push_back(std::move(outcome));
   }

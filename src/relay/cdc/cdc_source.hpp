@@ -108,6 +108,7 @@ class CdcSource final : public RelaySourceBase {
   // The one place a stream's state is dropped: an empty session (no stream) replaces it.
   void reset_session();
   void start_stream();
+  void note_fresh_position();
   bool try_start_stream();
   void prepare_slot();
   void drop_outlived_slot();

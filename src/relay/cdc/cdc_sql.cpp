@@ -80,6 +80,19 @@ std::string materialize_clashes(const SchemaName& schema) {
       fmt::arg("events", schema.table("outbox_events")));
 }
 
+FreshStart fresh_start(PGconn* conn, const SchemaName& schema) {
+  // One probe of the pending index (its predicate), not a count.
+  const std::string sql = fmt::format(
+      "SELECT pg_current_wal_flush_lsn()::text, EXISTS (SELECT 1 FROM {events} e "
+      "WHERE e.published_at IS NULL AND e.skipped_at IS NULL)::text",
+      fmt::arg("events", schema.table("outbox_events")));
+  const pg::Result result = pg::exec(conn, sql);
+  FreshStart fresh;
+  fresh.flushed = cdc::parse_lsn(result.text(0, 0)).value_or(0);
+  fresh.rows_pending = result.text(0, 1) != "false";
+  return fresh;
+}
+
 // How many of the transactions $1 (xid8 as text) this session does not see committed yet.
 std::string invisible_transactions() {
   return "SELECT count(*) FROM unnest($1::text[]) AS t(xid) "

@@ -67,6 +67,16 @@ class VisibleXmin {
   Clock::time_point at_{};
 };
 
+// Read once a stream holds its slot (its earlier readers gone): the server's flushed WAL position,
+// and whether the outbox table holds any pending row. Before that position an earlier stream may
+// have read a transaction and written its table-less events to the table; with no row pending,
+// none of those is still to publish (CdcSource::asked_about).
+struct FreshStart {
+  cdc::Lsn flushed = 0;
+  bool rows_pending = true;
+};
+FreshStart fresh_start(PGconn* conn, const SchemaName& schema);
+
 // Idle pgoutput slots of this database whose names start with `base`, except those registered
 // for table-less events (the only copy of their events).
 std::vector<std::string> idle_slots_of(PGconn* conn, const SchemaName& schema,

@@ -40,6 +40,7 @@ void CdcSource::start_stream() {
       if (publications_.take_drop_slot_first()) drop_outlived_slot();
       prepare_slot();
       session_.stream->start(publications_.slot(), publications_.streamed(), start_position());
+      note_fresh_position();
       if (!polling()) show_mode();  // a new walsender (from standby or released: once switched)
       return;
     } catch (const cdc::ReplicationError& error) {
@@ -55,6 +56,21 @@ void CdcSource::start_stream() {
                             error.sqlstate(), true);
       }
     }
+  }
+}
+
+// Where the WAL was flushed once this stream holds the slot (what commits past it, no earlier
+// stream read), and whether a row was pending then. Unknown (every table-less event is checked) if
+// it cannot be asked.
+void CdcSource::note_fresh_position() {
+  if (!options_.cdc.table_less) return;
+  try {
+    const cdc_sql::FreshStart fresh = cdc_sql::fresh_start(table_.connection(), options_.schema);
+    session_.fresh_after = fresh.flushed;
+    session_.rows_pending_at_start = fresh.rows_pending;
+  } catch (const DatabaseError& error) {
+    log().debug("relay {}: the flushed WAL position could not be read: {}", options_.relay_id,
+                error.what());
   }
 }
 

@@ -1,8 +1,10 @@
 #include "relay/cdc/table_less_message.hpp"
 
+#include <simdjson.h>
+
+#include <array>
 #include <limits>
-#include <map>
-#include <nlohmann/json.hpp>
+#include <new>
 #include <optional>
 #include <stdexcept>
 
@@ -10,193 +12,118 @@ namespace outbox::detail {
 
 namespace {
 
-using json = nlohmann::json;
+namespace dom = simdjson::dom;
 
-// The message read in one pass with nlohmann's SAX interface: each field a producer writes goes
-// straight to its place and no document is built (building one was most of a table-less relay's
-// CPU: docs/PERFORMANCE.md). Keys it does not know are skipped whole, and a key given twice keeps
-// its last value, as a parsed document would: a known key whose value is of another kind is
-// noted as a problem, which a later value of the right kind for that key clears.
-class MessageReader final : public nlohmann::json_sax<json> {
+// Each thread reads with its own parsers, reused: a document's strings live in its parser until
+// that parser reads the next text, so a payload is checked with another.
+dom::parser& message_parser() {
+  thread_local dom::parser parser;
+  return parser;
+}
+
+// PostgreSQL's jsonb takes payloads nested deeper than simdjson's default 1,024 levels (it stops
+// at its stack's depth); a payload the table would take is not refused here for its depth.
+constexpr std::size_t kPayloadDepth = 65536;
+
+dom::parser& payload_parser() {
+  thread_local dom::parser parser = [] {
+    dom::parser made;
+    if (made.allocate(4096, kPayloadDepth) != simdjson::SUCCESS) throw std::bad_alloc();
+    return made;
+  }();
+  return parser;
+}
+
+// How a refusal names a value of the wrong kind.
+const char* kind_of(dom::element value) {
+  switch (value.type()) {
+    case dom::element_type::ARRAY:
+      return "an array";
+    case dom::element_type::OBJECT:
+      return "an object";
+    case dom::element_type::INT64:
+    case dom::element_type::UINT64:
+      return "a number";
+    case dom::element_type::DOUBLE:
+      return "a number that is not an integer";
+    case dom::element_type::STRING:
+      return "a string";
+    case dom::element_type::BOOL:
+      return "a boolean";
+    case dom::element_type::NULL_VALUE:
+      return "null";
+  }
+  return "a value";
+}
+
+// An object's fields among `Names`, each with its key's LAST value, as a document keeping the
+// last of a repeated key would (a refused value a later good one replaces is forgotten); keys
+// not named are skipped whole.
+template <std::size_t N>
+class Fields {
  public:
-  struct Item {
-    std::optional<std::string> event_id, event_type, payload, headers;
-    std::optional<std::int64_t> sequence, schema_version;
-    std::map<std::string, std::string> bad;  // key -> why its last value is refused
-  };
-  std::optional<std::string> xid, occurred_at, aggregate_type, aggregate_id;
-  std::optional<std::vector<Item>> items;  // "events", when it was an array
-  std::map<std::string, std::string> bad;  // of the top object, as Item::bad
-  std::string problem;                     // why the text could not be read at all
-
-  bool null() override { return other("null"); }
-  bool boolean(bool /*value*/) override { return other("a boolean"); }
-  bool number_integer(number_integer_t value) override { return integer(value); }
-  bool number_unsigned(number_unsigned_t value) override {
-    constexpr auto kMost = static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max());
-    return integer(value > kMost ? -1 : static_cast<std::int64_t>(value));  // -1: never valid
-  }
-  bool number_float(number_float_t /*value*/, const string_t& /*text*/) override {
-    return other("a number that is not an integer");
-  }
-  bool binary(binary_t& /*value*/) override { return other("binary"); }
-  bool string(string_t& value) override {
-    if (std::optional<std::string>* field = text_field()) {
-      *field = std::move(value);
-      good();
-      return true;
+  Fields(dom::object object, const std::array<std::string_view, N>& names) : names_(names) {
+    for (const dom::key_value_pair field : object) {
+      for (std::size_t i = 0; i < N; ++i) {
+        if (field.key == names_[i]) values_[i] = field.value;
+      }
     }
-    return other("a string");
   }
-  bool start_object(std::size_t /*size*/) override { return open(true); }
-  bool start_array(std::size_t /*size*/) override { return open(false); }
-  bool end_object() override { return close(); }
-  bool end_array() override { return close(); }
-  bool key(string_t& value) override {
-    key_ = std::move(value);
-    return true;
+  [[nodiscard]] std::optional<dom::element> get(std::size_t i) const { return values_[i]; }
+  // The field as text; throws when it is missing or another kind.
+  [[nodiscard]] std::string_view text(std::size_t i) const {
+    const dom::element value = present(i);
+    std::string_view text;
+    if (value.get_string().get(text) != simdjson::SUCCESS) wrong(i, value);
+    return text;
   }
-  bool parse_error(std::size_t /*position*/, const std::string& /*token*/,
-                   const nlohmann::detail::exception& error) override {
-    if (problem.empty()) problem = error.what();
-    return false;
+  // The field as an integer (one past INT64_MAX reads as -1: never valid); throws otherwise.
+  [[nodiscard]] std::int64_t integer(std::size_t i) const {
+    const dom::element value = present(i);
+    std::int64_t number = 0;
+    if (value.type() == dom::element_type::INT64 &&
+        value.get_int64().get(number) == simdjson::SUCCESS) {
+      return number;
+    }
+    if (value.type() == dom::element_type::UINT64) return -1;  // past INT64_MAX
+    wrong(i, value);
+  }
+  // Refuses the first field (in the order of `Names`) whose value is not of its kind, before any
+  // field is missing: `kinds` is 't' for text, 'i' for an integer, anything else for no check.
+  void check_kinds(std::string_view kinds) const {
+    for (std::size_t i = 0; i < N; ++i) {
+      if (!values_[i]) continue;
+      const dom::element_type type = values_[i]->type();
+      if ((kinds[i] == 't' && type != dom::element_type::STRING) ||
+          (kinds[i] == 'i' && type != dom::element_type::INT64 &&
+           type != dom::element_type::UINT64)) {
+        wrong(i, *values_[i]);
+      }
+    }
   }
 
  private:
-  enum class Frame { top, events, item, skipped };
-
-  bool open(bool object) {
-    if (frames_.empty()) {
-      if (!object) return fail("not a JSON object");
-      frames_.push_back(Frame::top);
-      return true;
-    }
-    switch (frames_.back()) {
-      case Frame::top:
-        if (key_ == "events") {
-          bad.erase("events");
-          if (object) items.reset();  // an object, not a list: no events
-          if (!object) items.emplace();
-          frames_.push_back(object ? Frame::skipped : Frame::events);
-          return true;
-        }
-        break;
-      case Frame::events:
-        if (object) {
-          items->emplace_back();
-          frames_.push_back(Frame::item);
-          return true;
-        }
-        break;
-      case Frame::item:
-      case Frame::skipped:
-        break;
-    }
-    if (known()) refuse(object ? "an object" : "an array");
-    frames_.push_back(Frame::skipped);
-    return true;
+  [[nodiscard]] dom::element present(std::size_t i) const {
+    if (!values_[i]) throw std::invalid_argument("no \"" + std::string(names_[i]) + "\"");
+    return *values_[i];
   }
-  bool close() {
-    frames_.pop_back();
-    return true;
-  }
-  // Whether the current key names a field of the frame it is in.
-  [[nodiscard]] bool known() const {
-    if (frames_.empty()) return false;
-    switch (frames_.back()) {
-      case Frame::top:
-        return key_ == "xid" || key_ == "occurred_at" || key_ == "aggregate_type" ||
-               key_ == "aggregate_id" || key_ == "events";
-      case Frame::item:
-        return key_ == "event_id" || key_ == "event_type" || key_ == "payload" ||
-               key_ == "headers" || key_ == "sequence" || key_ == "schema_version";
-      case Frame::events:
-        return true;  // every item must be an object
-      case Frame::skipped:
-        return false;
-    }
-    return false;
-  }
-  // Where a string for the current key goes; nullptr when it takes none.
-  std::optional<std::string>* text_field() {
-    if (frames_.empty()) return nullptr;
-    if (frames_.back() == Frame::top) {
-      return key_ == "xid"              ? &xid
-             : key_ == "occurred_at"    ? &occurred_at
-             : key_ == "aggregate_type" ? &aggregate_type
-             : key_ == "aggregate_id"   ? &aggregate_id
-                                        : nullptr;
-    }
-    if (frames_.back() != Frame::item) return nullptr;
-    Item& item = items->back();
-    return key_ == "event_id"     ? &item.event_id
-           : key_ == "event_type" ? &item.event_type
-           : key_ == "payload"    ? &item.payload
-           : key_ == "headers"    ? &item.headers
-                                  : nullptr;
-  }
-  bool integer(std::int64_t value) {
-    if (!frames_.empty() && frames_.back() == Frame::item &&
-        (key_ == "sequence" || key_ == "schema_version")) {
-      (key_ == "sequence" ? items->back().sequence : items->back().schema_version) = value;
-      good();
-      return true;
-    }
-    return other("a number");
-  }
-  // A scalar where the current key takes no such value: "events" that is not a list has no
-  // events; another known key refuses it; an unknown key's value is skipped.
-  bool other(const char* what) {
-    if (frames_.empty()) return fail("not a JSON object");
-    if (frames_.back() == Frame::top && key_ == "events") {
-      bad.erase("events");
-      items.reset();
-      return true;
-    }
-    if (known()) refuse(what);
-    return true;
-  }
-  // The current key's value is of a kind it does not take: noted (the field is gone), unless a
-  // later value for the key is good. An item of "events" that is not an object spoils the list.
-  void refuse(const char* what) {
-    if (frames_.back() == Frame::events) {
-      bad["events"] = "an item of \"events\" is not an object";
-      return;
-    }
-    const std::string why = "\"" + key_ + "\" is " + what;
-    if (frames_.back() == Frame::item) {
-      Item& item = items->back();
-      item.bad[key_] = why;
-      if (key_ == "sequence") item.sequence.reset();
-      if (key_ == "schema_version") item.schema_version.reset();
-      if (std::optional<std::string>* field = text_field()) field->reset();
-      return;
-    }
-    bad[key_] = why;
-    if (std::optional<std::string>* field = text_field()) field->reset();
-  }
-  // The current key got a value of its kind: an earlier refused one is forgotten.
-  void good() {
-    if (frames_.back() == Frame::item) {
-      items->back().bad.erase(key_);
-    } else {
-      bad.erase(key_);
-    }
-  }
-  bool fail(std::string why) {
-    problem = std::move(why);
-    return false;
+  [[noreturn]] void wrong(std::size_t i, dom::element value) const {
+    throw std::invalid_argument("\"" + std::string(names_[i]) + "\" is " + kind_of(value));
   }
 
-  std::vector<Frame> frames_;
-  std::string key_;
+  const std::array<std::string_view, N>& names_;
+  std::array<std::optional<dom::element>, N> values_;
 };
 
-template <typename T>
-const T& required(const std::optional<T>& field, const char* name) {
-  if (!field) throw std::invalid_argument(std::string("no \"") + name + "\"");
-  return *field;
-}
+// The message's keys and an item's, in the order their refusals are looked for.
+enum Top : std::size_t { kAggregateId, kAggregateType, kEvents, kOccurredAt, kXid };
+constexpr std::array<std::string_view, 5> kTopNames{"aggregate_id", "aggregate_type", "events",
+                                                    "occurred_at", "xid"};
+constexpr std::string_view kTopKinds = "tt-tt";
+enum Item : std::size_t { kEventId, kEventType, kHeaders, kPayload, kSchemaVersion, kSequence };
+constexpr std::array<std::string_view, 6> kItemNames{"event_id", "event_type",     "headers",
+                                                     "payload",  "schema_version", "sequence"};
+constexpr std::string_view kItemKinds = "ttttii";
 
 // The transaction that carries the message: its xid's low 32 bits are Begin's.
 std::string read_xid(const std::string& xid, std::uint32_t begin_xid) {
@@ -210,50 +137,72 @@ std::string read_xid(const std::string& xid, std::uint32_t begin_xid) {
 }
 
 // One item of "events".
-Event read_event(MessageReader::Item& item) {
+Event read_event(dom::element element) {
+  dom::object object;
+  if (element.get_object().get(object) != simdjson::SUCCESS) {
+    throw std::invalid_argument("an item of \"events\" is not an object");
+  }
+  const Fields item(object, kItemNames);
+  item.check_kinds(kItemKinds);
   Event event;
-  const std::optional<EventId> id = EventId::parse(required(item.event_id, "event_id"));
+  const std::optional<EventId> id = EventId::parse(item.text(kEventId));
   if (!id) throw std::invalid_argument("event_id is not a UUID");
   event.event_id = *id;
-  const std::int64_t sequence = required(item.sequence, "sequence");
-  const std::int64_t version = required(item.schema_version, "schema_version");
+  const std::int64_t sequence = item.integer(kSequence);
+  const std::int64_t version = item.integer(kSchemaVersion);
   if (sequence < 1 || version < 1 || version > std::numeric_limits<std::int32_t>::max()) {
     throw std::invalid_argument("sequence or schema_version is not a positive integer");
   }
   event.aggregate_sequence = sequence;
   event.schema_version = static_cast<std::int32_t>(version);
-  event.event_type = std::move(required(item.event_type, "event_type"));
-  event.payload = std::move(required(item.payload, "payload"));
-  event.headers = std::move(required(item.headers, "headers"));
+  event.event_type = item.text(kEventType);
+  event.payload = item.text(kPayload);
+  event.headers = item.text(kHeaders);
   return event;
 }
 
-bool headers_are_an_object(const std::string& headers) {
-  if (headers == "{}") return true;  // what most events carry
-  const json parsed = json::parse(headers, nullptr, false);
-  return !parsed.is_discarded() && parsed.is_object();
+// Whether `text` is one JSON value (`object`: an object), read with the payload parser.
+bool is_json(const std::string& text, bool object) {
+  dom::element value;
+  if (payload_parser().parse(text).get(value) != simdjson::SUCCESS) return false;
+  return !object || value.type() == dom::element_type::OBJECT;
 }
 
 bool table_accepts(const Event& event) {
   return !event.aggregate_type.empty() && !event.aggregate_id.empty() &&
-         !event.event_type.empty() && json::accept(event.payload) &&
-         headers_are_an_object(event.headers);
+         !event.event_type.empty() && is_json(event.payload, false) &&
+         (event.headers == "{}" || is_json(event.headers, true));
 }
 
 TableLessMessage read_message(std::string_view content, std::uint32_t begin_xid) {
-  MessageReader reader;
-  if (!json::sax_parse(content, &reader)) {
-    throw std::invalid_argument(reader.problem.empty() ? "not JSON" : reader.problem);
+  dom::element document;
+  if (const auto error = message_parser().parse(content.data(), content.size()).get(document)) {
+    throw std::invalid_argument(std::string("not JSON: ") + simdjson::error_message(error));
   }
-  if (!reader.bad.empty()) throw std::invalid_argument(reader.bad.begin()->second);
+  dom::object object;
+  if (document.get_object().get(object) != simdjson::SUCCESS) {
+    throw std::invalid_argument("not a JSON object");
+  }
+  const Fields top(object, kTopNames);
+  top.check_kinds(kTopKinds);
+  // "events" that is not a list has none; a list with an item that is not an object is refused.
+  dom::array items;
+  const bool listed =
+      top.get(kEvents) && top.get(kEvents)->get_array().get(items) == simdjson::SUCCESS;
+  if (listed) {
+    for (const dom::element item : items) {
+      if (item.type() != dom::element_type::OBJECT) {
+        throw std::invalid_argument("an item of \"events\" is not an object");
+      }
+    }
+  }
   TableLessMessage message;
-  message.xid = read_xid(required(reader.xid, "xid"), begin_xid);
-  const std::string& occurred_at = required(reader.occurred_at, "occurred_at");
-  const std::string& aggregate_type = required(reader.aggregate_type, "aggregate_type");
-  const std::string& aggregate_id = required(reader.aggregate_id, "aggregate_id");
-  if (!reader.items || reader.items->empty()) throw std::invalid_argument("no events");
-  for (MessageReader::Item& item : *reader.items) {
-    if (!item.bad.empty()) throw std::invalid_argument(item.bad.begin()->second);
+  message.xid = read_xid(std::string(top.text(kXid)), begin_xid);
+  const std::string_view occurred_at = top.text(kOccurredAt);
+  const std::string_view aggregate_type = top.text(kAggregateType);
+  const std::string_view aggregate_id = top.text(kAggregateId);
+  if (!listed || items.size() == 0) throw std::invalid_argument("no events");
+  for (const dom::element item : items) {
     Event event = read_event(item);
     event.aggregate_type = aggregate_type;
     event.aggregate_id = aggregate_id;
