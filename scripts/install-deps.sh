@@ -13,6 +13,7 @@ packages=(
   libpqxx-dev  # outbox::pqxx, the producer in a libpqxx transaction (include/outbox/pqxx.hpp)
   librdkafka-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libsimdjson-dev  # the CDC relay reads table-less events' messages with simdjson
+  libjemalloc-dev  # the outbox program's allocator
   prometheus-cpp-dev libcpp-httplib-dev  # outbox::observe: the metrics text format, HTTP
   libtomlplusplus-dev  # outbox --config outbox.toml
   prometheus  # promtool checks what is served and the alert rules; the alert drill runs the server

@@ -779,6 +779,14 @@ class TableLessTest : public CdcRelayTest {
   }
   // Publishes every event whose id is in `ids` (on the topic), waiting up to 20 s.
   long long table_rows() { return rows("true"); }
+  // A table-less relay makes and registers the slot, then stops: what producers write meanwhile
+  // waits in the slot for the next one.
+  void register_slot_and_stop() {
+    Relay first(table_less_options("tl"), sink());
+    Running running(first);
+    ASSERT_TRUE(wait_until([&] { return first.stats().health == Health::running; }, 10s))
+        << first.stats().last_error;
+  }
 };
 
 // Events that exist only in the WAL reach the broker in order, beside table events of the same
@@ -860,12 +868,7 @@ TEST_F(TableLessTest, AFailedEventIsWrittenToTheTableRetriedAndItsAggregateWaits
 // own send, and goes once, from its row. Events committed after the stream started skip the check
 // after their predecessor's send (counted unchecked).
 TEST_F(TableLessTest, AnEventAnEarlierStreamWroteToTheTableIsCheckedAndGoesOnce) {
-  {
-    Relay first(table_less_options("tl"), sink());  // makes and registers the slot, then stops
-    Running running(first);
-    ASSERT_TRUE(wait_until([&] { return first.stats().health == Health::running; }, 10s))
-        << first.stats().last_error;
-  }
+  register_slot_and_stop();
   const std::vector<EventId> ids = enqueue_table_less(1, 3);  // agg-0: 1, 2, 3
   // Event 2's row, as the earlier relay wrote it when its send failed: in its backoff.
   pg::exec(conn(),
@@ -899,6 +902,67 @@ TEST_F(TableLessTest, AnEventAnEarlierStreamWroteToTheTableIsCheckedAndGoesOnce)
                           }),
             1)
       << "event 2 once";
+}
+
+// As above, but the earlier relay's send of event 2 failed for good (quarantined), and an operator
+// skipped it while no relay ran: no row is pending, and the skip still holds (event 3 goes after
+// it, as after any skip). And a table-less event whose id a row of the same transaction reused:
+// the row is what goes, once.
+TEST_F(TableLessTest, AnEventAnOperatorSkippedOrARowReusedTheIdOfIsNotSentFromTheStream) {
+  register_slot_and_stop();
+  const std::vector<EventId> ids = enqueue_table_less(1, 3);  // agg-0: 1, 2, 3
+  const std::string insert =
+      "INSERT INTO " + schema_.table("outbox_events") +
+      " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, schema_version, "
+      "payload, headers, occurred_at, available_at, attempt_count, quarantined_at, skipped_at) "
+      "VALUES ($1, 'order', 'agg-0', 2, 'Step', 1, '{\"k\":1}', '{}', now(), now(), 1, now(), "
+      "now())";
+  pg::exec(conn(), insert, {ids.at(1).to_string().c_str()});
+  Relay relay(table_less_options("tl"), sink());
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().published >= 2; }, 20s))
+      << relay.stats().last_error;
+  std::this_thread::sleep_for(1s);  // a send of event 2 would have gone by now
+  EXPECT_EQ(relay.stats().published, 2U) << "events 1 and 3: 2 was skipped";
+  // Another aggregate: b#2's id reused by a row producer in the same transaction.
+  ProducerOptions options{schema_, 4096};
+  options.table_less = true;
+  pg::exec(conn(), "BEGIN");
+  const EventId b1 =
+      Producer(options)
+          .enqueue(conn(), NewEvent{"order", "b", "Step", "{}", "{}", 1, std::nullopt})
+          .event_id;
+  pg::commit(conn());
+  const EventId b2 = EventId::generate();
+  pg::exec(conn(), "BEGIN");
+  Producer(options).enqueue(conn(),
+                            NewEvent{"order", "b", "Step", R"({"from":"stream"})", "{}", 1, b2});
+  pg::exec(conn(),
+           "INSERT INTO " + schema_.table("outbox_events") +
+               " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, "
+               "schema_version, payload, headers) VALUES ($1, 'order', 'reuser', 1, "
+               "'Step', 1, '{\"from\":\"row\"}', '{}')",
+           {b2.to_string().c_str()});
+  pg::commit(conn());
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return rows("published_at IS NULL AND skipped_at IS NULL") == 0 &&
+               relay.stats().published >= 4;
+      },
+      20s))
+      << relay.stats().published << "; " << relay.stats().last_error;
+  std::this_thread::sleep_for(500ms);
+  running.stop();
+  const std::size_t sent = relay.stats().published;  // each one a message on the topic
+  const auto messages = read_topic_until(
+      kafka().bootstrap_servers(), topic_,
+      [&](const std::vector<ReadMessage>& so_far) { return so_far.size() >= sent; }, 20s);
+  std::map<std::string, int> seen;
+  for (const ReadMessage& m : messages) ++seen[m.headers.at("event_id")];
+  EXPECT_EQ(seen[ids.at(1).to_string()], 0) << "skipped";
+  EXPECT_EQ(seen[ids.at(2).to_string()], 1);
+  EXPECT_EQ(seen[b1.to_string()], 1);
+  EXPECT_EQ(seen[b2.to_string()], 1) << "the reused id once";
 }
 
 // A transaction too large to hold in memory is written to the table as it is read.

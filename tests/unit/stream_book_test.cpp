@@ -124,6 +124,22 @@ TEST(StreamBook, AfterAReplayTheNextEventOfAnAggregateIsChecked) {
   book.decide({});
 }
 
+// The replay came while a#1 was out: its outcome, after the replay, must not tell that nothing
+// lower is pending either (the replay may have made a lower one pending again).
+TEST(StreamBook, AReplayWhileAnEventIsOutForgetsItsPublicationToo) {
+  StreamBook book;
+  const auto first = read(book, {event("a", 1)}, 100);
+  send_all(book);
+  read(book, {event("a", 2)}, 200);  // waits behind a#1
+  book.forget_published();
+  book.published(first[0].event_id);
+  const StreamBook::Candidates next = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(next.events), (std::vector<std::string>{"a#2"}));
+  EXPECT_EQ(next.needs_check, (std::vector<bool>{true}));
+  EXPECT_EQ(next.follows_own_send, (std::vector<bool>{false}));
+  book.decide({});
+}
+
 TEST(StreamBook, ThePositionMovesPastATransactionOnlyWhenItAndAllBeforeItAreDone) {
   StreamBook book;
   const auto first = read(book, {event("a", 1)}, 100);

@@ -12,6 +12,19 @@ namespace {
 
 constexpr std::uint32_t kXid = 1234;
 
+// Each case runs through both readers: simdjson's DOM (messages up to kMostBytesForDom) and
+// nlohmann's SAX reader (longer ones).
+std::size_t most_for_dom = kMostBytesForDom;
+
+std::variant<TableLessMessage, std::string> parse(std::string_view content, std::uint32_t xid) {
+  return parse_table_less_message(content, xid, most_for_dom);
+}
+
+class TableLessMessageTest : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  void SetUp() override { most_for_dom = GetParam(); }
+};
+
 // What a producer's statement emits (producer.cpp, insert_table_less_sql's json_build_object).
 nlohmann::json producers(int events = 2) {
   nlohmann::json doc = {{"xid", std::to_string(kXid)},
@@ -32,13 +45,13 @@ nlohmann::json producers(int events = 2) {
 }
 
 std::string refusal(const nlohmann::json& doc, std::uint32_t xid = kXid) {
-  auto parsed = parse_table_less_message(doc.dump(), xid);
+  auto parsed = parse(doc.dump(), xid);
   if (const auto* why = std::get_if<std::string>(&parsed)) return *why;
   return "";
 }
 
-TEST(TableLessMessage, AProducersMessageParsesIntoItsEvents) {
-  auto parsed = parse_table_less_message(producers().dump(), kXid);
+TEST_P(TableLessMessageTest, AProducersMessageParsesIntoItsEvents) {
+  auto parsed = parse(producers().dump(), kXid);
   ASSERT_TRUE(std::holds_alternative<TableLessMessage>(parsed)) << std::get<std::string>(parsed);
   const TableLessMessage& message = std::get<TableLessMessage>(parsed);
   EXPECT_EQ(message.xid, "1234");
@@ -56,8 +69,8 @@ TEST(TableLessMessage, AProducersMessageParsesIntoItsEvents) {
   EXPECT_EQ(message.events[1].aggregate_sequence, 8);
 }
 
-TEST(TableLessMessage, NotJsonIsRefused) {
-  auto parsed = parse_table_less_message("not json", kXid);
+TEST_P(TableLessMessageTest, NotJsonIsRefused) {
+  auto parsed = parse("not json", kXid);
   ASSERT_TRUE(std::holds_alternative<std::string>(parsed));
   EXPECT_NE(std::get<std::string>(parsed).find("it is not an outbox producer's message"),
             std::string::npos);
@@ -67,7 +80,7 @@ TEST(TableLessMessage, NotJsonIsRefused) {
   EXPECT_NE(refusal(missing), "");
 }
 
-TEST(TableLessMessage, TheXidMustNameTheTransactionThatCarriesIt) {
+TEST_P(TableLessMessageTest, TheXidMustNameTheTransactionThatCarriesIt) {
   for (const char* bad : {"", "12a", "123456789012345678901", "-1"}) {
     nlohmann::json doc = producers();
     doc["xid"] = bad;
@@ -84,7 +97,7 @@ TEST(TableLessMessage, TheXidMustNameTheTransactionThatCarriesIt) {
   EXPECT_NE(refusal(number), "") << "a number, not the text a producer writes";
 }
 
-TEST(TableLessMessage, EventsMustBeThereAndWhatTheTableAccepts) {
+TEST_P(TableLessMessageTest, EventsMustBeThereAndWhatTheTableAccepts) {
   nlohmann::json none = producers();
   none["events"] = nlohmann::json::array();
   EXPECT_NE(refusal(none).find("no events"), std::string::npos);
@@ -107,12 +120,12 @@ TEST(TableLessMessage, EventsMustBeThereAndWhatTheTableAccepts) {
 
 // The message is read in one pass, without a document (MessageReader): what a document would
 // have given must still come out, whatever else the text holds.
-TEST(TableLessMessage, UnknownKeysAreSkippedWholeAndARepeatedKeyKeepsItsLastValue) {
+TEST_P(TableLessMessageTest, UnknownKeysAreSkippedWholeAndARepeatedKeyKeepsItsLastValue) {
   nlohmann::json extra = producers();
   extra["trace"] = {{"events", nlohmann::json::array({1, 2})}, {"xid", {{"deep", {true}}}}};
   extra["events"][0]["extra"] = nlohmann::json::array({nlohmann::json::object({{"sequence", 99}})});
   extra["events"][1]["note"] = nullptr;
-  auto parsed = parse_table_less_message(extra.dump(), kXid);
+  auto parsed = parse(extra.dump(), kXid);
   ASSERT_TRUE(std::holds_alternative<TableLessMessage>(parsed)) << std::get<std::string>(parsed);
   const TableLessMessage& message = std::get<TableLessMessage>(parsed);
   ASSERT_EQ(message.events.size(), 2U);
@@ -123,7 +136,7 @@ TEST(TableLessMessage, UnknownKeysAreSkippedWholeAndARepeatedKeyKeepsItsLastValu
                             R"(", "occurred_at": "t", "aggregate_type": "a", "aggregate_id": "b",
       "events": [], "events": [{"event_id": "0190f7a4-1e4b-7a3c-8f00-000000000000", "sequence": 1,
       "event_type": "E", "schema_version": 1, "payload": "{}", "headers": "{}"}]})";
-  auto last = parse_table_less_message(twice, kXid);
+  auto last = parse(twice, kXid);
   ASSERT_TRUE(std::holds_alternative<TableLessMessage>(last)) << std::get<std::string>(last);
   EXPECT_EQ(std::get<TableLessMessage>(last).events.size(), 1U);
 
@@ -134,22 +147,22 @@ TEST(TableLessMessage, UnknownKeysAreSkippedWholeAndARepeatedKeyKeepsItsLastValu
       "headers": "{}"})";
   const std::string head = R"({"aggregate_type": "a", "aggregate_id": "b", "occurred_at": "t", )";
   const std::string xid = std::to_string(kXid);
-  auto later_good = parse_table_less_message(
+  auto later_good = parse(
       head + R"("xid": 5, "xid": ")" + xid + R"(", "events": [1], "events": [)" + event + "]}",
       kXid);
   ASSERT_TRUE(std::holds_alternative<TableLessMessage>(later_good))
       << std::get<std::string>(later_good);
   EXPECT_EQ(std::get<TableLessMessage>(later_good).events.at(0).aggregate_sequence, 2);
-  auto later_bad = parse_table_less_message(
-      head + R"("xid": ")" + xid + R"(", "xid": 5, "events": [)" + event + "]}", kXid);
+  auto later_bad =
+      parse(head + R"("xid": ")" + xid + R"(", "xid": 5, "events": [)" + event + "]}", kXid);
   ASSERT_TRUE(std::holds_alternative<std::string>(later_bad));
   EXPECT_NE(std::get<std::string>(later_bad).find("\"xid\" is a number"), std::string::npos);
-  auto bad_item_last = parse_table_less_message(
-      head + R"("xid": ")" + xid + R"(", "events": [)" + event + R"(, "x"]})", kXid);
+  auto bad_item_last =
+      parse(head + R"("xid": ")" + xid + R"(", "events": [)" + event + R"(, "x"]})", kXid);
   ASSERT_TRUE(std::holds_alternative<std::string>(bad_item_last));
 }
 
-TEST(TableLessMessage, AKnownKeyWithAnotherKindOfValueIsRefused) {
+TEST_P(TableLessMessageTest, AKnownKeyWithAnotherKindOfValueIsRefused) {
   const auto top = [](const char* key, nlohmann::json value) {
     nlohmann::json doc = producers();
     doc[key] = std::move(value);
@@ -173,7 +186,7 @@ TEST(TableLessMessage, AKnownKeyWithAnotherKindOfValueIsRefused) {
   EXPECT_NE(refusal(nlohmann::json("a string")), "");
 }
 
-TEST(TableLessMessage, SequencesAndVersionsArePositiveIntegers) {
+TEST_P(TableLessMessageTest, SequencesAndVersionsArePositiveIntegers) {
   const auto with = [](const char* key, nlohmann::json value) {
     nlohmann::json doc = producers(1);
     doc["events"][0][key] = std::move(value);
@@ -188,16 +201,19 @@ TEST(TableLessMessage, SequencesAndVersionsArePositiveIntegers) {
   EXPECT_EQ(with("schema_version", (std::int64_t{1} << 31) - 1), "");
 }
 
-// The payload is checked as the table's jsonb would take it: nested deeper than simdjson's default
-// 1,024 levels is still JSON; text after the value, or a bad UTF-8 byte in a string, is not.
-TEST(TableLessMessage, APayloadIsCheckedAsTheTableWouldTakeIt) {
+// The payload is checked as the table's jsonb would take it (scan_jsonb): numbers past 64 bits
+// (jsonb prints 6.022e23 in full digits) and 1,000 levels of nesting are JSON it stores; \u0000,
+// text after the value, or a byte that is not UTF-8 are not.
+TEST_P(TableLessMessageTest, APayloadIsCheckedAsTheTableWouldTakeIt) {
   const auto with_payload = [](const std::string& payload) {
     nlohmann::json doc = producers(1);
     doc["events"][0]["payload"] = payload;
     return refusal(doc);
   };
-  EXPECT_EQ(with_payload(std::string(5000, '[') + std::string(5000, ']')), "");
-  EXPECT_EQ(with_payload(" {\"a\": \"\\u0000 \xc3\xa9\"} "), "");
+  EXPECT_EQ(with_payload(R"({"n": 602200000000000000000000, "m": -10000000000000000000})"), "");
+  EXPECT_EQ(with_payload(std::string(1000, '[') + std::string(1000, ']')), "");
+  EXPECT_EQ(with_payload(" {\"a\": \"\xc3\xa9\"} "), "");
+  EXPECT_NE(with_payload(R"({"a": "\u0000"})"), "");
   EXPECT_NE(with_payload(R"({"a": 1} x)"), "");
   EXPECT_NE(with_payload(""), "");
   // Bytes that are not UTF-8, in the payload's text and in the message's own.
@@ -206,13 +222,13 @@ TEST(TableLessMessage, APayloadIsCheckedAsTheTableWouldTakeIt) {
   ASSERT_NE(total, std::string::npos) << text;
   std::string bad_payload = text;
   bad_payload.replace(total, 13, "\\\"total\\\": \\\"\xff\\\"");
-  EXPECT_NE(parse_table_less_message(bad_payload, kXid).index(), 0U) << bad_payload;
+  EXPECT_NE(parse(bad_payload, kXid).index(), 0U) << bad_payload;
   std::string bad_message = text;
   bad_message.replace(text.find("OrderPlaced"), 11, "Order\xc3");
-  EXPECT_NE(parse_table_less_message(bad_message, kXid).index(), 0U) << "a bad byte in the message";
+  EXPECT_NE(parse(bad_message, kXid).index(), 0U) << "a bad byte in the message";
 }
 
-TEST(TableLessMessage, SequencesFollowOneAnother) {
+TEST_P(TableLessMessageTest, SequencesFollowOneAnother) {
   nlohmann::json gap = producers(2);
   gap["events"][1]["sequence"] = 9;
   EXPECT_EQ(refusal(gap), "its events' sequences do not follow one another");
@@ -220,6 +236,11 @@ TEST(TableLessMessage, SequencesFollowOneAnother) {
   back["events"][1]["sequence"] = 7;
   EXPECT_EQ(refusal(back), "its events' sequences do not follow one another");
 }
+
+INSTANTIATE_TEST_SUITE_P(BothReaders, TableLessMessageTest, ::testing::Values(kMostBytesForDom, 0),
+                         [](const ::testing::TestParamInfo<std::size_t>& param) {
+                           return param.param == 0 ? std::string("sax") : std::string("dom");
+                         });
 
 }  // namespace
 }  // namespace outbox::detail

@@ -10,13 +10,17 @@ namespace outbox::detail {
 std::vector<SourcedEvent> CdcSource::record_published(std::vector<Outcome>& published,
                                                       bool take_successors,
                                                       std::uint64_t successor_bytes) {
-  std::vector<Outcome> streamed = std::move(retry_published_), claimed;
-  retry_published_.clear();
-  streamed.reserve(streamed.size() + published.size());  // at catch-up, all of them
+  // Split without copying the streamed ones (at catch-up, all of them) into a new vector.
+  std::vector<Outcome> claimed;
   for (Outcome& outcome : published) {
-    (outcome.origin == Origin::unclaimed ? streamed : claimed).push_back(std::move(outcome));
+    if (outcome.origin != Origin::unclaimed) claimed.push_back(std::move(outcome));
   }
+  std::erase_if(published,
+                [](const Outcome& outcome) { return outcome.origin != Origin::unclaimed; });
+  std::vector<Outcome> streamed = std::move(published);
   published.clear();
+  for (Outcome& outcome : retry_published_) streamed.push_back(std::move(outcome));
+  retry_published_.clear();
   std::vector<SourcedEvent> successors;
   try {
     successors = table_.record_published(claimed, take_successors, successor_bytes);

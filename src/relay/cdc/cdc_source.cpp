@@ -136,9 +136,11 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
 // events it leaves (never a candidate again), so only an earlier stream's relay could have, and
 // only for a transaction it read: one whose commit ends before this stream's fresh_after. Such a
 // row still pending is the table path's (in backoff, quarantined): the event must not go from
-// here. None was pending when this stream started (no rows, as a table-less outbox has), or the
-// transaction ends past fresh_after: its visibility is all there is to ask. (A finished row would
-// make the send a duplicate, as a restart's are.) The horizon does not apply: the table path
+// here, and one an operator skipped must not go at all. No row was unpublished when this stream
+// started (no rows, as a table-less outbox has), or the transaction ends past fresh_after: its
+// visibility is all there is to ask, unless a row with its id was inserted since (a caller that
+// gave a row producer the same id: the check leaves it to that row). (A published row would make
+// the send a duplicate, as a restart's are.) The horizon does not apply: the table path
 // claims rows, and it has none. A relay whose stream was lost but which still writes events it
 // read (a send that fails after its walsender went) can write one after this stream started: it is
 // then published twice, from here and from its row (the check's snapshot leaves that window too,
@@ -151,13 +153,14 @@ std::vector<std::size_t> CdcSource::asked_about(const cdc::StreamBook::Candidate
   const auto grace =
       std::chrono::duration_cast<std::chrono::microseconds>(options_.cdc.horizon_grace);
   for (std::size_t i = 0; i < candidates.events.size(); ++i) {
-    const bool table_less = session_.table_less.contains(candidates.events[i]->event_id);
-    const bool own =
-        candidates.follows_own_send[i] && candidates.xids[i] != 0 &&
-        (table_less ? session_.fresh_after != 0 && (!session_.rows_pending_at_start ||
-                                                    candidates.end_lsns[i] > session_.fresh_after)
-                    : certain == 0 || occurred_since(candidates.events[i]->occurred_at,
-                                                     certain - grace.count()));
+    const auto found = session_.table_less.find(candidates.events[i]->event_id);
+    const bool own = candidates.follows_own_send[i] && candidates.xids[i] != 0 &&
+                     (found != session_.table_less.end()
+                          ? !found->second.row_seen && session_.fresh_after != 0 &&
+                                (!session_.rows_unpublished_at_start ||
+                                 candidates.end_lsns[i] > session_.fresh_after)
+                          : certain == 0 || occurred_since(candidates.events[i]->occurred_at,
+                                                           certain - grace.count()));
     if (own && !visible_xmin_.ended_before(candidates.xids[i], now) && !refreshed) {
       visible_xmin_.refresh(table_.connection(), now);  // once per batch, when it may help
       refreshed = true;

@@ -29,10 +29,12 @@
 //
 // Table-less events (CdcOptions::table_less): a producer's transactional message carries its
 // events and transaction id; they go through the same book and check as streamed rows (visible
-// once their transaction is). Published, they are done in memory: there is no row to mark. One
-// the book leaves to the table, or whose send failed, is written to the table as a touched
-// pending row (durably, before the position may move past it), and goes on from there as a row.
-// Until a write that failed is behind a restarted stream, no position is reported.
+// once their transaction is), and skip it after their stream's own send on terms of their own
+// (CdcSource::asked_about: no earlier stream can have left them in the table). Published, they are
+// done in memory: there is no row to mark. One the book leaves to the table, or whose send failed,
+// is written to the table as a touched pending row (durably, before the position may move past it),
+// and goes on from there as a row. Until a write that failed is behind a restarted stream, no
+// position is reported.
 
 #include <chrono>
 #include <optional>

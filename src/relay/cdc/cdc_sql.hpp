@@ -68,12 +68,13 @@ class VisibleXmin {
 };
 
 // Read once a stream holds its slot (its earlier readers gone): the server's flushed WAL position,
-// and whether the outbox table holds any pending row. Before that position an earlier stream may
-// have read a transaction and written its table-less events to the table; with no row pending,
-// none of those is still to publish (CdcSource::asked_about).
+// and whether the outbox table holds any unpublished row (pending, or skipped by an operator).
+// Before that position an earlier stream may have read a transaction and written its table-less
+// events to the table; with no row unpublished, none of those is still the table's to publish
+// or was skipped (CdcSource::asked_about).
 struct FreshStart {
   cdc::Lsn flushed = 0;
-  bool rows_pending = true;
+  bool rows_unpublished = true;
 };
 FreshStart fresh_start(PGconn* conn, const SchemaName& schema);
 

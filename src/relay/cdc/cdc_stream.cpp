@@ -67,7 +67,7 @@ void CdcSource::note_fresh_position() {
   try {
     const cdc_sql::FreshStart fresh = cdc_sql::fresh_start(table_.connection(), options_.schema);
     session_.fresh_after = fresh.flushed;
-    session_.rows_pending_at_start = fresh.rows_pending;
+    session_.rows_unpublished_at_start = fresh.rows_unpublished;
   } catch (const DatabaseError& error) {
     log().debug("relay {}: the flushed WAL position could not be read: {}", options_.relay_id,
                 error.what());
@@ -296,7 +296,14 @@ void CdcSource::take_insert(const cdc::Insert& insert) {
   if (!row.due || book.spilled()) return;  // the table path claims it
   // A row with the id of a table-less event the book holds (the caller gave both the same id):
   // the book counts events by id, so the row is left to the table path.
-  if (!session_.table_less.empty() && book.contains(row.event.event_id)) return;
+  if (!session_.table_less.empty() && book.contains(row.event.event_id)) {
+    // Its row exists now: the table-less event is checked before it goes (it is the table's).
+    if (const auto found = session_.table_less.find(row.event.event_id);
+        found != session_.table_less.end()) {
+      found->second.row_seen = true;
+    }
+    return;
+  }
   const std::uint64_t bytes = row.event.payload.size() + row.event.headers.size();
   if (book.reading_bytes() + bytes > options_.max_in_flight_bytes) {
     // A transaction larger than the relay may hold: its events stay in the table.

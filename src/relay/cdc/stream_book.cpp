@@ -88,7 +88,10 @@ void StreamBook::place(Waiting waiting) {
 }
 
 void StreamBook::forget_published() {
-  for (auto& [key, aggregate] : aggregates_) aggregate.published = 0;
+  for (auto& [key, aggregate] : aggregates_) {
+    aggregate.published = 0;
+    aggregate.forgotten = aggregate.busy;  // an event out: its outcome must not tell either
+  }
 }
 
 StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_room,
@@ -181,7 +184,8 @@ void StreamBook::done_sent(const EventId& id, bool sent) {
   // Not the stream's (the table path's), already done, or not sent by this book.
   if (found == events_.end() || !found->second.out) return;
   Aggregate& aggregate = *found->second.aggregate;
-  aggregate.published = found->second.sequence;
+  aggregate.published = aggregate.forgotten ? 0 : found->second.sequence;
+  aggregate.forgotten = false;
   // Found finished, it was published by someone else (a run before a restart): so may its
   // successor have been, and the check must ask about it.
   aggregate.published_by_send = sent;

@@ -147,6 +147,7 @@ class StreamBook {
     std::deque<Waiting> behind;      // its events read after that one, in order
     std::int64_t published = 0;      // the sequence last published through the book (0: none)
     bool published_by_send = false;  // that one by this book's send, not found finished
+    bool forgotten = false;          // a replay came while an event of it was out
   };
   struct Transaction {
     std::uint32_t xid = 0;

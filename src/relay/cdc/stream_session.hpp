@@ -24,6 +24,8 @@ struct TableLessEvent {
   Event event;
   std::string xid;
   cdc::PgTimestamp commit_time = 0;
+  // A row with its id was inserted (a caller that gave a row the same id): the check must look.
+  bool row_seen = false;
 };
 
 struct StreamSession {
@@ -43,10 +45,10 @@ struct StreamSession {
   std::optional<std::pair<cdc::PgTimestamp, cdc::Lsn>> probe;  // (server time, flush lsn)
   // Read just after this stream started, when the slot's earlier readers were gone: the server's
   // flushed WAL (0: unknown), past which no earlier stream decoded a transaction (so no earlier
-  // relay wrote its table-less events to the table), and whether any row was pending then
-  // (CdcSource::asked_about).
+  // relay wrote its table-less events to the table), and whether any row was unpublished (pending
+  // or skipped) then (CdcSource::asked_about).
   cdc::Lsn fresh_after = 0;
-  bool rows_pending_at_start = true;
+  bool rows_unpublished_at_start = true;
   std::uint32_t reading_xid = 0;             // Begin's xid of the transaction being read
   cdc::PgTimestamp reading_commit_time = 0;  // and its commit time
 

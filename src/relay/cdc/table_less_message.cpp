@@ -4,9 +4,10 @@
 
 #include <array>
 #include <limits>
-#include <new>
 #include <optional>
 #include <stdexcept>
+
+#include "common/jsonb_scan.hpp"
 
 namespace outbox::detail {
 
@@ -14,23 +15,10 @@ namespace {
 
 namespace dom = simdjson::dom;
 
-// Each thread reads with its own parsers, reused: a document's strings live in its parser until
-// that parser reads the next text, so a payload is checked with another.
+// Each thread reads with its own parser, reused: a document's strings live in it until it reads
+// the next text.
 dom::parser& message_parser() {
   thread_local dom::parser parser;
-  return parser;
-}
-
-// PostgreSQL's jsonb takes payloads nested deeper than simdjson's default 1,024 levels (it stops
-// at its stack's depth); a payload the table would take is not refused here for its depth.
-constexpr std::size_t kPayloadDepth = 65536;
-
-dom::parser& payload_parser() {
-  thread_local dom::parser parser = [] {
-    dom::parser made;
-    if (made.allocate(4096, kPayloadDepth) != simdjson::SUCCESS) throw std::bad_alloc();
-    return made;
-  }();
   return parser;
 }
 
@@ -126,14 +114,13 @@ constexpr std::array<std::string_view, 6> kItemNames{"event_id", "event_type",  
 constexpr std::string_view kItemKinds = "ttttii";
 
 // The transaction that carries the message: its xid's low 32 bits are Begin's.
-std::string read_xid(const std::string& xid, std::uint32_t begin_xid) {
+void check_xid(const std::string& xid, std::uint32_t begin_xid) {
   if (xid.empty() || xid.size() > 20 || xid.find_first_not_of("0123456789") != std::string::npos) {
     throw std::invalid_argument("xid is not a transaction id");
   }
   if (static_cast<std::uint32_t>(std::stoull(xid) & 0xFFFFFFFFULL) != begin_xid) {
     throw std::invalid_argument("xid is not the transaction's that carries the message");
   }
-  return xid;
 }
 
 // One item of "events".
@@ -144,39 +131,46 @@ Event read_event(dom::element element) {
   }
   const Fields item(object, kItemNames);
   item.check_kinds(kItemKinds);
-  Event event;
-  const std::optional<EventId> id = EventId::parse(item.text(kEventId));
-  if (!id) throw std::invalid_argument("event_id is not a UUID");
-  event.event_id = *id;
-  const std::int64_t sequence = item.integer(kSequence);
-  const std::int64_t version = item.integer(kSchemaVersion);
-  if (sequence < 1 || version < 1 || version > std::numeric_limits<std::int32_t>::max()) {
-    throw std::invalid_argument("sequence or schema_version is not a positive integer");
-  }
-  event.aggregate_sequence = sequence;
-  event.schema_version = static_cast<std::int32_t>(version);
+  Event event =
+      make_event(item.text(kEventId), item.integer(kSequence), item.integer(kSchemaVersion));
   event.event_type = item.text(kEventType);
   event.payload = item.text(kPayload);
   event.headers = item.text(kHeaders);
   return event;
 }
 
-// Whether `text` is one JSON value (`object`: an object), read with the payload parser.
-bool is_json(const std::string& text, bool object) {
-  dom::element value;
-  if (payload_parser().parse(text).get(value) != simdjson::SUCCESS) return false;
-  return !object || value.type() == dom::element_type::OBJECT;
-}
-
+// What the table would take: jsonb's own rules (scan_jsonb: numbers past int64 and uint64 are
+// fine, \u0000 is not), so an event the relay may have to write to the table always fits.
 bool table_accepts(const Event& event) {
-  return !event.aggregate_type.empty() && !event.aggregate_id.empty() &&
-         !event.event_type.empty() && is_json(event.payload, false) &&
-         (event.headers == "{}" || is_json(event.headers, true));
+  if (event.aggregate_type.empty() || event.aggregate_id.empty() || event.event_type.empty() ||
+      !scan_jsonb(event.payload).problem.empty()) {
+    return false;
+  }
+  if (event.headers == "{}") return true;  // what most events carry
+  const JsonbScan headers = scan_jsonb(event.headers);
+  return headers.problem.empty() && headers.is_object;
 }
 
-TableLessMessage read_message(std::string_view content, std::uint32_t begin_xid) {
+}  // namespace
+
+Event make_event(std::string_view event_id, std::int64_t sequence, std::int64_t schema_version) {
+  Event event;
+  const std::optional<EventId> id = EventId::parse(event_id);
+  if (!id) throw std::invalid_argument("event_id is not a UUID");
+  event.event_id = *id;
+  if (sequence < 1 || schema_version < 1 ||
+      schema_version > std::numeric_limits<std::int32_t>::max()) {
+    throw std::invalid_argument("sequence or schema_version is not a positive integer");
+  }
+  event.aggregate_sequence = sequence;
+  event.schema_version = static_cast<std::int32_t>(schema_version);
+  return event;
+}
+
+TableLessMessage read_table_less_dom(std::string_view content) {
   dom::element document;
   if (const auto error = message_parser().parse(content.data(), content.size()).get(document)) {
+    if (error == simdjson::MEMALLOC) throw std::bad_alloc();  // not the message's fault
     throw std::invalid_argument(std::string("not JSON: ") + simdjson::error_message(error));
   }
   dom::object object;
@@ -197,7 +191,7 @@ TableLessMessage read_message(std::string_view content, std::uint32_t begin_xid)
     }
   }
   TableLessMessage message;
-  message.xid = read_xid(std::string(top.text(kXid)), begin_xid);
+  message.xid = top.text(kXid);
   const std::string_view occurred_at = top.text(kOccurredAt);
   const std::string_view aggregate_type = top.text(kAggregateType);
   const std::string_view aggregate_id = top.text(kAggregateId);
@@ -207,22 +201,30 @@ TableLessMessage read_message(std::string_view content, std::uint32_t begin_xid)
     event.aggregate_type = aggregate_type;
     event.aggregate_id = aggregate_id;
     event.occurred_at = occurred_at;
-    if (!table_accepts(event)) {
-      throw std::invalid_argument("an empty name, or payload or headers not JSON");
-    }
     message.events.push_back(std::move(event));
   }
   return message;
 }
 
-}  // namespace
-
 std::variant<TableLessMessage, std::string> parse_table_less_message(std::string_view content,
                                                                      std::uint32_t begin_xid) {
+  return parse_table_less_message(content, begin_xid, kMostBytesForDom);
+}
+
+std::variant<TableLessMessage, std::string> parse_table_less_message(std::string_view content,
+                                                                     std::uint32_t begin_xid,
+                                                                     std::size_t most_for_dom) {
   TableLessMessage message;
   try {
-    message = read_message(content, begin_xid);
-  } catch (const std::exception& error) {
+    message = content.size() <= most_for_dom ? read_table_less_dom(content)
+                                             : read_table_less_sax(content);
+    check_xid(message.xid, begin_xid);
+    for (const Event& event : message.events) {
+      if (!table_accepts(event)) {
+        throw std::invalid_argument("an empty name, or payload or headers not JSON");
+      }
+    }
+  } catch (const std::logic_error& error) {  // invalid_argument, out_of_range: not bad_alloc
     // Not what an outbox producer writes (its statement builds the message).
     return std::string("it is not an outbox producer's message: ") + error.what();
   }

@@ -35,4 +35,21 @@ struct TableLessMessage {
 std::variant<TableLessMessage, std::string> parse_table_less_message(std::string_view content,
                                                                      std::uint32_t begin_xid);
 
+// Messages up to this size are read with simdjson's DOM (fast, but it allocates ~15 bytes per
+// byte of text, kept for the next message); longer ones with nlohmann's SAX reader (~2 bytes per
+// byte, freed at once): a producer's statement may carry up to 64 MiB of events.
+inline constexpr std::size_t kMostBytesForDom = 1024 * 1024;
+// The same, with another limit: 0 reads every message with the SAX reader (tests, fuzzing).
+std::variant<TableLessMessage, std::string> parse_table_less_message(std::string_view content,
+                                                                     std::uint32_t begin_xid,
+                                                                     std::size_t most_for_dom);
+
+// The two readers: the message's fields as written (the xid unchecked, payloads not looked into),
+// or std::invalid_argument saying what is wrong. The same result for every text (the fuzz target
+// compares them); std::bad_alloc is not the message's fault and is not a refusal.
+TableLessMessage read_table_less_dom(std::string_view content);
+TableLessMessage read_table_less_sax(std::string_view content);
+// An event with its id, sequence and schema version checked (throws std::invalid_argument).
+Event make_event(std::string_view event_id, std::int64_t sequence, std::int64_t schema_version);
+
 }  // namespace outbox::detail
