@@ -132,19 +132,16 @@ std::vector<Event> CdcSource::stream_candidates(std::size_t limit, std::uint64_t
 // operator's quarantine or skip, or a relay that let its slot go claiming every pending row,
 // between the read and the send (a duplicate; the mark then finds the skip or the claim).
 //
-// A table-less event has no row unless a relay wrote it to the table: this stream writes only
-// events it leaves (never a candidate again), so only an earlier stream's relay could have, and
-// only for a transaction it read: one whose commit ends before this stream's fresh_after. Such a
-// row still pending is the table path's (in backoff, quarantined): the event must not go from
-// here, and one an operator skipped must not go at all. No row was unpublished when this stream
-// started (no rows, as a table-less outbox has), or the transaction ends past fresh_after: its
-// visibility is all there is to ask, unless a row with its id was inserted since (a caller that
-// gave a row producer the same id: the check leaves it to that row). (A published row would make
-// the send a duplicate, as a restart's are.) The horizon does not apply: the table path
-// claims rows, and it has none. A relay whose stream was lost but which still writes events it
-// read (a send that fails after its walsender went) can write one after this stream started: it is
-// then published twice, from here and from its row (the check's snapshot leaves that window too,
-// shorter), as a restart's duplicates are.
+// A table-less event has no row of its own, but the table may hold one with its id: written by
+// an earlier stream's relay (its send failed, and the slot's position had not moved past it: the
+// row is the table path's, or skipped by an operator, or published), or by a caller that gave a
+// row the same id. While the table held no row at all when this stream took the slot (its earlier
+// readers gone) and the stream has brought no insert since, as in a table-less outbox, there is
+// none: its transaction's visibility is all there is to ask. The horizon does not apply (the table
+// path claims rows). A relay whose stream was lost but which still writes an event it read (a send
+// that fails after its walsender went) can write one after this stream looked: it is then
+// published twice, from here and from its row, as a restart's duplicates are (the check's own
+// snapshot leaves that window too, shorter).
 std::vector<std::size_t> CdcSource::asked_about(const cdc::StreamBook::Candidates& candidates) {
   std::vector<std::size_t> asked;
   bool refreshed = false;
@@ -153,14 +150,11 @@ std::vector<std::size_t> CdcSource::asked_about(const cdc::StreamBook::Candidate
   const auto grace =
       std::chrono::duration_cast<std::chrono::microseconds>(options_.cdc.horizon_grace);
   for (std::size_t i = 0; i < candidates.events.size(); ++i) {
-    const auto found = session_.table_less.find(candidates.events[i]->event_id);
+    const bool table_less = session_.table_less.contains(candidates.events[i]->event_id);
     const bool own = candidates.follows_own_send[i] && candidates.xids[i] != 0 &&
-                     (found != session_.table_less.end()
-                          ? !found->second.row_seen && session_.fresh_after != 0 &&
-                                (!session_.rows_unpublished_at_start ||
-                                 candidates.end_lsns[i] > session_.fresh_after)
-                          : certain == 0 || occurred_since(candidates.events[i]->occurred_at,
-                                                           certain - grace.count()));
+                     (table_less ? !session_.table_rows
+                                 : certain == 0 || occurred_since(candidates.events[i]->occurred_at,
+                                                                  certain - grace.count()));
     if (own && !visible_xmin_.ended_before(candidates.xids[i], now) && !refreshed) {
       visible_xmin_.refresh(table_.connection(), now);  // once per batch, when it may help
       refreshed = true;

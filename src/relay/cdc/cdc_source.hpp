@@ -30,7 +30,7 @@
 // Table-less events (CdcOptions::table_less): a producer's transactional message carries its
 // events and transaction id; they go through the same book and check as streamed rows (visible
 // once their transaction is), and skip it after their stream's own send on terms of their own
-// (CdcSource::asked_about: no earlier stream can have left them in the table). Published, they are
+// (CdcSource::asked_about: while the table holds no row at all). Published, they are
 // done in memory: there is no row to mark. One the book leaves to the table, or whose send failed,
 // is written to the table as a touched pending row (durably, before the position may move past it),
 // and goes on from there as a row. Until a write that failed is behind a restarted stream, no
@@ -110,7 +110,7 @@ class CdcSource final : public RelaySourceBase {
   // The one place a stream's state is dropped: an empty session (no stream) replaces it.
   void reset_session();
   void start_stream();
-  void note_fresh_position();
+  void note_table_rows();
   bool try_start_stream();
   void prepare_slot();
   void drop_outlived_slot();

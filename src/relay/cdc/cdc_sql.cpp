@@ -80,20 +80,10 @@ std::string materialize_clashes(const SchemaName& schema) {
       fmt::arg("events", schema.table("outbox_events")));
 }
 
-FreshStart fresh_start(PGconn* conn, const SchemaName& schema) {
-  // Unpublished rows: pending (a probe of the pending index, by its predicate), or skipped by an
-  // operator (only a quarantined row can be, and it stays quarantined: the quarantine's index).
-  // The check finds a skipped row finished; a table-less event must not go instead.
-  const std::string sql = fmt::format(
-      "SELECT pg_current_wal_flush_lsn()::text, (EXISTS (SELECT 1 FROM {events} e "
-      "WHERE e.published_at IS NULL AND e.skipped_at IS NULL) OR EXISTS (SELECT 1 FROM {events} e "
-      "WHERE e.quarantined_at IS NOT NULL AND e.published_at IS NULL))::text",
-      fmt::arg("events", schema.table("outbox_events")));
-  const pg::Result result = pg::exec(conn, sql);
-  FreshStart fresh;
-  fresh.flushed = cdc::parse_lsn(result.text(0, 0)).value_or(0);
-  fresh.rows_unpublished = result.text(0, 1) != "false";
-  return fresh;
+bool table_has_rows(PGconn* conn, const SchemaName& schema) {
+  const std::string sql = fmt::format("SELECT EXISTS (SELECT 1 FROM {events})::text",
+                                      fmt::arg("events", schema.table("outbox_events")));
+  return pg::exec(conn, sql).text(0, 0) != "false";
 }
 
 // How many of the transactions $1 (xid8 as text) this session does not see committed yet.

@@ -67,16 +67,8 @@ class VisibleXmin {
   Clock::time_point at_{};
 };
 
-// Read once a stream holds its slot (its earlier readers gone): the server's flushed WAL position,
-// and whether the outbox table holds any unpublished row (pending, or skipped by an operator).
-// Before that position an earlier stream may have read a transaction and written its table-less
-// events to the table; with no row unpublished, none of those is still the table's to publish
-// or was skipped (CdcSource::asked_about).
-struct FreshStart {
-  cdc::Lsn flushed = 0;
-  bool rows_unpublished = true;
-};
-FreshStart fresh_start(PGconn* conn, const SchemaName& schema);
+// Whether the outbox table holds any row at all (pending, published, skipped, in any state).
+bool table_has_rows(PGconn* conn, const SchemaName& schema);
 
 // Idle pgoutput slots of this database whose names start with `base`, except those registered
 // for table-less events (the only copy of their events).

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <new>
 #include <thread>
 
 #include "cdc/slot_admin.hpp"
@@ -40,7 +41,7 @@ void CdcSource::start_stream() {
       if (publications_.take_drop_slot_first()) drop_outlived_slot();
       prepare_slot();
       session_.stream->start(publications_.slot(), publications_.streamed(), start_position());
-      note_fresh_position();
+      note_table_rows();
       if (!polling()) show_mode();  // a new walsender (from standby or released: once switched)
       return;
     } catch (const cdc::ReplicationError& error) {
@@ -59,18 +60,15 @@ void CdcSource::start_stream() {
   }
 }
 
-// Where the WAL was flushed once this stream holds the slot (what commits past it, no earlier
-// stream read), and whether a row was pending then. Unknown (every table-less event is checked) if
-// it cannot be asked.
-void CdcSource::note_fresh_position() {
+// Whether the table held any row once this stream holds the slot (the slot's earlier readers
+// gone: any row they wrote is there). Unknown (rows assumed) if it cannot be asked.
+void CdcSource::note_table_rows() {
   if (!options_.cdc.table_less) return;
   try {
-    const cdc_sql::FreshStart fresh = cdc_sql::fresh_start(table_.connection(), options_.schema);
-    session_.fresh_after = fresh.flushed;
-    session_.rows_unpublished_at_start = fresh.rows_unpublished;
+    session_.table_rows = cdc_sql::table_has_rows(table_.connection(), options_.schema);
   } catch (const DatabaseError& error) {
-    log().debug("relay {}: the flushed WAL position could not be read: {}", options_.relay_id,
-                error.what());
+    log().debug("relay {}: whether the outbox table holds rows could not be read: {}",
+                options_.relay_id, error.what());
   }
 }
 
@@ -185,7 +183,15 @@ bool CdcSource::read_stream(milliseconds timeout) {
     if (!message) break;
     got = true;
     wait = milliseconds(0);
-    take(*message);
+    try {
+      take(*message);
+    } catch (const std::bad_alloc&) {
+      // The message is half taken: no position until a new stream brings it again, after the
+      // reconnect's backoff.
+      session_.hold_position = true;
+      throw DatabaseError("relay --source cdc: out of memory taking a replication message", "53200",
+                          true);
+    }
   }
   return got;
 }
@@ -286,6 +292,7 @@ void CdcSource::take_insert(const cdc::Insert& insert) {
     return;
   }
   if (!session_.columns || insert.relation_id != session_.columns->relation_id) return;
+  session_.table_rows = true;  // table-less events are checked from now on (asked_about)
   auto decoded = cdc::decode_outbox_insert(insert, *session_.columns);
   if (const auto* error = std::get_if<cdc::DecodeError>(&decoded)) {
     log().warn("relay {}: {}; the row is left to the table path", options_.relay_id,
@@ -296,14 +303,7 @@ void CdcSource::take_insert(const cdc::Insert& insert) {
   if (!row.due || book.spilled()) return;  // the table path claims it
   // A row with the id of a table-less event the book holds (the caller gave both the same id):
   // the book counts events by id, so the row is left to the table path.
-  if (!session_.table_less.empty() && book.contains(row.event.event_id)) {
-    // Its row exists now: the table-less event is checked before it goes (it is the table's).
-    if (const auto found = session_.table_less.find(row.event.event_id);
-        found != session_.table_less.end()) {
-      found->second.row_seen = true;
-    }
-    return;
-  }
+  if (!session_.table_less.empty() && book.contains(row.event.event_id)) return;
   const std::uint64_t bytes = row.event.payload.size() + row.event.headers.size();
   if (book.reading_bytes() + bytes > options_.max_in_flight_bytes) {
     // A transaction larger than the relay may hold: its events stay in the table.

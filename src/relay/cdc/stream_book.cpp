@@ -109,9 +109,7 @@ StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_ro
     candidates.needs_check.push_back(sequence > 1 && aggregate.published != sequence - 1);
     candidates.follows_own_send.push_back(sequence > 1 && aggregate.published == sequence - 1 &&
                                           aggregate.published_by_send);
-    const Transaction& transaction = transactions_.at(front.transaction - first_transaction_);
-    candidates.xids.push_back(transaction.xid);
-    candidates.end_lsns.push_back(transaction.end_lsn);
+    candidates.xids.push_back(transactions_.at(front.transaction - first_transaction_).xid);
     waiting_bytes_ -= front.bytes;
     checking_.push_back(std::move(front));
     ready_.pop_front();

@@ -50,7 +50,6 @@ class StreamBook {
     // visible, which the source may know without a statement (the transaction ids below).
     std::vector<bool> follows_own_send;
     std::vector<std::uint32_t> xids;  // each one's transaction id (Begin's; 0 when unknown)
-    std::vector<Lsn> end_lsns;        // and the end of its transaction's commit record
   };
 
   // --- reading the stream ---

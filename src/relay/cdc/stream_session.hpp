@@ -24,8 +24,6 @@ struct TableLessEvent {
   Event event;
   std::string xid;
   cdc::PgTimestamp commit_time = 0;
-  // A row with its id was inserted (a caller that gave a row the same id): the check must look.
-  bool row_seen = false;
 };
 
 struct StreamSession {
@@ -43,12 +41,10 @@ struct StreamSession {
   // open): with nothing open, the horizon follows it rather than the last commit read.
   cdc::PgTimestamp caught_up_time = 0;
   std::optional<std::pair<cdc::PgTimestamp, cdc::Lsn>> probe;  // (server time, flush lsn)
-  // Read just after this stream started, when the slot's earlier readers were gone: the server's
-  // flushed WAL (0: unknown), past which no earlier stream decoded a transaction (so no earlier
-  // relay wrote its table-less events to the table), and whether any row was unpublished (pending
-  // or skipped) then (CdcSource::asked_about).
-  cdc::Lsn fresh_after = 0;
-  bool rows_unpublished_at_start = true;
+  // Whether the outbox table may hold a row with a table-less event's id: it held rows when this
+  // stream took the slot (or that could not be asked), or the stream has brought an insert since
+  // (CdcSource::asked_about).
+  bool table_rows = true;
   std::uint32_t reading_xid = 0;             // Begin's xid of the transaction being read
   cdc::PgTimestamp reading_commit_time = 0;  // and its commit time
 

@@ -216,6 +216,11 @@ std::variant<TableLessMessage, std::string> parse_table_less_message(std::string
                                                                      std::size_t most_for_dom) {
   TableLessMessage message;
   try {
+    // What one reader would skip and the other refuse: no producer writes either.
+    if (content.find('\0') != std::string_view::npos) {
+      throw std::invalid_argument("it holds a NUL byte");
+    }
+    if (content.starts_with("\xEF\xBB\xBF")) throw std::invalid_argument("it begins with a BOM");
     message = content.size() <= most_for_dom ? read_table_less_dom(content)
                                              : read_table_less_sax(content);
     check_xid(message.xid, begin_xid);

@@ -38,7 +38,9 @@ class MessageReader final : public nlohmann::json_sax<json> {
     constexpr auto kMost = static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max());
     return integer(value > kMost ? -1 : static_cast<std::int64_t>(value));  // -1: never valid
   }
-  bool number_float(number_float_t /*value*/, const string_t& /*text*/) override {
+  bool number_float(number_float_t /*value*/, const string_t& text) override {
+    // An integer past 64 bits, anywhere: simdjson refuses the whole text, and so does this.
+    if (text.find_first_of(".eE") == string_t::npos) return fail("an integer out of range");
     return other("a number that is not an integer");
   }
   bool binary(binary_t& /*value*/) override { return other("binary"); }
@@ -68,6 +70,8 @@ class MessageReader final : public nlohmann::json_sax<json> {
   enum class Frame { top, events, item, skipped };
 
   bool open(bool object) {
+    // simdjson's depth limit, anywhere (unknown keys too): the same text gets the same answer.
+    if (frames_.size() >= kMostDepth) return fail("nested deeper than 1024 levels");
     if (frames_.empty()) {
       if (!object) return fail("not a JSON object");
       frames_.push_back(Frame::top);
@@ -190,6 +194,7 @@ class MessageReader final : public nlohmann::json_sax<json> {
     return false;
   }
 
+  static constexpr std::size_t kMostDepth = 1024;
   std::vector<Frame> frames_;
   std::string key_;
 };
