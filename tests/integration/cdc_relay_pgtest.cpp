@@ -779,6 +779,19 @@ class TableLessTest : public CdcRelayTest {
   }
   // Publishes every event whose id is in `ids` (on the topic), waiting up to 20 s.
   long long table_rows() { return rows("true"); }
+  // A row written straight to the table, as a relay writes a table-less event whose send failed
+  // or as a caller with ids of its own inserts one: `columns` and `values` add to those every row
+  // needs (", name" and ", value").
+  void insert_row(const EventId& id, const std::string& aggregate_id, int sequence,
+                  const std::string& columns = "", const std::string& values = "") {
+    const std::string sequence_text = std::to_string(sequence);
+    pg::exec(conn(),
+             "INSERT INTO " + schema_.table("outbox_events") +
+                 " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, "
+                 "schema_version, payload, headers" +
+                 columns + ") VALUES ($1, 'order', $2, $3, 'Step', 1, '{}', '{}'" + values + ")",
+             {id.to_string().c_str(), aggregate_id.c_str(), sequence_text.c_str()});
+  }
   // A table-less relay makes and registers the slot, then stops: what producers write meanwhile
   // waits in the slot for the next one.
   void register_slot_and_stop() {
@@ -871,13 +884,8 @@ TEST_F(TableLessTest, AnEventAnEarlierStreamWroteToTheTableIsCheckedAndGoesOnce)
   register_slot_and_stop();
   const std::vector<EventId> ids = enqueue_table_less(1, 3);  // agg-0: 1, 2, 3
   // Event 2's row, as the earlier relay wrote it when its send failed: in its backoff.
-  pg::exec(conn(),
-           "INSERT INTO " + schema_.table("outbox_events") +
-               " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, "
-               "schema_version, payload, headers, occurred_at, available_at, attempt_count) "
-               "VALUES ($1, 'order', 'agg-0', 2, 'Step', 1, '{\"k\":1}', '{}', "
-               "now() - interval '1 second', now() + interval '1 second', 1)",
-           {ids.at(1).to_string().c_str()});
+  insert_row(ids.at(1), "agg-0", 2, ", occurred_at, available_at, attempt_count",
+             ", now() - interval '1 second', now() + interval '1 second', 1");
   Relay relay(table_less_options("tl"), sink());
   Running running(relay);
   ASSERT_TRUE(
@@ -938,13 +946,8 @@ TEST_F(TableLessTest, WhileTheTableHoldsNoRowEventsAfterTheStreamsOwnSendGoUnche
 TEST_F(TableLessTest, AnEventAnOperatorSkippedOrARowReusedTheIdOfIsNotSentFromTheStream) {
   register_slot_and_stop();
   const std::vector<EventId> ids = enqueue_table_less(1, 3);  // agg-0: 1, 2, 3
-  const std::string insert =
-      "INSERT INTO " + schema_.table("outbox_events") +
-      " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, schema_version, "
-      "payload, headers, occurred_at, available_at, attempt_count, quarantined_at, skipped_at) "
-      "VALUES ($1, 'order', 'agg-0', 2, 'Step', 1, '{\"k\":1}', '{}', now(), now(), 1, now(), "
-      "now())";
-  pg::exec(conn(), insert, {ids.at(1).to_string().c_str()});
+  insert_row(ids.at(1), "agg-0", 2, ", attempt_count, quarantined_at, skipped_at",
+             ", 1, now(), now()");
   Relay relay(table_less_options("tl"), sink());
   Running running(relay);
   ASSERT_TRUE(wait_until([&] { return relay.stats().published >= 2; }, 20s))
@@ -964,12 +967,7 @@ TEST_F(TableLessTest, AnEventAnOperatorSkippedOrARowReusedTheIdOfIsNotSentFromTh
   pg::exec(conn(), "BEGIN");
   Producer(options).enqueue(conn(),
                             NewEvent{"order", "b", "Step", R"({"from":"stream"})", "{}", 1, b2});
-  pg::exec(conn(),
-           "INSERT INTO " + schema_.table("outbox_events") +
-               " (event_id, aggregate_type, aggregate_id, aggregate_sequence, event_type, "
-               "schema_version, payload, headers) VALUES ($1, 'order', 'reuser', 1, "
-               "'Step', 1, '{\"from\":\"row\"}', '{}')",
-           {b2.to_string().c_str()});
+  insert_row(b2, "reuser", 1);
   pg::commit(conn());
   ASSERT_TRUE(wait_until(
       [&] {
