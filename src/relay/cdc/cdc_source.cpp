@@ -73,9 +73,11 @@ Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holdin
   if (table_due_ && fetched.events.size() < limit) {
     table_due_ = false;
     table_.set_claim_horizon(horizon());
+    const auto started = Clock::now();
     Fetched claimed =
         table_.fetch(limit - fetched.events.size(), byte_room > used ? byte_room - used : 0,
                      holding_nothing && fetched.events.empty());
+    sweep_.ran(started, Clock::now(), claimed.events.size(), claimed.reached_end);
     for (SourcedEvent& event : claimed.events) fetched.events.push_back(std::move(event));
     fetched.waiting_bytes = claimed.waiting_bytes;
     table_due_ = !claimed.reached_end;
@@ -226,8 +228,10 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
     news = fallback_duties(now, window) || news;
   } else if (now >= next_table_poll_) {
     next_table_poll_ = now + options_.cdc.table_poll;
-    table_due_ = true;
-    news = true;
+    if (sweep_.may_begin(now)) {
+      table_due_ = true;
+      news = true;
+    }
     if (!probe_caught_up() && session_.book.confirmable() > session_.confirmed_sent) {
       send_status(false);
     }

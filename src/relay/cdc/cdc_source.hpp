@@ -14,7 +14,8 @@
 //
 // The table path: the polling claim, restricted to rows the stream will not bring (touched rows,
 // and untouched rows older than the horizon: the stream's certain position less
-// CdcOptions::horizon_grace), every CdcOptions::table_poll, with successors as in polling.
+// CdcOptions::horizon_grace), every CdcOptions::table_poll (less often after a sweep that took
+// nothing: TableSweep), with successors as in polling.
 //
 // The confirmed position (standby status) moves only past transactions whose events are all
 // marked, recorded as failed or left to the table: a crash re-streams the rest.
@@ -50,6 +51,7 @@
 #include "relay/cdc/slot_mode.hpp"
 #include "relay/cdc/stream_session.hpp"
 #include "relay/cdc/streamed_marks.hpp"
+#include "relay/cdc/table_sweep.hpp"
 #include "relay/event_source.hpp"
 #include "relay/polling_source.hpp"
 #include "relay/relay_counters.hpp"
@@ -202,6 +204,7 @@ class CdcSource final : public RelaySourceBase {
   bool listening_ = false;
   bool table_due_ = true;
   Clock::time_point next_table_poll_;
+  TableSweep sweep_;
   Clock::time_point next_sharding_sweep_;
   // The WAL budget (see the top of this file).
   static constexpr std::chrono::seconds kSlotLookEvery{1};
