@@ -661,6 +661,37 @@ TEST_F(CdcRelayTest, OverTheWalBudgetTheRelayLetsTheSlotGoPollsAndStreamsAgainOn
       << "after the switch back the stream publishes again";
 }
 
+// Behind a backlog the stream brings (held in flight by the broker), each sweep of the table path
+// visits every pending head and takes none of them, so sweeps are spaced by their cost
+// (TableSweep); a row only the table path may take, a failed send's retry (touched by its failure
+// record), is still claimed within a few of its polls, while the backlog is out.
+TEST_F(CdcRelayTest, BehindABacklogTheStreamBringsATouchedRowIsStillClaimedByTheTablePath) {
+  RelayOptions o = cdc_options("sweep");
+  o.cdc.table_poll = 10ms;  // a sweep's hold is at most ten of them
+  auto holding = std::make_unique<HoldingSink>(sink());
+  HoldingSink& broker = *holding;
+  Relay relay(o, std::make_unique<FailOnceSink>(std::move(holding), "agg-7", std::int64_t{1}));
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  broker.hold(true);
+  const std::vector<EventId> ids = enqueue(2000, 1);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().in_flight >= 1999; }, 10s))
+      << "in flight " << relay.stats().in_flight << "; " << relay.stats().last_error;
+  ASSERT_TRUE(wait_until(
+      [&] { return rows("aggregate_id = 'agg-7' AND claimed_by IS NOT NULL") == 1; }, 5s))
+      << "the failed send's retry was not claimed by the table path; claim statements "
+      << relay.stats().claim_queries << ", in flight " << relay.stats().in_flight;
+  EXPECT_GE(relay.stats().in_flight, 1999U) << "the backlog was out all along";
+  EXPECT_GT(relay.stats().claim_queries, 0U);
+  EXPECT_EQ(rows("aggregate_id <> 'agg-7' AND claimed_by IS NOT NULL"), 0)
+      << "the table path took nothing the stream brought";
+  broker.hold(false);
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  running.stop();
+  expect_on_broker_in_order(ids);
+}
+
 // What the stream brings again may be finished or the table's by then (a restart before the slot
 // was confirmed; rows the table path published while no slot was there): finished rows are not
 // sent again, and a quarantined row is neither sent nor passed by its aggregate's next event.

@@ -7,52 +7,65 @@ namespace {
 
 using namespace std::chrono_literals;
 using Clock = TableSweep::Clock;
+using Claim = TableSweep::Claim;
+
+constexpr auto kLongestHold = 5s;
 
 TEST(TableSweep, TheFirstSweepMayBeginAtOnce) {
-  const TableSweep sweep;
+  const TableSweep sweep(kLongestHold);
   EXPECT_TRUE(sweep.may_begin(Clock::time_point{} + 1h));
 }
 
 TEST(TableSweep, ASweepThatTookNothingHoldsTheNextBackByItsOwnCostTimesTheSpacing) {
   const auto t0 = Clock::time_point{} + 1h;
-  TableSweep sweep;
+  TableSweep sweep(kLongestHold);
   // Three claims of one sweep, 20 ms of statements in all, with the stream's work between them.
-  sweep.ran(t0, t0 + 5ms, 0, false);
-  sweep.ran(t0 + 40ms, t0 + 50ms, 0, false);
+  sweep.ran({.started = t0, .ended = t0 + 5ms});
+  sweep.ran({.started = t0 + 40ms, .ended = t0 + 50ms});
   EXPECT_TRUE(sweep.may_begin(t0 + 50ms)) << "the sweep is not over: nothing is held back yet";
-  sweep.ran(t0 + 90ms, t0 + 95ms, 0, true);
+  sweep.ran({.started = t0 + 90ms, .ended = t0 + 95ms, .last = true});
   const auto held_until = t0 + 95ms + TableSweep::kSpacing * 20ms;
   EXPECT_FALSE(sweep.may_begin(t0 + 95ms));
   EXPECT_FALSE(sweep.may_begin(held_until - 1us));
   EXPECT_TRUE(sweep.may_begin(held_until));
 }
 
+TEST(TableSweep, TheHoldIsCappedWhateverTheSweepCost) {
+  const auto t0 = Clock::time_point{} + 1h;
+  TableSweep sweep(kLongestHold);
+  // A sweep slowed by a lock wait or a paused relay: 60 s, which would otherwise hold 10 min.
+  sweep.ran({.started = t0, .ended = t0 + 60s, .last = true});
+  EXPECT_FALSE(sweep.may_begin(t0 + 60s + kLongestHold - 1us));
+  EXPECT_TRUE(sweep.may_begin(t0 + 60s + kLongestHold));
+}
+
 TEST(TableSweep, ASweepThatTookSomethingLetsTheNextBeginAtTheUsualPace) {
   const auto t0 = Clock::time_point{} + 1h;
-  TableSweep sweep;
-  sweep.ran(t0, t0 + 30ms, 0, false);
-  sweep.ran(t0 + 30ms, t0 + 60ms, 3, false);  // one claim took rows: the table has work
-  sweep.ran(t0 + 60ms, t0 + 90ms, 0, true);
+  TableSweep sweep(kLongestHold);
+  sweep.ran({.started = t0, .ended = t0 + 30ms});
+  sweep.ran({.started = t0 + 30ms, .ended = t0 + 60ms, .took = 3});  // the table has work
+  sweep.ran({.started = t0 + 60ms, .ended = t0 + 90ms, .last = true});
   EXPECT_TRUE(sweep.may_begin(t0 + 90ms));
+}
+
+TEST(TableSweep, ASweepThatCouldTakeTouchedRowsOnlyHoldsNothingBack) {
+  // A stream that has not read a commit yet claims touched rows only: finding none says nothing
+  // of the rows from before the slot, which the next sweep (with a horizon) must look for.
+  const auto t0 = Clock::time_point{} + 1h;
+  TableSweep sweep(kLongestHold);
+  sweep.ran({.started = t0, .ended = t0 + 100ms, .touched_only = true});
+  sweep.ran({.started = t0 + 100ms, .ended = t0 + 200ms, .last = true});
+  EXPECT_TRUE(sweep.may_begin(t0 + 200ms));
 }
 
 TEST(TableSweep, EachSweepIsMeasuredOnItsOwn) {
   const auto t0 = Clock::time_point{} + 1h;
-  TableSweep sweep;
-  sweep.ran(t0, t0 + 100ms, 2, true);  // took rows: not held back, and its cost is forgotten
-  sweep.ran(t0 + 1s, t0 + 1s + 1ms, 0, true);
+  TableSweep sweep(kLongestHold);
+  sweep.ran({.started = t0, .ended = t0 + 100ms, .took = 2, .last = true});  // not held back
+  sweep.ran({.started = t0 + 1s, .ended = t0 + 1s + 1ms, .last = true});
   EXPECT_TRUE(sweep.may_begin(t0 + 1s + 1ms + TableSweep::kSpacing * 1ms));
   EXPECT_FALSE(sweep.may_begin(t0 + 1s + 1ms + TableSweep::kSpacing * 1ms - 1us))
       << "held back by this sweep's 1 ms alone, not the earlier 100 ms";
-}
-
-TEST(TableSweep, ANewStreamMayBeginASweepAtOnce) {
-  const auto t0 = Clock::time_point{} + 1h;
-  TableSweep sweep;
-  sweep.ran(t0, t0 + 1s, 0, true);
-  EXPECT_FALSE(sweep.may_begin(t0 + 2s));
-  sweep.restart(t0 + 2s);
-  EXPECT_TRUE(sweep.may_begin(t0 + 2s));
 }
 
 }  // namespace

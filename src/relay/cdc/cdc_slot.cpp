@@ -189,7 +189,6 @@ bool CdcSource::try_stream_again(Clock::time_point now) {
   show_mode();
   table_.set_listening(false);  // registered awake again
   next_table_poll_ = now;
-  sweep_.restart(now);
   return true;
 }
 

@@ -39,7 +39,8 @@ CdcSource::CdcSource(const RelayOptions& options, RelayCounters& counters,
       marks_(options, counters),
       check_sql_(cdc_sql::check_streamed(options.schema)),
       message_prefix_(options.schema.message_prefix()),
-      replay_prefix_(options.schema.replay_message_prefix()) {
+      replay_prefix_(options.schema.replay_message_prefix()),
+      session_(options.cdc.table_poll) {
   publications_.ensure(table_.connection());
   check_table_less_registration();
   drop_other_shardings();
@@ -72,12 +73,17 @@ Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holdin
   RelayCounters::add(counters_.claimed, fetched.events.size());
   if (table_due_ && fetched.events.size() < limit) {
     table_due_ = false;
-    table_.set_claim_horizon(horizon());
+    const ClaimHorizon claim_horizon = horizon();
+    table_.set_claim_horizon(claim_horizon);
     const auto started = Clock::now();
     Fetched claimed =
         table_.fetch(limit - fetched.events.size(), byte_room > used ? byte_room - used : 0,
                      holding_nothing && fetched.events.empty());
-    sweep_.ran(started, Clock::now(), claimed.events.size(), claimed.reached_end);
+    session_.sweep.ran({.started = started,
+                        .ended = Clock::now(),
+                        .took = claimed.events.size(),
+                        .touched_only = claim_horizon == ClaimHorizon::touched_only(),
+                        .last = claimed.reached_end});
     for (SourcedEvent& event : claimed.events) fetched.events.push_back(std::move(event));
     fetched.waiting_bytes = claimed.waiting_bytes;
     table_due_ = !claimed.reached_end;
@@ -223,12 +229,13 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
       session_.table_less.empty() && !session_.hold_position) {
     restart_with_witness();
   }
-  bool news = table_.run_duties(now, window);
+  bool news = table_.run_duties(now, window);  // true: a dead relay session's claims to take over
+  if (news && !polling()) table_due_ = true;   // at once, whatever the sweep's hold
   if (polling()) {
     news = fallback_duties(now, window) || news;
   } else if (now >= next_table_poll_) {
     next_table_poll_ = now + options_.cdc.table_poll;
-    if (sweep_.may_begin(now)) {
+    if (session_.sweep.may_begin(now)) {
       table_due_ = true;
       news = true;
     }

@@ -51,7 +51,6 @@
 #include "relay/cdc/slot_mode.hpp"
 #include "relay/cdc/stream_session.hpp"
 #include "relay/cdc/streamed_marks.hpp"
-#include "relay/cdc/table_sweep.hpp"
 #include "relay/event_source.hpp"
 #include "relay/polling_source.hpp"
 #include "relay/relay_counters.hpp"
@@ -204,7 +203,6 @@ class CdcSource final : public RelaySourceBase {
   bool listening_ = false;
   bool table_due_ = true;
   Clock::time_point next_table_poll_;
-  TableSweep sweep_;
   Clock::time_point next_sharding_sweep_;
   // The WAL budget (see the top of this file).
   static constexpr std::chrono::seconds kSlotLookEvery{1};

@@ -22,7 +22,7 @@ constexpr std::size_t kMostMessagesPerRead = 20000;
 
 }  // namespace
 
-void CdcSource::reset_session() { session_ = StreamSession{}; }
+void CdcSource::reset_session() { session_ = StreamSession(options_.cdc.table_poll); }
 
 // A new replication connection, the slot (created when missing, again when invalidated: the
 // table path then publishes what the lost slot held), streaming from its confirmed position.

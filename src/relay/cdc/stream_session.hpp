@@ -4,6 +4,7 @@
 // that does either). A relay that does not stream (standby, released, or between a failed start
 // and its reconnect) holds an empty session: no stream, an empty book, no table-less events.
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 #include "relay/cdc/outbox_rows.hpp"
 #include "relay/cdc/sequence_witness.hpp"
 #include "relay/cdc/stream_book.hpp"
+#include "relay/cdc/table_sweep.hpp"
 
 namespace outbox::detail {
 
@@ -32,6 +34,8 @@ struct StreamSession {
   std::unordered_map<EventId, TableLessEvent, cdc::StreamBook::IdHash> table_less;
   std::optional<cdc::OutboxColumns> columns;  // the outbox table's, from its Relation message
   cdc::SequenceWitness witness;
+  // When the table path may sweep beside this stream (TableSweep): a new stream sweeps at once.
+  TableSweep sweep;
   // Reading stopped at Publications::unproven_until: restart once everything is confirmed.
   bool witness_due = false;
   bool hold_position = false;  // a table-less write failed: report no position until restart
@@ -47,6 +51,9 @@ struct StreamSession {
   bool table_rows = true;
   std::uint32_t reading_xid = 0;             // Begin's xid of the transaction being read
   cdc::PgTimestamp reading_commit_time = 0;  // and its commit time
+
+  explicit StreamSession(std::chrono::milliseconds table_poll)
+      : sweep(TableSweep::kSpacing * table_poll) {}
 
   [[nodiscard]] bool streaming() const { return stream && stream->streaming(); }
 };
