@@ -37,8 +37,9 @@ struct CdcOptions {
   std::chrono::milliseconds horizon_grace{10000};
   // How often the relay's own claim looks for what the stream does not bring (retries after
   // their backoff, released quarantine, rows behind the horizon). After a look that found
-  // nothing it waits ten times as long as that look took, at most ten table_polls (behind a
-  // large backlog the stream brings, each look visits every pending aggregate for nothing).
+  // nothing (and could have found rows of every kind) the next waits ten times as long as that
+  // look took, at most about ten table_polls: behind a large backlog the stream brings, each
+  // look visits every pending aggregate for nothing.
   std::chrono::milliseconds table_poll{500};
   // How long a stalled relay (paused, frozen, cut off) keeps the slot: the server ends a stream
   // it hears nothing from for this long (the relay's wal_sender_timeout), and a standby relay

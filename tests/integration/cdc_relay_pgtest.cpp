@@ -667,7 +667,8 @@ TEST_F(CdcRelayTest, OverTheWalBudgetTheRelayLetsTheSlotGoPollsAndStreamsAgainOn
 // record), is still claimed within a few of its polls, while the backlog is out.
 TEST_F(CdcRelayTest, BehindABacklogTheStreamBringsATouchedRowIsStillClaimedByTheTablePath) {
   RelayOptions o = cdc_options("sweep");
-  o.cdc.table_poll = 10ms;  // a sweep's hold is at most ten of them
+  o.cdc.table_poll = 10ms;    // a sweep's hold is at most about ten of them
+  o.cdc.horizon_grace = 60s;  // however slowly the backlog is written, it stays the stream's
   auto holding = std::make_unique<HoldingSink>(sink());
   HoldingSink& broker = *holding;
   Relay relay(o, std::make_unique<FailOnceSink>(std::move(holding), "agg-7", std::int64_t{1}));
@@ -683,7 +684,6 @@ TEST_F(CdcRelayTest, BehindABacklogTheStreamBringsATouchedRowIsStillClaimedByThe
       << "the failed send's retry was not claimed by the table path; claim statements "
       << relay.stats().claim_queries << ", in flight " << relay.stats().in_flight;
   EXPECT_GE(relay.stats().in_flight, 1999U) << "the backlog was out all along";
-  EXPECT_GT(relay.stats().claim_queries, 0U);
   EXPECT_EQ(rows("aggregate_id <> 'agg-7' AND claimed_by IS NOT NULL"), 0)
       << "the table path took nothing the stream brought";
   broker.hold(false);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "relay/cdc/stream_session.hpp"
+
 namespace outbox::detail {
 namespace {
 
@@ -66,6 +68,18 @@ TEST(TableSweep, EachSweepIsMeasuredOnItsOwn) {
   EXPECT_TRUE(sweep.may_begin(t0 + 1s + 1ms + TableSweep::kSpacing * 1ms));
   EXPECT_FALSE(sweep.may_begin(t0 + 1s + 1ms + TableSweep::kSpacing * 1ms - 1us))
       << "held back by this sweep's 1 ms alone, not the earlier 100 ms";
+}
+
+TEST(TableSweep, ANewStreamSessionMaySweepAtOnce) {
+  // CdcSource::reset_session makes a new StreamSession for every new stream (reconnect, restart,
+  // witness): a hold from the stream before does not carry over.
+  const auto t0 = Clock::time_point{} + 1h;
+  StreamSession session(10ms);
+  session.sweep.ran({.started = t0, .ended = t0 + 50ms, .last = true});
+  EXPECT_FALSE(session.sweep.may_begin(t0 + 60ms));
+  EXPECT_FALSE(session.sweep.may_begin(t0 + 50ms + 10 * 10ms - 1us)) << "capped at ten polls";
+  session = StreamSession(10ms);
+  EXPECT_TRUE(session.sweep.may_begin(t0 + 60ms));
 }
 
 }  // namespace
