@@ -69,9 +69,13 @@ void check_cdc(const CdcOptions& cdc) {
         "relay: cdc.table_less needs one shard: a table-less event is a message, not a row, and "
         "no publication row filter splits messages, so every shard would publish every event");
   }
-  if (cdc.table_poll < std::chrono::milliseconds(10) || cdc.horizon_grace.count() < 0) {
+  // At most an hour: the table path's longest wait is about ten of them (TableSweep), and a
+  // sweep that late leaves retries and released quarantine waiting that long.
+  if (cdc.table_poll < std::chrono::milliseconds(10) || cdc.table_poll > std::chrono::hours(1) ||
+      cdc.horizon_grace.count() < 0) {
     throw InvalidArgument(
-        "relay: cdc.table_poll must be at least 10 ms and cdc.horizon_grace not negative");
+        "relay: cdc.table_poll must be between 10 ms and 1 hour and cdc.horizon_grace not "
+        "negative");
   }
 }
 

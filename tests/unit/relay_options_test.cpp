@@ -113,6 +113,8 @@ TEST(RelayOptionsCheck, ChangeDataCaptureOptionsAreCheckedOnlyForThatSource) {
   options.cdc.takeover = milliseconds(5000);
   options.cdc.table_poll = milliseconds(1);
   EXPECT_NE(refusal(options).find("cdc.table_poll"), std::string::npos);
+  options.cdc.table_poll = milliseconds::max();  // ten of them would overflow the sweep's hold
+  EXPECT_NE(refusal(options).find("between 10 ms and 1 hour"), std::string::npos);
   options.cdc.table_poll = milliseconds(500);
   EXPECT_EQ(refusal(options), "");
 }

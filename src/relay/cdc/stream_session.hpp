@@ -53,7 +53,7 @@ struct StreamSession {
   cdc::PgTimestamp reading_commit_time = 0;  // and its commit time
 
   explicit StreamSession(std::chrono::milliseconds table_poll)
-      : sweep(TableSweep::kSpacing * table_poll) {}
+      : sweep(TableSweep::kMostPolls * table_poll) {}
 
   [[nodiscard]] bool streaming() const { return stream && stream->streaming(); }
 };

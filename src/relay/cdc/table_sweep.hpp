@@ -23,6 +23,7 @@ class TableSweep {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr int kSpacing = 10;
+  static constexpr int kMostPolls = 10;  // the longest hold, in table_polls (StreamSession)
 
   explicit TableSweep(Clock::duration longest_hold) : longest_hold_(longest_hold) {}
 
