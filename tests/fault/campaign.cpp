@@ -400,22 +400,24 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
   c.consumer.stop(10s);
   const ConsumerLog consumer_log = read_consumer_log(c.log("consumer"));
 
-  std::cout << fmt::format(
-                   "seed={} trials={} per_fault_point={} not_fired={} ok={} fail={} unknown={} "
-                   "intents={} lost={} phantom={} rolled_back_intents={} duplicate_publishes={} "
-                   "({:.2f}%) duplicate_effects={} inversions={} fenced={} stuck={} cleaned={} "
-                   "cleaned_early={} recovery_p50={:.0f}ms recovery_p99={:.0f}ms "
-                   "consumer_lag_max={} offset_gaps={}",
-                   seed, trials, trials / kFaultKinds, not_fired, report.ok, report.failed,
-                   report.unknown, report.intents, report.lost, report.phantom,
-                   report.rolled_back_intents, report.duplicate_publishes,
-                   report.intents == 0 ? 0.0
-                                       : 100.0 * static_cast<double>(report.duplicate_publishes) /
-                                             static_cast<double>(report.intents),
-                   report.duplicate_effects, report.inversions, report.fenced, report.stuck,
-                   report.cleaned, report.cleaned_early, percentile(recoveries, 0.5),
-                   percentile(recoveries, 0.99), consumer_log.lag_max, consumer_log.offset_gaps)
-            << std::endl;
+  std::cout
+      << fmt::format(
+             "seed={} trials={} per_fault_point={} not_fired={} ok={} fail={} unknown={} "
+             "intents={} lost={} phantom={} rolled_back_intents={} duplicate_publishes={} "
+             "({:.2f}%) duplicate_effects={} inversions={} unread_messages={} fenced={} stuck={} "
+             "cleaned={} "
+             "cleaned_early={} recovery_p50={:.0f}ms recovery_p99={:.0f}ms "
+             "consumer_lag_max={} offset_gaps={}",
+             seed, trials, trials / kFaultKinds, not_fired, report.ok, report.failed,
+             report.unknown, report.intents, report.lost, report.phantom,
+             report.rolled_back_intents, report.duplicate_publishes,
+             report.intents == 0 ? 0.0
+                                 : 100.0 * static_cast<double>(report.duplicate_publishes) /
+                                       static_cast<double>(report.intents),
+             report.duplicate_effects, report.inversions, report.unread_messages, report.fenced,
+             report.stuck, report.cleaned, report.cleaned_early, percentile(recoveries, 0.5),
+             percentile(recoveries, 0.99), consumer_log.lag_max, consumer_log.offset_gaps)
+      << std::endl;
   for (const std::string& example : report.examples) std::cout << "  " << example << "\n";
   if (consumer_log.offset_gaps > 0) {
     std::cout << "  the broker dropped messages the consumer had not applied (the mock's 5 MiB per "

@@ -4,8 +4,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "support/kafka_reader.hpp"
 
 namespace outbox::campaign {
 
@@ -17,6 +20,8 @@ struct HistoryInput {
   std::vector<std::string> relay_logs;        // searched for fenced completions
   // The retention cleanup ran with (deleted rows are recorded in campaign.cleaned).
   std::chrono::milliseconds cleanup_retention{0};
+  // What reached the topic; unset: read from the broker at the end (testing::read_whole_topic).
+  std::function<std::vector<testing::ReadMessage>()> read_topic;
 };
 
 struct HistoryReport {
@@ -27,7 +32,13 @@ struct HistoryReport {
   std::uint64_t rolled_back_intents = 0;          // aborted, yet an outbox row exists
   std::uint64_t duplicate_publishes = 0;          // allowed: at-least-once
   std::uint64_t duplicate_effects = 0;
-  std::uint64_t inversions = 0;     // per aggregate: applied or first published out of sequence
+  std::uint64_t inversions = 0;  // per aggregate: applied or first published out of sequence
+  // Messages the checker never read (a partition that starts past offset 0, or skips offsets):
+  // the broker dropped them, so first-publication order cannot be checked.
+  std::uint64_t unread_messages = 0;
+  // Read by the tail (HistoryInput::read_topic), no longer held by the broker at the end: not a
+  // violation, what a checker reading the topic only at the end would have missed.
+  std::uint64_t dropped_by_broker = 0;
   std::uint64_t fenced = 0;         // relay completions refused by fencing (expected, counted)
   std::uint64_t stuck = 0;          // still pending after the drain
   std::uint64_t cleaned = 0;        // rows deleted by the retention cleanup
@@ -35,8 +46,8 @@ struct HistoryReport {
   double drain_seconds = 0;         // from the producers' stop until every committed event applied
   std::vector<std::string> examples;  // the first violations, to start a post-mortem
   [[nodiscard]] std::uint64_t violations() const {
-    return lost + phantom + rolled_back_intents + duplicate_effects + inversions + stuck +
-           cleaned_early;
+    return lost + phantom + rolled_back_intents + duplicate_effects + inversions + unread_messages +
+           stuck + cleaned_early;
   }
 };
 

@@ -3,8 +3,11 @@
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 namespace outbox::testing {
 namespace {
@@ -23,6 +26,67 @@ rd_kafka_t* make_client(rd_kafka_type_t type, const std::string& brokers,
   rd_kafka_t* rk = rd_kafka_new(type, conf, error, sizeof(error));
   if (rk == nullptr) throw std::runtime_error(error);
   return rk;
+}
+
+ReadMessage to_read_message(const std::string& topic, const rd_kafka_message_t* m) {
+  ReadMessage r;
+  r.topic = topic;
+  r.partition = m->partition;
+  r.offset = m->offset;
+  if (m->key) r.key.assign(static_cast<const char*>(m->key), m->key_len);
+  if (m->payload) r.value.assign(static_cast<const char*>(m->payload), m->len);
+  rd_kafka_headers_t* headers = nullptr;
+  if (rd_kafka_message_headers(m, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+    const char* name = nullptr;
+    const void* value = nullptr;
+    std::size_t size = 0;
+    for (std::size_t i = 0;
+         rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
+      r.headers[name] = std::string(static_cast<const char*>(value), size);
+    }
+  }
+  return r;
+}
+
+// The end of each partition of `topic`, as its leader sees it now.
+std::map<int, long long> partition_ends(const std::string& brokers, const std::string& topic) {
+  rd_kafka_t* rk =
+      make_client(RD_KAFKA_CONSUMER, brokers, {{"group.id", "outbox-test-watermarks"}});
+  std::map<int, long long> ends;
+  const rd_kafka_metadata_t* metadata = nullptr;
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+  if (rd_kafka_metadata(rk, 0, rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+      metadata->topic_cnt == 1) {
+    for (int p = 0; p < metadata->topics[0].partition_cnt; ++p) {
+      const int id = metadata->topics[0].partitions[p].id;
+      int64_t low = 0, high = 0;
+      if (rd_kafka_query_watermark_offsets(rk, topic.c_str(), id, &low, &high, 5000) ==
+          RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ends[id] = high;
+      }
+    }
+  }
+  if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
+  rd_kafka_topic_destroy(rkt);
+  rd_kafka_destroy(rk);
+  return ends;
+}
+
+// Whether `messages` reach every partition's end in `ends`.
+bool reached(const std::vector<ReadMessage>& messages, const std::map<int, long long>& ends) {
+  std::map<int, long long> next;
+  for (const auto& m : messages) next[m.partition] = std::max(next[m.partition], m.offset + 1);
+  for (const auto& [partition, end] : ends) {
+    if (end > 0 && next[partition] < end) return false;
+  }
+  return true;
+}
+
+void sort_by_offset(std::vector<ReadMessage>& messages) {
+  std::sort(messages.begin(), messages.end(), [](const ReadMessage& a, const ReadMessage& b) {
+    return std::tie(a.partition, a.offset) < std::tie(b.partition, b.offset);
+  });
 }
 
 }  // namespace
@@ -58,26 +122,7 @@ std::vector<ReadMessage> read_topic_until(
     while (!done(messages) && std::chrono::steady_clock::now() < deadline) {
       rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
       if (m == nullptr) continue;
-      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        ReadMessage r;
-        r.topic = topic;
-        r.partition = m->partition;
-        r.offset = m->offset;
-        if (m->key) r.key.assign(static_cast<const char*>(m->key), m->key_len);
-        if (m->payload) r.value.assign(static_cast<const char*>(m->payload), m->len);
-        rd_kafka_headers_t* headers = nullptr;
-        if (rd_kafka_message_headers(m, &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-          const char* name = nullptr;
-          const void* value = nullptr;
-          std::size_t size = 0;
-          for (std::size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) ==
-                                  RD_KAFKA_RESP_ERR_NO_ERROR;
-               ++i) {
-            r.headers[name] = std::string(static_cast<const char*>(value), size);
-          }
-        }
-        messages.push_back(std::move(r));
-      }
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) messages.push_back(to_read_message(topic, m));
       rd_kafka_message_destroy(m);
     }
   }
@@ -85,45 +130,98 @@ std::vector<ReadMessage> read_topic_until(
   rd_kafka_topic_destroy(rkt);
   rd_kafka_consumer_close(rk);
   rd_kafka_destroy(rk);
-  std::sort(messages.begin(), messages.end(), [](const ReadMessage& a, const ReadMessage& b) {
-    return std::tie(a.partition, a.offset) < std::tie(b.partition, b.offset);
-  });
+  sort_by_offset(messages);
   return messages;
 }
 
 std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std::string& topic,
                                           std::chrono::milliseconds timeout) {
-  // The end of each partition, as the leader sees it now.
-  rd_kafka_t* rk =
-      make_client(RD_KAFKA_CONSUMER, brokers, {{"group.id", "outbox-test-watermarks"}});
-  std::map<int, long long> ends;
+  const std::map<int, long long> ends = partition_ends(brokers, topic);
+  return read_topic_until(
+      brokers, topic,
+      [&ends](const std::vector<ReadMessage>& so_far) { return reached(so_far, ends); }, timeout);
+}
+
+std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages) {
+  std::vector<OffsetGap> gaps;
+  std::map<int, long long> next_offset;
+  for (const auto& m : messages) {
+    long long& next = next_offset[m.partition];
+    if (m.offset > next) gaps.push_back({m.partition, next, m.offset - 1});
+    next = std::max(next, m.offset + 1);
+  }
+  return gaps;
+}
+
+struct TopicTail::State {
+  std::string brokers, topic;
+  std::mutex mutex;
+  std::vector<ReadMessage> messages;  // guarded by mutex
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+};
+
+TopicTail::TopicTail(std::string brokers, std::string topic) : state_(std::make_unique<State>()) {
+  state_->brokers = std::move(brokers);
+  state_->topic = std::move(topic);
+  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, state_->brokers,
+                               {{"group.id", "outbox-test-tail"}, {"enable.auto.commit", "false"}});
   const rd_kafka_metadata_t* metadata = nullptr;
-  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
-  if (rd_kafka_metadata(rk, 0, rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-      metadata->topic_cnt == 1) {
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, state_->topic.c_str(), nullptr);
+  const bool found = rd_kafka_metadata(rk, 0, rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+                     metadata->topic_cnt == 1 && metadata->topics[0].partition_cnt > 0;
+  if (found) {
+    rd_kafka_topic_partition_list_t* assignment =
+        rd_kafka_topic_partition_list_new(metadata->topics[0].partition_cnt);
     for (int p = 0; p < metadata->topics[0].partition_cnt; ++p) {
-      const int id = metadata->topics[0].partitions[p].id;
-      int64_t low = 0, high = 0;
-      if (rd_kafka_query_watermark_offsets(rk, topic.c_str(), id, &low, &high, 5000) ==
-          RD_KAFKA_RESP_ERR_NO_ERROR) {
-        ends[id] = high;
-      }
+      rd_kafka_topic_partition_list_add(assignment, state_->topic.c_str(),
+                                        metadata->topics[0].partitions[p].id)
+          ->offset = RD_KAFKA_OFFSET_BEGINNING;
     }
+    rd_kafka_assign(rk, assignment);
+    rd_kafka_topic_partition_list_destroy(assignment);
   }
   if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
   rd_kafka_topic_destroy(rkt);
-  rd_kafka_destroy(rk);
-  return read_topic_until(
-      brokers, topic,
-      [&ends](const std::vector<ReadMessage>& so_far) {
-        std::map<int, long long> next;
-        for (const auto& m : so_far) next[m.partition] = std::max(next[m.partition], m.offset + 1);
-        for (const auto& [partition, end] : ends) {
-          if (end > 0 && next[partition] < end) return false;
-        }
-        return true;
-      },
-      timeout);
+  if (!found) {
+    rd_kafka_destroy(rk);
+    throw std::runtime_error("TopicTail: topic " + state_->topic + " has no partitions (yet)");
+  }
+  state_->thread = std::thread([state = state_.get(), rk] {
+    while (!state->stopping.load()) {
+      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+      if (m == nullptr) continue;
+      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ReadMessage read = to_read_message(state->topic, m);
+        const std::lock_guard lock(state->mutex);
+        state->messages.push_back(std::move(read));
+      }
+      rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+  });
+}
+
+TopicTail::~TopicTail() {
+  state_->stopping = true;
+  state_->thread.join();
+}
+
+std::vector<ReadMessage> TopicTail::read_to_end(std::chrono::milliseconds timeout) {
+  const std::map<int, long long> ends = partition_ends(state_->brokers, state_->topic);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    {
+      const std::lock_guard lock(state_->mutex);
+      if (reached(state_->messages, ends) || std::chrono::steady_clock::now() > deadline) {
+        std::vector<ReadMessage> messages = state_->messages;
+        sort_by_offset(messages);
+        return messages;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,

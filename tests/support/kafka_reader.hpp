@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,33 @@ std::vector<ReadMessage> read_topic_until(
 // Reads every message that is on `topic` now: each partition up to its high watermark.
 std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std::string& topic,
                                           std::chrono::milliseconds timeout);
+
+// Offsets missing from `messages` (in (partition, offset) order, as the readers here return them),
+// counted from offset 0 of each partition: messages a broker dropped before they were read.
+struct OffsetGap {
+  int partition = 0;
+  long long first = 0, last = 0;  // the first and the last offset missing
+};
+std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages);
+
+// Reads a topic from its beginning for as long as it lives, on a thread of its own, so that a
+// broker that drops a partition's oldest messages (librdkafka's mock keeps 5 MiB a partition)
+// cannot hide what was published first: the checker sees every message as long as the tail stays
+// within 5 MiB of each partition's end. The topic must exist before it starts.
+class TopicTail {
+ public:
+  TopicTail(std::string brokers, std::string topic);
+  ~TopicTail();
+  TopicTail(const TopicTail&) = delete;
+  TopicTail& operator=(const TopicTail&) = delete;
+  // Everything read, once each partition is read to the end it has now (or `timeout` passed);
+  // (partition, offset) order. The tail goes on reading.
+  std::vector<ReadMessage> read_to_end(std::chrono::milliseconds timeout);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // Produces one message and waits for its acknowledgement.
 void produce_raw(const std::string& brokers, const std::string& topic, const std::string& key,
