@@ -507,6 +507,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 5000));
   cdc->add_flag("--table-less", scenario.table_less,
                 "table-less producers and relays (kill, pause and PostgreSQL restart only)");
+  cdc->add_option(
+      "--only", scenario.only_fault,
+      "one fault kind alone: kill, pause, postgres-restart, slot-drop, slot-invalidated");
   cdc->add_flag("--verbose", scenario.verbose);
   cdc->add_flag("--keep", scenario.keep);
   auto* gap = app.add_subcommand("retention-gap",

@@ -616,10 +616,17 @@ int run_cdc_faults(const ScenarioOptions& options) {
   if (options.table_less) relay_args.emplace_back("--table-less");
   // Table-less events exist only in the slot: its loss loses them (documented), not a fault the
   // relays are to survive.
-  const std::vector<CdcFault> faults =
+  std::vector<CdcFault> faults =
       options.table_less
           ? std::vector<CdcFault>{CdcFault::kill, CdcFault::pause, CdcFault::postgres_restart}
           : std::vector<CdcFault>(kCdcFaults.begin(), kCdcFaults.end());
+  if (!options.only_fault.empty()) {
+    std::erase_if(faults, [&](CdcFault fault) { return options.only_fault != name(fault); });
+    if (faults.empty()) {
+      std::cerr << "cdc: no fault named " << options.only_fault << " in this scenario\n";
+      return 2;
+    }
+  }
   const std::string scenario_name = options.table_less ? "cdc-table-less" : "cdc";
   for (int i = 0; i < 2; ++i) stage.relays.push_back(stage.start_relay(i, relay_args));
   TransactionLog log(stage.log("writers.transactions"));

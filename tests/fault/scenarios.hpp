@@ -26,6 +26,7 @@ struct ScenarioOptions {
   int broker_rtt_ms = 10;     // relay kill: the brokers' answer time, so relays hold rows in flight
   int trials_per_fault = 20;  // cdc: trials of each fault kind
   bool table_less = false;    // cdc: table-less producers, relays with --table-less
+  std::string only_fault;     // cdc: this fault kind alone (its name as printed), "" for all
   bool verbose = false;
   bool keep = false;
 };

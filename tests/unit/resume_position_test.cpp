@@ -44,14 +44,14 @@ TEST(ResumePosition, ASavedPositionReadsBackOrIsTheSlots) {
   EXPECT_EQ(ResumePosition::start_from_saved("garbage"), 0U);
 }
 
-TEST(ResumePosition, SavesFurtherPositionsAtMostOnceASecond) {
+TEST(ResumePosition, SavesFurtherPositionsAtMostEverySaveInterval) {
   ResumePosition position;
   const auto t0 = ResumePosition::Clock::time_point{} + 100s;
   EXPECT_TRUE(position.save_due(10, t0));
   position.saved(10, t0);
   EXPECT_FALSE(position.save_due(10, t0 + 2s)) << "not further";
-  EXPECT_FALSE(position.save_due(20, t0 + 999ms)) << "within the second";
-  EXPECT_TRUE(position.save_due(20, t0 + 1s));
+  EXPECT_FALSE(position.save_due(20, t0 + ResumePosition::kSaveEvery - 1ms)) << "too soon";
+  EXPECT_TRUE(position.save_due(20, t0 + ResumePosition::kSaveEvery));
 }
 
 TEST(PgParams, EveryKindAsText) {

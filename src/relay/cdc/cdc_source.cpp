@@ -245,7 +245,10 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
   }
   retry_unwritten();
   if (polling()) return news;
-  if (session_.stream->status_due()) send_status(false);
+  if (session_.stream->status_due() || (confirm_due() && now >= next_confirm_)) {
+    next_confirm_ = now + kTableLessConfirmEvery;
+    send_status(false);
+  }
   if (now >= next_sharding_sweep_) drop_other_shardings();
   if (now >= next_slot_look_) {
     next_slot_look_ = now + kSlotLookEvery;
@@ -256,8 +259,9 @@ bool CdcSource::run_duties(Clock::time_point now, const SendWindow& window) {
 
 CdcSource::Clock::time_point CdcSource::next_duty() const {
   if (polling()) return std::min(table_.next_duty(), Clock::now() + options_.cdc.table_poll);
-  return std::min(
-      {table_.next_duty(), next_table_poll_, Clock::now() + session_.stream->until_status_due()});
+  return std::min({table_.next_duty(), next_table_poll_,
+                   confirm_due() ? next_confirm_ : Clock::time_point::max(),
+                   Clock::now() + session_.stream->until_status_due()});
 }
 
 bool CdcSource::reconnect(SendWindow& window) {

@@ -167,6 +167,10 @@ class CdcSource final : public RelaySourceBase {
   // path at once (failed, or blocked by a pending lower sequence); otherwise only past the
   // horizon (a spilled transaction).
   void materialize(const std::vector<EventId>& ids, bool touched);
+  // A table-less stream's position moved past what it confirmed (kTableLessConfirmEvery).
+  [[nodiscard]] bool confirm_due() const {
+    return options_.cdc.table_less && session_.book.confirmable() > session_.confirmed_sent;
+  }
   void materialize_left(bool touched) { materialize(session_.book.take_left(), touched); }
   void wait_visible(pg::ArrayLiteral& xids);
   void report_clashes(pg::ArrayLiteral& event_ids);
@@ -203,6 +207,11 @@ class CdcSource final : public RelaySourceBase {
   bool listening_ = false;
   bool table_due_ = true;
   Clock::time_point next_table_poll_;
+  // Table-less: how often a position that moved is confirmed (and saved, ResumePosition), since
+  // every event between the slot's position and what was done is published again by the next
+  // stream (another relay's, or after a restart): there is no row to find it done by.
+  static constexpr std::chrono::milliseconds kTableLessConfirmEvery{100};
+  Clock::time_point next_confirm_;
   Clock::time_point next_sharding_sweep_;
   // The WAL budget (see the top of this file).
   static constexpr std::chrono::seconds kSlotLookEvery{1};
