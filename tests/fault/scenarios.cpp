@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "fault/history.hpp"
@@ -46,7 +47,8 @@ struct Stage {
     // start, on a tail of its own (it sees a message the mock drops later, and counts any it
     // missed as unread: a first publication among them would be taken from a later duplicate).
     kafka.create_topic(kTopic, 24, 3);
-    tail = std::make_unique<testing::TopicTail>(kafka.bootstrap_servers(), kTopic);
+    tail = std::make_unique<testing::TopicTail>(
+        kafka.bootstrap_servers(), kTopic, std::set<std::string>{"event_id", "aggregate_sequence"});
     url = postgres.connection_string();
     migrate(url, SchemaName(kSchema));
     create_campaign_tables(url);

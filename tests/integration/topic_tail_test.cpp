@@ -28,7 +28,7 @@ std::vector<RawMessage> quarter_mebibytes(int n, int& next_sequence) {
 TEST(TopicTail, ReadsWhatTheBrokerDropsLaterAndOffsetGapsFindsWhatTheEndAloneMissed) {
   const std::string topic = "topic-tail";
   kafka().create_topic(topic, 2, 1);
-  TopicTail tail(kafka().bootstrap_servers(), topic);
+  TopicTail tail(kafka().bootstrap_servers(), topic, {"aggregate_sequence"});
   int sequence = 1;
   // 8 MiB to partition 0, 1 MiB at a time, each read by the tail before the next is written.
   for (int chunk = 0; chunk < 8; ++chunk) {
@@ -58,6 +58,7 @@ TEST(TopicTail, ReadsWhatTheBrokerDropsLaterAndOffsetGapsFindsWhatTheEndAloneMis
     EXPECT_EQ(tailed[static_cast<std::size_t>(i)].offset, i);
     EXPECT_EQ(tailed[static_cast<std::size_t>(i)].headers.at("aggregate_sequence"),
               std::to_string(i + 1));
+    EXPECT_TRUE(tailed[static_cast<std::size_t>(i)].value.empty()) << "values are not kept";
   }
   EXPECT_EQ(tailed[32].partition, 1);
 }
@@ -77,6 +78,17 @@ TEST(OffsetGaps, CountsFromOffsetZeroAndBetweenMessagesPerPartition) {
   EXPECT_EQ(gaps[0].last, 1);
   EXPECT_EQ(gaps[1].first, 4);
   EXPECT_EQ(gaps[1].last, 6);
+
+  // With the partitions' ends: what was not read before them, partitions with nothing read too.
+  const std::vector<OffsetGap> to_ends =
+      offset_gaps({at(0, 0), at(0, 1), at(1, 0)}, {{0, 4}, {1, 1}, {2, 3}, {3, 0}});
+  ASSERT_EQ(to_ends.size(), 2U);
+  EXPECT_EQ(to_ends[0].partition, 0);
+  EXPECT_EQ(to_ends[0].first, 2);
+  EXPECT_EQ(to_ends[0].last, 3);
+  EXPECT_EQ(to_ends[1].partition, 2);
+  EXPECT_EQ(to_ends[1].first, 0);
+  EXPECT_EQ(to_ends[1].last, 2);
 }
 
 }  // namespace

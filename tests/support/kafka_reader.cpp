@@ -1,11 +1,13 @@
 #include "support/kafka_reader.hpp"
 
+#include <fmt/format.h>
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -49,29 +51,35 @@ ReadMessage to_read_message(const std::string& topic, const rd_kafka_message_t* 
   return r;
 }
 
-// The end of each partition of `topic`, as its leader sees it now.
+}  // namespace
+
 std::map<int, long long> partition_ends(const std::string& brokers, const std::string& topic) {
   rd_kafka_t* rk =
       make_client(RD_KAFKA_CONSUMER, brokers, {{"group.id", "outbox-test-watermarks"}});
   std::map<int, long long> ends;
   const rd_kafka_metadata_t* metadata = nullptr;
   rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
-  if (rd_kafka_metadata(rk, 0, rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-      metadata->topic_cnt == 1) {
-    for (int p = 0; p < metadata->topics[0].partition_cnt; ++p) {
-      const int id = metadata->topics[0].partitions[p].id;
-      int64_t low = 0, high = 0;
-      if (rd_kafka_query_watermark_offsets(rk, topic.c_str(), id, &low, &high, 5000) ==
-          RD_KAFKA_RESP_ERR_NO_ERROR) {
-        ends[id] = high;
-      }
-    }
+  rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &metadata, 5000);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR && metadata->topic_cnt != 1) {
+    err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+  }
+  for (int p = 0; err == RD_KAFKA_RESP_ERR_NO_ERROR && p < metadata->topics[0].partition_cnt; ++p) {
+    const int id = metadata->topics[0].partitions[p].id;
+    int64_t low = 0, high = 0;
+    err = rd_kafka_query_watermark_offsets(rk, topic.c_str(), id, &low, &high, 5000);
+    ends[id] = high;
   }
   if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
   rd_kafka_topic_destroy(rkt);
   rd_kafka_destroy(rk);
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    throw std::runtime_error("the ends of topic " + topic +
+                             "'s partitions: " + rd_kafka_err2str(err));
+  }
   return ends;
 }
+
+namespace {
 
 // Whether `messages` reach every partition's end in `ends`.
 bool reached(const std::vector<ReadMessage>& messages, const std::map<int, long long>& ends) {
@@ -142,65 +150,113 @@ std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std:
       [&ends](const std::vector<ReadMessage>& so_far) { return reached(so_far, ends); }, timeout);
 }
 
-std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages) {
+std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages,
+                                   const std::map<int, long long>& ends) {
   std::vector<OffsetGap> gaps;
   std::map<int, long long> next_offset;
+  for (const auto& [partition, end] : ends) next_offset[partition] = 0;
   for (const auto& m : messages) {
     long long& next = next_offset[m.partition];
     if (m.offset > next) gaps.push_back({m.partition, next, m.offset - 1});
     next = std::max(next, m.offset + 1);
   }
+  for (const auto& [partition, end] : ends) {
+    const long long next = next_offset[partition];
+    if (end > next) gaps.push_back({partition, next, end - 1});
+  }
+  std::sort(gaps.begin(), gaps.end(), [](const OffsetGap& a, const OffsetGap& b) {
+    return std::tie(a.partition, a.first) < std::tie(b.partition, b.first);
+  });
   return gaps;
 }
 
 struct TopicTail::State {
   std::string brokers, topic;
+  std::set<std::string> keep_headers;
   std::mutex mutex;
   std::vector<ReadMessage> messages;  // guarded by mutex
+  std::map<int, long long> next;      // each partition's next offset to read; guarded by mutex
+  std::string error;                  // the first error the tail read; guarded by mutex
   std::atomic<bool> stopping{false};
   std::thread thread;
 };
 
-TopicTail::TopicTail(std::string brokers, std::string topic) : state_(std::make_unique<State>()) {
-  state_->brokers = std::move(brokers);
-  state_->topic = std::move(topic);
-  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, state_->brokers,
-                               {{"group.id", "outbox-test-tail"}, {"enable.auto.commit", "false"}});
+namespace {
+
+// The tail's consumer, assigned every partition of the topic from offset 0; throws when it cannot.
+rd_kafka_t* tail_consumer(const std::string& brokers, const std::string& topic) {
+  // A tail that falls behind what the broker keeps must say so, not jump to the end.
+  rd_kafka_t* rk = make_client(RD_KAFKA_CONSUMER, brokers,
+                               {{"group.id", "outbox-test-tail"},
+                                {"enable.auto.commit", "false"},
+                                {"auto.offset.reset", "error"}});
   const rd_kafka_metadata_t* metadata = nullptr;
-  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, state_->topic.c_str(), nullptr);
-  const bool found = rd_kafka_metadata(rk, 0, rkt, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-                     metadata->topic_cnt == 1 && metadata->topics[0].partition_cnt > 0;
-  if (found) {
+  rd_kafka_topic_t* rkt = rd_kafka_topic_new(rk, topic.c_str(), nullptr);
+  rd_kafka_resp_err_t err = rd_kafka_metadata(rk, 0, rkt, &metadata, 5000);
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR &&
+      (metadata->topic_cnt != 1 || metadata->topics[0].partition_cnt == 0)) {
+    err = RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART;
+  }
+  if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
     rd_kafka_topic_partition_list_t* assignment =
         rd_kafka_topic_partition_list_new(metadata->topics[0].partition_cnt);
     for (int p = 0; p < metadata->topics[0].partition_cnt; ++p) {
-      rd_kafka_topic_partition_list_add(assignment, state_->topic.c_str(),
+      rd_kafka_topic_partition_list_add(assignment, topic.c_str(),
                                         metadata->topics[0].partitions[p].id)
           ->offset = RD_KAFKA_OFFSET_BEGINNING;
     }
-    rd_kafka_assign(rk, assignment);
+    err = rd_kafka_assign(rk, assignment);
     rd_kafka_topic_partition_list_destroy(assignment);
   }
   if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
   rd_kafka_topic_destroy(rkt);
-  if (!found) {
+  if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
     rd_kafka_destroy(rk);
-    throw std::runtime_error("TopicTail: topic " + state_->topic + " has no partitions (yet)");
+    throw std::runtime_error("TopicTail: cannot read topic " + topic +
+                             " from its start: " + rd_kafka_err2str(err));
   }
-  state_->thread = std::thread([state = state_.get(), rk] {
-    while (!state->stopping.load()) {
-      rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
-      if (m == nullptr) continue;
-      if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        ReadMessage read = to_read_message(state->topic, m);
-        const std::lock_guard lock(state->mutex);
-        state->messages.push_back(std::move(read));
+  return rk;
+}
+
+}  // namespace
+
+TopicTail::TopicTail(std::string brokers, std::string topic, std::set<std::string> keep_headers)
+    : state_(std::make_unique<State>()) {
+  state_->brokers = std::move(brokers);
+  state_->topic = std::move(topic);
+  state_->keep_headers = std::move(keep_headers);
+  rd_kafka_t* rk = tail_consumer(state_->brokers, state_->topic);
+  try {
+    state_->thread = std::thread([state = state_.get(), rk] {
+      while (!state->stopping.load()) {
+        rd_kafka_message_t* m = rd_kafka_consumer_poll(rk, 100);
+        if (m == nullptr) continue;
+        if (m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+          ReadMessage read = to_read_message(state->topic, m);
+          read.value.clear();  // not kept: a long run's topic is a gigabyte
+          std::erase_if(read.headers, [&](const auto& header) {
+            return !state->keep_headers.contains(header.first);
+          });
+          const std::lock_guard lock(state->mutex);
+          long long& next = state->next[read.partition];
+          next = std::max(next, read.offset + 1);
+          state->messages.push_back(std::move(read));
+        } else {
+          const std::lock_guard lock(state->mutex);
+          if (state->error.empty()) {
+            state->error =
+                fmt::format("partition {}: {}", m->partition, rd_kafka_message_errstr(m));
+          }
+        }
+        rd_kafka_message_destroy(m);
       }
-      rd_kafka_message_destroy(m);
-    }
-    rd_kafka_consumer_close(rk);
+      rd_kafka_consumer_close(rk);
+      rd_kafka_destroy(rk);
+    });
+  } catch (...) {
     rd_kafka_destroy(rk);
-  });
+    throw;
+  }
 }
 
 TopicTail::~TopicTail() {
@@ -212,13 +268,26 @@ std::vector<ReadMessage> TopicTail::read_to_end(std::chrono::milliseconds timeou
   const std::map<int, long long> ends = partition_ends(state_->brokers, state_->topic);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
+    std::vector<ReadMessage> messages;
+    bool done = false;
     {
       const std::lock_guard lock(state_->mutex);
-      if (reached(state_->messages, ends) || std::chrono::steady_clock::now() > deadline) {
-        std::vector<ReadMessage> messages = state_->messages;
-        sort_by_offset(messages);
-        return messages;
+      if (!state_->error.empty()) {
+        throw std::runtime_error("TopicTail: " + state_->topic + ": " + state_->error);
       }
+      done = std::all_of(ends.begin(), ends.end(), [&](const auto& end) {
+        const auto next = state_->next.find(end.first);
+        return end.second == 0 || (next != state_->next.end() && next->second >= end.second);
+      });
+      if (!done && std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error(fmt::format("TopicTail: {} not read to its end within {} ms",
+                                             state_->topic, timeout.count()));
+      }
+      if (done) messages = state_->messages;
+    }
+    if (done) {
+      sort_by_offset(messages);
+      return messages;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,26 +36,35 @@ std::vector<ReadMessage> read_topic_until(
 std::vector<ReadMessage> read_whole_topic(const std::string& brokers, const std::string& topic,
                                           std::chrono::milliseconds timeout);
 
+// The end of each partition of `topic` (its next offset), as its leader sees it now; throws when
+// the broker does not say.
+std::map<int, long long> partition_ends(const std::string& brokers, const std::string& topic);
+
 // Offsets missing from `messages` (in (partition, offset) order, as the readers here return them),
-// counted from offset 0 of each partition: messages a broker dropped before they were read.
+// counted from offset 0 of each partition to its end in `ends` (partitions with nothing read
+// included): messages a broker dropped before they were read, or not read yet.
 struct OffsetGap {
   int partition = 0;
   long long first = 0, last = 0;  // the first and the last offset missing
 };
-std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages);
+std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages,
+                                   const std::map<int, long long>& ends = {});
 
 // Reads a topic from its beginning for as long as it lives, on a thread of its own, so that a
 // broker that drops a partition's oldest messages (librdkafka's mock keeps 5 MiB a partition)
 // cannot hide what was published first: the checker sees every message as long as the tail stays
-// within 5 MiB of each partition's end. The topic must exist before it starts.
+// within 5 MiB of each partition's end (behind that, read_to_end throws: the tail never skips).
+// It keeps each message's partition, offset, key and the headers named in `keep_headers`, not its
+// value (a long run's topic is a gigabyte). The topic must exist before it starts.
 class TopicTail {
  public:
-  TopicTail(std::string brokers, std::string topic);
+  TopicTail(std::string brokers, std::string topic, std::set<std::string> keep_headers);
   ~TopicTail();
   TopicTail(const TopicTail&) = delete;
   TopicTail& operator=(const TopicTail&) = delete;
-  // Everything read, once each partition is read to the end it has now (or `timeout` passed);
-  // (partition, offset) order. The tail goes on reading.
+  // Everything read, once each partition is read to the end it has now; (partition, offset)
+  // order. Throws when the tail could not read a partition or did not reach the ends within
+  // `timeout`. The tail goes on reading.
   std::vector<ReadMessage> read_to_end(std::chrono::milliseconds timeout);
 
  private:

@@ -93,8 +93,8 @@ cdc::Lsn CdcSource::start_position() {
       table_.connection(), options_.schema, publications_.slot(), server.system_id));
 }
 
-// A table-less relay saves its confirmed position with its registration, durably, at most once a
-// second (start_position).
+// A table-less relay saves its confirmed position with its registration, durably, at most every
+// ResumePosition::kSaveEvery (start_position).
 void CdcSource::save_position(cdc::Lsn confirmed) {
   if (!options_.cdc.table_less || !resume_.save_due(confirmed, Clock::now())) return;
   cdc_sql::save_position(table_.connection(), options_.schema, publications_.slot(), confirmed,
