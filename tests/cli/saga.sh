@@ -402,6 +402,12 @@ for point in "${kill_points[@]}"; do
     pass
   else
     fail "kill point $fault of $name never fired in 100 s; its runs ended with: $(tr '\n' ' ' <"$work_dir/$name.exits"); its log: $(tail -n 15 "$work_dir/$name.err")"
+    # The rest of the chain, for the post-mortem: was there anything for it to consume?
+    for other in order-relay payment-relay order-service payment-service; do
+      echo "  $other runs ended with: $(tr '\n' ' ' <"$work_dir/$other.exits" 2>/dev/null); last lines:"
+      tail -n 5 "$work_dir/$other.err" 2>/dev/null | sed 's/^/    /'
+    done
+    echo "  unpublished events: orders $(orders_sql -c "SELECT count(*) FROM outbox.outbox_events WHERE published_at IS NULL" 2>&1), payments $(payments_sql -c "SELECT count(*) FROM outbox.outbox_events WHERE published_at IS NULL" 2>&1)"
   fi
 done
 wait_settled
