@@ -405,8 +405,7 @@ int run(const std::string& outbox_binary, unsigned seed, int trials, bool keep, 
              "seed={} trials={} per_fault_point={} not_fired={} ok={} fail={} unknown={} "
              "intents={} lost={} phantom={} rolled_back_intents={} duplicate_publishes={} "
              "({:.2f}%) duplicate_effects={} inversions={} unread_messages={} fenced={} stuck={} "
-             "cleaned={} "
-             "cleaned_early={} recovery_p50={:.0f}ms recovery_p99={:.0f}ms "
+             "cleaned={} cleaned_early={} recovery_p50={:.0f}ms recovery_p99={:.0f}ms "
              "consumer_lag_max={} offset_gaps={}",
              seed, trials, trials / kFaultKinds, not_fired, report.ok, report.failed,
              report.unknown, report.intents, report.lost, report.phantom,

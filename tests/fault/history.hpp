@@ -33,8 +33,8 @@ struct HistoryReport {
   std::uint64_t duplicate_publishes = 0;          // allowed: at-least-once
   std::uint64_t duplicate_effects = 0;
   std::uint64_t inversions = 0;  // per aggregate: applied or first published out of sequence
-  // Messages the checker never read (a partition that starts past offset 0, or skips offsets):
-  // the broker dropped them, so first-publication order cannot be checked.
+  // Offsets the checker never read (a partition that starts past 0, skips offsets or stops short
+  // of its end): the broker dropped them, so first-publication order cannot be checked there.
   std::uint64_t unread_messages = 0;
   // Read by the tail (HistoryInput::read_topic), no longer held by the broker at the end: not a
   // violation, what a checker reading the topic only at the end would have missed.

@@ -44,11 +44,7 @@ TEST(TopicTail, ReadsWhatTheBrokerDropsLaterAndOffsetGapsFindsWhatTheEndAloneMis
   const std::vector<ReadMessage> at_the_end =
       read_whole_topic(kafka().bootstrap_servers(), topic, 20s);
   EXPECT_EQ(at_the_end.size(), static_cast<std::size_t>(32 - low + 1));
-  const std::vector<OffsetGap> gaps = offset_gaps(at_the_end);
-  ASSERT_EQ(gaps.size(), 1U);
-  EXPECT_EQ(gaps[0].partition, 0);
-  EXPECT_EQ(gaps[0].first, 0);
-  EXPECT_EQ(gaps[0].last, low - 1);
+  EXPECT_EQ(offset_gaps(at_the_end), (std::vector<OffsetGap>{{0, 0, low - 1}}));
 
   const std::vector<ReadMessage> tailed = tail.read_to_end(20s);
   ASSERT_EQ(tailed.size(), 33U);
@@ -71,24 +67,11 @@ TEST(OffsetGaps, CountsFromOffsetZeroAndBetweenMessagesPerPartition) {
     return m;
   };
   EXPECT_TRUE(offset_gaps({at(0, 0), at(0, 1), at(1, 0)}).empty());
-  const std::vector<OffsetGap> gaps = offset_gaps({at(0, 2), at(0, 3), at(0, 7), at(1, 0)});
-  ASSERT_EQ(gaps.size(), 2U);
-  EXPECT_EQ(gaps[0].partition, 0);
-  EXPECT_EQ(gaps[0].first, 0);
-  EXPECT_EQ(gaps[0].last, 1);
-  EXPECT_EQ(gaps[1].first, 4);
-  EXPECT_EQ(gaps[1].last, 6);
-
+  EXPECT_EQ(offset_gaps({at(0, 2), at(0, 3), at(0, 7), at(1, 0)}),
+            (std::vector<OffsetGap>{{0, 0, 1}, {0, 4, 6}}));
   // With the partitions' ends: what was not read before them, partitions with nothing read too.
-  const std::vector<OffsetGap> to_ends =
-      offset_gaps({at(0, 0), at(0, 1), at(1, 0)}, {{0, 4}, {1, 1}, {2, 3}, {3, 0}});
-  ASSERT_EQ(to_ends.size(), 2U);
-  EXPECT_EQ(to_ends[0].partition, 0);
-  EXPECT_EQ(to_ends[0].first, 2);
-  EXPECT_EQ(to_ends[0].last, 3);
-  EXPECT_EQ(to_ends[1].partition, 2);
-  EXPECT_EQ(to_ends[1].first, 0);
-  EXPECT_EQ(to_ends[1].last, 2);
+  EXPECT_EQ(offset_gaps({at(0, 0), at(0, 1), at(1, 0)}, {{0, 4}, {1, 1}, {2, 3}, {3, 0}}),
+            (std::vector<OffsetGap>{{0, 2, 3}, {2, 0, 2}}));
 }
 
 }  // namespace

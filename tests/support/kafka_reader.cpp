@@ -170,6 +170,10 @@ std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages,
   return gaps;
 }
 
+std::ostream& operator<<(std::ostream& out, const OffsetGap& gap) {
+  return out << "partition " << gap.partition << ": offsets " << gap.first << " to " << gap.last;
+}
+
 struct TopicTail::State {
   std::string brokers, topic;
   std::set<std::string> keep_headers;

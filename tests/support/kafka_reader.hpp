@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <set>
 #include <string>
 #include <utility>
@@ -46,7 +47,10 @@ std::map<int, long long> partition_ends(const std::string& brokers, const std::s
 struct OffsetGap {
   int partition = 0;
   long long first = 0, last = 0;  // the first and the last offset missing
+  bool operator==(const OffsetGap&) const = default;
 };
+// For test failures: "partition P: offsets F to L".
+std::ostream& operator<<(std::ostream& out, const OffsetGap& gap);
 std::vector<OffsetGap> offset_gaps(const std::vector<ReadMessage>& messages,
                                    const std::map<int, long long>& ends = {});
 
