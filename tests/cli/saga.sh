@@ -407,6 +407,10 @@ for point in "${kill_points[@]}"; do
       echo "  $other runs ended with: $(tr '\n' ' ' <"$work_dir/$other.exits" 2>/dev/null); last lines:"
       tail -n 5 "$work_dir/$other.err" 2>/dev/null | sed 's/^/    /'
     done
+    # Whether the run that should have fired holds the fault at all (the arm taken, or lost).
+    armed_pid="$(cat "$work_dir/$name.pid" 2>/dev/null || true)"
+    echo "  $name's current run ($armed_pid) has: $(tr '\0' '\n' <"/proc/$armed_pid/environ" 2>/dev/null | grep -E '^(OUTBOX_FAULTS|SAGA_CRASH_AT)=' || echo 'no fault armed')"
+    echo "  events in all: orders $(orders_sql -c "SELECT count(*) FROM outbox.outbox_events" 2>&1), payments $(payments_sql -c "SELECT count(*) FROM outbox.outbox_events" 2>&1)"
     echo "  unpublished events: orders $(orders_sql -c "SELECT count(*) FROM outbox.outbox_events WHERE published_at IS NULL" 2>&1), payments $(payments_sql -c "SELECT count(*) FROM outbox.outbox_events WHERE published_at IS NULL" 2>&1)"
   fi
 done
