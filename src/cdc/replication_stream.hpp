@@ -256,6 +256,9 @@ class ReplicationStream {
   // with the server's message when it sent one; slot_invalidated, publication_missing, ... when
   // the server ended the stream with that error.
   std::optional<StreamMessage> read(std::chrono::milliseconds timeout);
+  // The connection's socket, for a caller that waits on it beside others (then read(0)); -1 when
+  // there is none.
+  [[nodiscard]] int socket() const noexcept;
 
   // A standby status update (PQputCopyData + PQflush, blocking until sent). `flushed` moves the
   // slot's confirmed_flush_lsn (never backwards): report only what is durably handled, the end_lsn

@@ -10,6 +10,7 @@
 #include "common/ascii_case.hpp"
 #include "common/log.hpp"
 #include "common/stat_list.hpp"
+#include "common/wake_fd.hpp"
 #include "kafka/kafka_common.hpp"
 #include "kafka/kafka_topic.hpp"
 #include "sinks/cloudevents.hpp"
@@ -263,6 +264,7 @@ class KafkaSink final : public Sink {
     rd_kafka_conf_set_dr_msg_cb(conf.get(), &KafkaSink::on_delivery);
     rd_kafka_conf_set_opaque(conf.get(), this);
     handle_ = kafka::create(RD_KAFKA_PRODUCER, std::move(conf));
+    enable_wake(handle_.get());
   }
 
   ~KafkaSink() override {
@@ -326,13 +328,18 @@ class KafkaSink final : public Sink {
   }
 
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
+    // Cleared first: a report librdkafka queues from here on makes it readable again.
+    wake_.clear();
+    serving_ = true;
     rd_kafka_poll(handle_.get(), ready_.empty() ? static_cast<int>(max_wait.count()) : 0);
+    serving_ = false;
     check_fatal();
     reports.insert(reports.end(), std::make_move_iterator(ready_.begin()),
                    std::make_move_iterator(ready_.end()));
     ready_.clear();
   }
 
+  [[nodiscard]] int wake_fd() const override { return wake_.fd(); }
   [[nodiscard]] std::size_t in_flight() const override { return pending_.size(); }
   [[nodiscard]] std::string describe() const override { return "kafka(" + brokers_ + ")"; }
 
@@ -377,6 +384,15 @@ class KafkaSink final : public Sink {
               std::int32_t partition = -1, std::int64_t offset = -1) {
     if (pending_.erase(ticket) == 0) return;
     ready_.push_back(DeliveryReport{ticket, outcome, std::move(error), partition, offset, {}});
+    if (!serving_) wake_.signal();  // made outside poll(): a send refused, a producer recreated
+  }
+
+  // librdkafka writes to wake_ when a delivery report lands in the queue rd_kafka_poll serves.
+  void enable_wake(rd_kafka_t* handle) {
+    rd_kafka_queue_t* queue = rd_kafka_queue_get_main(handle);
+    rd_kafka_queue_io_event_enable(queue, wake_.fd(), detail::WakeFd::kPayload.data(),
+                                   detail::WakeFd::kPayload.size());
+    rd_kafka_queue_destroy(queue);  // the reference only: the queue is the handle's
   }
 
   // After a fatal error the idempotent producer refuses everything: every queued message is
@@ -393,6 +409,7 @@ class KafkaSink final : public Sink {
     rd_kafka_purge(handle_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     rd_kafka_flush(handle_.get(), 1000);  // serves the purged messages' delivery reports
     handle_ = std::move(replacement);
+    enable_wake(handle_.get());
     known_topics_.clear();  // the new client's metadata cache is empty
     // Whatever the old handle did not report is reported here: the relay must never wait on a
     // ticket forever (its row would keep its lease and block its aggregate).
@@ -405,9 +422,13 @@ class KafkaSink final : public Sink {
   std::string topic_template_;
   std::string brokers_;
   std::string cloudevents_source_;  // empty: no CloudEvents headers
+  // Readable while a report may be ready (Sink::wake_fd). Declared before the handle, so that it
+  // is closed only after librdkafka, which writes to it, is gone.
+  detail::WakeFd wake_;
   kafka::KafkaHandle handle_;
   std::unordered_set<std::string> known_topics_;  // metadata asked for once
   std::vector<DeliveryReport> ready_;
+  bool serving_ = false;  // inside rd_kafka_poll: its reports go out with this poll()
   std::unordered_set<std::uint64_t> pending_;  // tickets sent and not yet reported
   struct Counters {
     OUTBOX_KAFKA_SINK_STATS(OUTBOX_ATOMIC_STAT_FIELD)

@@ -14,6 +14,7 @@
 // Errors: DatabaseError (retryable or not) from any call; the loop reconnects through
 // reconnect() and carries on.
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -56,6 +57,11 @@ class EventSource {
   // Waits at most `timeout` for a sign that new events are ready (0: only looks); true if one
   // came. A source that has nothing to wait on sleeps.
   virtual bool wait_for_news(std::chrono::milliseconds timeout) = 0;
+
+  // Sockets whose readability is news for fetch() (a change stream, the answer to a statement
+  // sent without waiting), or -1. While the loop waits for broker reports with room to send, it
+  // wakes for these too (Sink::wake_fd); none while fetch() would not read them.
+  [[nodiscard]] virtual std::array<int, 2> news_sockets() const { return {-1, -1}; }
 
   // Duties due by `now` (heartbeats, looking for dead peers, keeping the in-flight events'
   // claims alive); true when they made new events ready (fetch at once).

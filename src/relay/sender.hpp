@@ -42,6 +42,8 @@ class Sender {
   void drain(std::chrono::steady_clock::time_point deadline);
 
   [[nodiscard]] bool repeats_are_duplicates() const { return sink_->repeats_are_duplicates(); }
+  // Readable while poll() may have reports without waiting; -1 when the sink has none.
+  [[nodiscard]] int wake_fd() const { return sink_->wake_fd(); }
 
   // The sink's own statistics; any thread.
   [[nodiscard]] std::vector<StatSample> sink_stats() const { return sink_->stats(); }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -99,6 +100,58 @@ TEST(KafkaSinkPartitions, AKeyLandsWhereJavasDefaultPartitionerPutsIt) {
     ++spread[report.partition];
   }
   for (int p = 0; p < kPartitions; ++p) EXPECT_GT(spread[p], 0) << "partition " << p;
+}
+
+bool readable(int fd, std::chrono::milliseconds wait) {
+  pollfd ready{fd, POLLIN, 0};
+  return ::poll(&ready, 1, static_cast<int>(wait.count())) == 1 && (ready.revents & POLLIN) != 0;
+}
+
+Event wake_event(const std::string& aggregate_type) {
+  Event event;
+  event.event_id = EventId::generate();
+  event.aggregate_type = aggregate_type;
+  event.aggregate_id = "order-1";
+  event.aggregate_sequence = 1;
+  event.event_type = "Placed";
+  event.payload = "{}";
+  event.headers = "{}";
+  return event;
+}
+
+// The relay waits on the sink's descriptor beside its change stream (Sink::wake_fd): it must turn
+// readable when a delivery report is ready, without poll() being called, and poll() must clear it,
+// or the relay would sleep through reports or spin. A send refused at once (a topic Kafka would
+// refuse) has its report ready outside any poll(): that too makes it readable.
+TEST(KafkaSinkWake, ItsDescriptorIsReadableWhileAReportWaitsAndPollClearsIt) {
+  const std::string topic = "sink.wake";
+  kafka().create_topic(topic, 1);
+  auto sink =
+      make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(), "sink.{aggregate_type}", {}});
+  const int fd = sink->wake_fd();
+  ASSERT_GE(fd, 0);
+  EXPECT_FALSE(readable(fd, 0ms));
+  std::vector<DeliveryReport> reports;
+  for (std::uint64_t ticket = 1; ticket <= 3; ++ticket) {
+    sink->send(wake_event("wake"), ticket);
+    ASSERT_TRUE(readable(fd, 30s)) << "ticket " << ticket << ": acknowledged, never readable";
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (reports.size() < ticket && std::chrono::steady_clock::now() < deadline) {
+      sink->poll(0ms, reports);
+      if (reports.size() < ticket) {
+        ASSERT_TRUE(readable(fd, 30s)) << "ticket " << ticket;
+      }
+    }
+    ASSERT_EQ(reports.size(), ticket);
+    EXPECT_EQ(reports.back().outcome, DeliveryOutcome::published) << reports.back().error;
+    EXPECT_FALSE(readable(fd, 0ms)) << "ticket " << ticket << ": poll() left it readable";
+  }
+  sink->send(wake_event("no spaces allowed"), 4);
+  ASSERT_TRUE(readable(fd, 0ms)) << "a send refused at once left it unreadable";
+  sink->poll(0ms, reports);
+  ASSERT_EQ(reports.size(), 4U);
+  EXPECT_EQ(reports.back().outcome, DeliveryOutcome::permanent_failure);
+  EXPECT_FALSE(readable(fd, 0ms));
 }
 
 // With a CloudEvents source the sink writes the Kafka binding's binary-mode headers; an event's own

@@ -82,6 +82,7 @@ class CdcSource final : public RelaySourceBase {
 
   Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;
   bool wait_for_news(milliseconds timeout) override;
+  [[nodiscard]] std::array<int, 2> news_sockets() const override;
   bool run_duties(Clock::time_point now, const SendWindow& window) override;
   [[nodiscard]] Clock::time_point next_duty() const override;
   void set_listening(bool listening) override;
@@ -120,6 +121,8 @@ class CdcSource final : public RelaySourceBase {
   // Reads what has arrived (waiting at most `timeout` for the first message), up to the budget;
   // true when a message came.
   bool read_stream(milliseconds timeout);
+  // The book holds as much as the loop can use: read_stream() leaves the rest with the server.
+  [[nodiscard]] bool stream_full() const;
   void take(const cdc::StreamMessage& message);
   void take_change(std::string_view payload);
   void take_message(const cdc::LogicalMessage& message);

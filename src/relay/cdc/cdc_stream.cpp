@@ -165,10 +165,7 @@ bool CdcSource::read_stream(milliseconds timeout) {
   bool got = false;
   milliseconds wait = timeout;
   for (std::size_t read = 0; read < kMostMessagesPerRead; ++read) {
-    if (session_.book.waiting_bytes() >= options_.max_in_flight_bytes ||
-        session_.book.open_events() >= 2 * options_.max_in_flight || session_.witness_due) {
-      break;  // the loop has enough to do; the server keeps the rest
-    }
+    if (stream_full()) break;  // the loop has enough to do; the server keeps the rest
     std::optional<cdc::StreamMessage> message;
     try {
       message = session_.stream->read(wait);
@@ -194,6 +191,18 @@ bool CdcSource::read_stream(milliseconds timeout) {
     }
   }
   return got;
+}
+
+bool CdcSource::stream_full() const {
+  return session_.book.waiting_bytes() >= options_.max_in_flight_bytes ||
+         session_.book.open_events() >= 2 * options_.max_in_flight || session_.witness_due;
+}
+
+// The stream's socket while read_stream() would read it, and the socket of a mark sent and not
+// answered (fetch() takes its answer).
+std::array<int, 2> CdcSource::news_sockets() const {
+  if (polling() || !session_.streaming()) return {-1, -1};
+  return {stream_full() ? -1 : session_.stream->socket(), marks_.answer_socket()};
 }
 
 void CdcSource::take(const cdc::StreamMessage& message) {

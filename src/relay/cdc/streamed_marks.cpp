@@ -71,6 +71,10 @@ void StreamedMarks::collect(bool wait, std::vector<EventId>& written,
   send_queued();
 }
 
+int StreamedMarks::answer_socket() const {
+  return out_.empty() || !connection_ ? -1 : PQsocket(connection_->get());
+}
+
 void StreamedMarks::drop_connection() {
   connection_.reset();
   for (Outcome& outcome : queued_) out_.push_back(std::move(outcome));

@@ -40,6 +40,8 @@ class StreamedMarks {
   // A batch out or queued: outcomes not written yet.
   [[nodiscard]] bool pending() const { return !out_.empty() || !queued_.empty(); }
   [[nodiscard]] bool out() const { return !out_.empty(); }
+  // The socket on which the answer of the batch out comes; -1 when none is out.
+  [[nodiscard]] int answer_socket() const;
 
  private:
   void send_queued();

@@ -1,6 +1,9 @@
 #include "outbox/relay.hpp"
 
+#include <poll.h>
+
 #include <algorithm>
+#include <array>
 #include <functional>
 
 #include "common/backoff.hpp"
@@ -214,13 +217,8 @@ class Relay::Impl {
                               : busy     ? milliseconds(0)
                                          : std::clamp(pass.schedule.until(Clock::now(), look),
                                                       milliseconds(0), milliseconds(5));
-    std::vector<DeliveryReport>& reports = pass.reports;
-    if (!window_.empty()) {
-      sender_.poll(wait, reports);
-    } else {
-      reports.clear();
-      if (paced && source_->wait_for_news(wait)) pass.schedule.announced();
-    }
+    await_reports(pass, wait, can_fetch && !paced, paced);
+    const std::vector<DeliveryReport>& reports = pass.reports;
     // Outcomes also come without a report: an event parked in doubt as it was fetched
     // (Sender::park_in_doubt). They are written now, before their claim's lease runs out and
     // another relay takes the event over (the reconcile campaign once saw one go round so).
@@ -237,6 +235,42 @@ class Relay::Impl {
       if (source_->listening()) source_->set_listening(false);  // busy again: no NOTIFY needed
     }
     return false;
+  }
+
+  // Waits up to `wait` for reports (pass.reports: what came). With room to send (`news_counts`),
+  // what the source brings meanwhile (a change stream) is news as much as a report is: the wait
+  // ends at whichever comes first, and a fetch is wanted.
+  void await_reports(Pass& pass, milliseconds wait, bool news_counts, bool paced) {
+    if (window_.empty()) {
+      pass.reports.clear();
+      if (paced && source_->wait_for_news(wait)) pass.schedule.announced();
+      return;
+    }
+    const bool waited =
+        wait > milliseconds(0) && news_counts && wait_for_reports_or_news(wait, pass.claim_wanted);
+    sender_.poll(waited ? milliseconds(0) : wait, pass.reports);
+  }
+
+  // Waits up to `wait` until the sink may have reports or one of the source's news sockets is
+  // readable (then sets `news`); false, having waited for nothing, when the sink or the source has
+  // nothing to wait on this way. Without it the loop waited in the sink's poll() alone, and a
+  // change stream's next transaction waited for the broker's next answer: a table-less catch-up
+  // went from ~85,000 to ~100,000 events/s when that wait ended at once (docs/PERFORMANCE.md).
+  bool wait_for_reports_or_news(milliseconds wait, bool& news) {
+    const int sink = sender_.wake_fd();
+    if (sink < 0) return false;
+    std::array<pollfd, 3> fds{};
+    nfds_t count = 0;
+    for (const int socket : source_->news_sockets()) {
+      if (socket >= 0) fds[count++] = pollfd{socket, POLLIN, 0};
+    }
+    if (count == 0) return false;
+    const nfds_t sockets = count;
+    fds[count++] = pollfd{sink, POLLIN, 0};
+    if (::poll(fds.data(), count, static_cast<int>(wait.count())) > 0) {
+      for (nfds_t i = 0; i < sockets; ++i) news = news || fds[i].revents != 0;
+    }
+    return true;  // < 0 (EINTR): the caller looks again at once
   }
 
   // Fetches while there is room, wrapping around once to the aggregates before the cursor;
