@@ -55,13 +55,6 @@ class Sink {
   // appends every report that is ready to `reports`.
   virtual void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) = 0;
 
-  // A descriptor that is readable whenever poll() may have a report to give at once, or -1 (the
-  // default). poll() makes it unreadable again when it hands out everything that was ready; a
-  // report made outside poll() (a send refused at once) makes it readable. With one, the relay
-  // waits on it and its change stream's socket together instead of in poll(), so that what the
-  // stream brings meanwhile is read at once, not after the broker's next answer.
-  [[nodiscard]] virtual int wake_fd() const { return -1; }
-
   // Sends not yet reported.
   [[nodiscard]] virtual std::size_t in_flight() const = 0;
 
@@ -80,6 +73,15 @@ class Sink {
   // thread). Each sink defines its list once (outbox/stats.hpp); the relay's metrics, JSON and
   // text line carry them with no code of their own. Prometheus names start with outbox_relay_.
   [[nodiscard]] virtual std::vector<StatSample> stats() const { return {}; }
+
+  // A descriptor that is readable whenever poll() may have a report to give at once, or -1 (the
+  // default). poll() makes it unreadable again when it hands out everything that was ready; a
+  // report made outside poll() (a send refused at once) makes it readable. It may be readable with
+  // nothing to give (a spurious wake-up costs the relay one turn), never unreadable with a report
+  // ready. With one, the relay
+  // waits on it and its change stream's socket together instead of in poll(), so that what the
+  // stream brings meanwhile is read at once, not after the broker's next answer.
+  [[nodiscard]] virtual int wake_fd() const { return -1; }
 };
 
 }  // namespace outbox

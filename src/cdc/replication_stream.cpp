@@ -341,12 +341,12 @@ std::optional<ReplicationError> ReplicationStream::finish_copy() {
   return error;
 }
 
-// Waits until the socket is readable (or failed, or a signal came) or `timeout` passed; false
-// when it passed.
 int ReplicationStream::socket() const noexcept {
   return PQsocket(connection_.get());  // -1 for no connection
 }
 
+// Waits until the socket is readable (or failed, or a signal came) or `timeout` passed; false
+// when it passed.
 bool ReplicationStream::wait_readable(milliseconds timeout) {
   const int socket = PQsocket(connection_.get());
   if (socket < 0) {

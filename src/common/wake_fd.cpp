@@ -4,24 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdint>
-#include <cstring>
 #include <system_error>
 
 namespace outbox::detail {
-
-namespace {
-
-std::array<char, 8> one() {
-  std::array<char, 8> bytes{};
-  const std::uint64_t value = 1;
-  std::memcpy(bytes.data(), &value, sizeof(value));
-  return bytes;
-}
-
-}  // namespace
-
-const std::array<char, 8> WakeFd::kPayload = one();
 
 WakeFd::WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
@@ -31,7 +16,7 @@ WakeFd::~WakeFd() { ::close(fd_); }
 
 // A write fails only when the count would overflow (it is readable then) or the fd is bad.
 void WakeFd::signal() const noexcept {
-  [[maybe_unused]] const auto written = ::write(fd_, kPayload.data(), kPayload.size());
+  [[maybe_unused]] const auto written = ::write(fd_, &kOne, sizeof(kOne));
 }
 
 // One read takes the whole count (not EFD_SEMAPHORE); EAGAIN: it was not readable.

@@ -2,15 +2,14 @@
 // An eventfd that one side makes readable (signal(), or another library writing kPayload to it)
 // and the waiting side clears: a wake-up a poll() can wait on beside sockets.
 
-#include <array>
-#include <cstddef>
+#include <cstdint>
 
 namespace outbox::detail {
 
 class WakeFd {
  public:
-  // What a writer writes: an eventfd takes 8 bytes, the count to add (1).
-  static const std::array<char, 8> kPayload;
+  // What a writer writes: an eventfd takes 8 bytes, the count to add.
+  static constexpr std::uint64_t kOne = 1;
 
   WakeFd();  // throws std::system_error when the kernel refuses an eventfd
   ~WakeFd();

@@ -332,8 +332,8 @@ class KafkaSink final : public Sink {
     wake_.clear();
     serving_ = true;
     rd_kafka_poll(handle_.get(), ready_.empty() ? static_cast<int>(max_wait.count()) : 0);
+    check_fatal();  // what it reports goes out with this poll() too
     serving_ = false;
-    check_fatal();
     reports.insert(reports.end(), std::make_move_iterator(ready_.begin()),
                    std::make_move_iterator(ready_.end()));
     ready_.clear();
@@ -390,9 +390,12 @@ class KafkaSink final : public Sink {
   // librdkafka writes to wake_ when a delivery report lands in the queue rd_kafka_poll serves.
   void enable_wake(rd_kafka_t* handle) {
     rd_kafka_queue_t* queue = rd_kafka_queue_get_main(handle);
-    rd_kafka_queue_io_event_enable(queue, wake_.fd(), detail::WakeFd::kPayload.data(),
-                                   detail::WakeFd::kPayload.size());
+    rd_kafka_queue_io_event_enable(queue, wake_.fd(), &detail::WakeFd::kOne,
+                                   sizeof(detail::WakeFd::kOne));
     rd_kafka_queue_destroy(queue);  // the reference only: the queue is the handle's
+    // librdkafka writes only when its queue goes from empty to one item: an error queued before
+    // this call would hold back every later write until a poll() served it.
+    wake_.signal();
   }
 
   // After a fatal error the idempotent producer refuses everything: every queued message is

@@ -130,8 +130,10 @@ TEST(KafkaSinkWake, ItsDescriptorIsReadableWhileAReportWaitsAndPollClearsIt) {
       make_kafka_sink(KafkaSinkOptions{kafka().bootstrap_servers(), "sink.{aggregate_type}", {}});
   const int fd = sink->wake_fd();
   ASSERT_GE(fd, 0);
-  EXPECT_FALSE(readable(fd, 0ms));
   std::vector<DeliveryReport> reports;
+  sink->poll(0ms, reports);  // a new producer's descriptor starts readable (enable_wake)
+  ASSERT_TRUE(reports.empty());
+  EXPECT_FALSE(readable(fd, 0ms));
   for (std::uint64_t ticket = 1; ticket <= 3; ++ticket) {
     sink->send(wake_event("wake"), ticket);
     ASSERT_TRUE(readable(fd, 30s)) << "ticket " << ticket << ": acknowledged, never readable";
@@ -152,6 +154,44 @@ TEST(KafkaSinkWake, ItsDescriptorIsReadableWhileAReportWaitsAndPollClearsIt) {
   ASSERT_EQ(reports.size(), 4U);
   EXPECT_EQ(reports.back().outcome, DeliveryOutcome::permanent_failure);
   EXPECT_FALSE(readable(fd, 0ms));
+}
+
+// A fatal error of the idempotent producer makes the sink start a new one (check_fatal): the new
+// producer's reports must wake the relay as the old one's did. The gap-less guarantee turns a
+// permanent produce error (a message too large, as the mock answers) into a fatal error.
+TEST(KafkaSinkWake, ARecreatedProducersReportsMakeItReadableToo) {
+  const std::string topic = "sink.wake.fatal";
+  kafka().create_topic(topic, 1);
+  KafkaSinkOptions options{kafka().bootstrap_servers(), topic, {}};
+  options.properties["enable.gapless.guarantee"] = "true";
+  auto sink = make_kafka_sink(options);
+  const int fd = sink->wake_fd();
+  ASSERT_GE(fd, 0);
+  kafka().fail_next_produce_requests(1, /*MESSAGE_TOO_LARGE=*/10);
+  sink->send(wake_event("wake"), 1);
+  std::vector<DeliveryReport> reports;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (reports.empty() && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(readable(fd, 30s)) << "the fatal error never made it readable";
+    sink->poll(0ms, reports);
+  }
+  ASSERT_EQ(reports.size(), 1U);
+  EXPECT_NE(reports[0].outcome, DeliveryOutcome::published);
+  std::int64_t recreated = -1;
+  for (const StatSample& sample : sink->stats()) {
+    if (sample.def->key == std::string_view("kafka_producers_recreated")) recreated = sample.value;
+  }
+  ASSERT_EQ(recreated, 1) << "no fatal error: this test needs one";
+  sink->poll(0ms, reports);  // clears what the recreation signalled
+  ASSERT_FALSE(readable(fd, 0ms));
+  sink->send(wake_event("wake"), 2);
+  ASSERT_TRUE(readable(fd, 30s)) << "the new producer's report never made it readable";
+  const auto published_by = std::chrono::steady_clock::now() + 30s;
+  while (reports.size() < 2 && std::chrono::steady_clock::now() < published_by) {
+    sink->poll(100ms, reports);
+  }
+  ASSERT_EQ(reports.size(), 2U);
+  EXPECT_EQ(reports[1].outcome, DeliveryOutcome::published) << reports[1].error;
 }
 
 // With a CloudEvents source the sink writes the Kafka binding's binary-mode headers; an event's own
