@@ -13,6 +13,7 @@
 
 #include "common/log.hpp"
 #include "common/stat_list.hpp"
+#include "common/wake_fd.hpp"
 #include "http/http_parts.hpp"
 #include "outbox/error.hpp"
 #include "outbox/text.hpp"
@@ -161,12 +162,15 @@ class HttpSink final : public Sink {
     curl_multi_wakeup(multi_);
   }
 
+  [[nodiscard]] int wake_fd() const override { return wake_.fd(); }
+
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
     std::unique_lock lock(mutex_);
     done_.wait_for(lock, max_wait, [&] { return !ready_.empty(); });
     in_flight_.fetch_sub(ready_.size(), std::memory_order_relaxed);
     for (DeliveryReport& report : ready_) reports.push_back(std::move(report));
     ready_.clear();
+    wake_.clear();  // under the lock: a report added after it signals again
   }
 
   [[nodiscard]] std::size_t in_flight() const override {
@@ -289,6 +293,12 @@ class HttpSink final : public Sink {
     return true;
   }
 
+  // Called with mutex_ held.
+  void add_ready(DeliveryReport report) {
+    ready_.push_back(std::move(report));
+    wake_.signal();
+  }
+
   void report_now(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
     DeliveryReport report;
     report.ticket = ticket;
@@ -296,7 +306,7 @@ class HttpSink final : public Sink {
     report.error = std::move(error);
     {
       std::lock_guard lock(mutex_);
-      ready_.push_back(std::move(report));
+      add_ready(std::move(report));
     }
     done_.notify_one();
   }
@@ -314,7 +324,7 @@ class HttpSink final : public Sink {
       running_.erase(it);
       {
         std::lock_guard lock(mutex_);
-        ready_.push_back(std::move(report));
+        add_ready(std::move(report));
       }
       done_.notify_one();
     }
@@ -375,7 +385,8 @@ class HttpSink final : public Sink {
   std::condition_variable done_;
   bool stopping_ = false;
   std::vector<std::unique_ptr<Transfer>> queued_;
-  std::vector<DeliveryReport> ready_;
+  std::vector<DeliveryReport> ready_;  // under mutex_, through add_ready()
+  detail::WakeFd wake_;                // readable while ready_ holds a report (Sink::wake_fd)
   std::atomic<std::size_t> in_flight_{0};
 
   struct Counters {

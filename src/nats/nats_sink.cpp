@@ -11,6 +11,7 @@
 #include "common/log.hpp"
 #include "common/printable.hpp"
 #include "common/stat_list.hpp"
+#include "common/wake_fd.hpp"
 #include "nats/nats_common.hpp"
 #include "nats/nats_stream.hpp"
 #include "outbox/error.hpp"
@@ -149,12 +150,12 @@ class NatsSink final : public Sink {
     if (status == NATS_OK) {
       const std::lock_guard lock(mutex_);
       if (const auto old = pending_.find(id); old != pending_.end()) {
-        ready_.push_back(DeliveryReport{old->second.ticket,
-                                        DeliveryOutcome::unknown,
-                                        "superseded by a new send of the same event",
-                                        -1,
-                                        -1,
-                                        {}});
+        add_ready(DeliveryReport{old->second.ticket,
+                                 DeliveryOutcome::unknown,
+                                 "superseded by a new send of the same event",
+                                 -1,
+                                 -1,
+                                 {}});
       }
       pending_[id] = Pending{ticket, Clock::now() + options_.ack_timeout + kBackstop};
     }
@@ -170,7 +171,7 @@ class NatsSink final : public Sink {
       const std::lock_guard lock(mutex_);
       pending_.erase(id);
       const bool permanent = status == NATS_MAX_PAYLOAD || status == NATS_INVALID_SUBJECT;
-      ready_.push_back(DeliveryReport{
+      add_ready(DeliveryReport{
           ticket,
           permanent ? DeliveryOutcome::permanent_failure : DeliveryOutcome::retryable_failure,
           "NATS publish to " + subject + " refused: " + nats::error_text(status),
@@ -180,6 +181,8 @@ class NatsSink final : public Sink {
     }
   }
 
+  [[nodiscard]] int wake_fd() const override { return wake_.fd(); }
+
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
     std::unique_lock lock(mutex_);
     woken_.wait_for(lock, max_wait, [&] { return !ready_.empty(); });
@@ -187,6 +190,7 @@ class NatsSink final : public Sink {
     reports.insert(reports.end(), std::make_move_iterator(ready_.begin()),
                    std::make_move_iterator(ready_.end()));
     ready_.clear();
+    wake_.clear();  // under the lock: a report added after it signals again
   }
 
   [[nodiscard]] std::size_t in_flight() const override {
@@ -289,14 +293,14 @@ class NatsSink final : public Sink {
     pending_.erase(it);
     if (ack != nullptr) {
       if (ack->Duplicate) counters_.nats_duplicates.fetch_add(1, std::memory_order_relaxed);
-      ready_.push_back(DeliveryReport{ticket,
-                                      DeliveryOutcome::published,
-                                      {},
-                                      -1,
-                                      static_cast<std::int64_t>(ack->Sequence),
-                                      {}});
+      add_ready(DeliveryReport{ticket,
+                               DeliveryOutcome::published,
+                               {},
+                               -1,
+                               static_cast<std::int64_t>(ack->Sequence),
+                               {}});
     } else {
-      ready_.push_back(classify(ticket, subject, error));
+      add_ready(classify(ticket, subject, error));
     }
     woken_.notify_one();
   }
@@ -344,19 +348,25 @@ class NatsSink final : public Sink {
         continue;
       }
       counters_.nats_ack_timeouts.fetch_add(1, std::memory_order_relaxed);
-      ready_.push_back(DeliveryReport{it->second.ticket,
-                                      DeliveryOutcome::unknown,
-                                      "no PubAck and no error from the NATS client in time",
-                                      -1,
-                                      -1,
-                                      {}});
+      add_ready(DeliveryReport{it->second.ticket,
+                               DeliveryOutcome::unknown,
+                               "no PubAck and no error from the NATS client in time",
+                               -1,
+                               -1,
+                               {}});
       it = pending_.erase(it);
     }
   }
 
+  // Called with mutex_ held.
+  void add_ready(DeliveryReport report) {
+    ready_.push_back(std::move(report));
+    wake_.signal();
+  }
+
   void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
     const std::lock_guard lock(mutex_);
-    ready_.push_back(DeliveryReport{ticket, outcome, std::move(error), -1, -1, {}});
+    add_ready(DeliveryReport{ticket, outcome, std::move(error), -1, -1, {}});
   }
 
   static void on_reconnected(natsConnection* /*connection*/, void* closure) {
@@ -378,7 +388,8 @@ class NatsSink final : public Sink {
   mutable std::mutex mutex_;
   std::condition_variable woken_;
   std::unordered_map<std::string, Pending> pending_;  // by event id
-  std::vector<DeliveryReport> ready_;
+  std::vector<DeliveryReport> ready_;                 // under mutex_, through add_ready()
+  detail::WakeFd wake_;  // readable while ready_ holds a report (Sink::wake_fd)
   struct Counters {
     OUTBOX_NATS_SINK_STATS(OUTBOX_ATOMIC_STAT_FIELD)
   } counters_;

@@ -18,6 +18,7 @@
 #include "outbox/status.hpp"
 #include "outbox/testing/http_receiver.hpp"
 #include "support/relay_fixture.hpp"
+#include "support/sink_wake.hpp"
 
 namespace outbox::testing {
 namespace {
@@ -138,6 +139,13 @@ TEST(HttpSink, A2xxIsPublishedWithTheKeyTheSignatureAndTheCloudEventsHeaders) {
   EXPECT_EQ(request.headers.at("traceparent"),
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
   EXPECT_EQ(sink->in_flight(), 0U);
+}
+
+// The relay waits on the sink's descriptor beside its change stream (Sink::wake_fd).
+TEST(HttpSink, ItsDescriptorTurnsReadableWithAnAnswerAndPollClearsIt) {
+  HttpReceiver receiver;
+  auto sink = make_http_sink(to(receiver.url()));
+  expect_wake_fd_follows_reports(*sink, one_event("a/1", 1));
 }
 
 TEST(HttpSink, EachRefusingAnswerIsPermanentAndEachBusyOneRetryableWithItsRetryAfter) {

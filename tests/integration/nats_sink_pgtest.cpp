@@ -14,6 +14,7 @@
 #include "outbox/quarantine.hpp"
 #include "outbox/testing/nats_server.hpp"
 #include "support/relay_fixture.hpp"
+#include "support/sink_wake.hpp"
 
 namespace outbox::testing {
 namespace {
@@ -127,6 +128,14 @@ TEST(NatsSink, APubAckPublishesAndTheMessageCarriesTheEventIdAsItsMsgId) {
   EXPECT_EQ(Admin::header(message.get(), "ce-specversion"), "1.0");
   EXPECT_EQ(Admin::header(message.get(), "Nats-Expected-Stream"), "ONE")
       << "the event's own Nats- header never steers the server";
+}
+
+// The relay waits on the sink's descriptor beside its change stream (Sink::wake_fd).
+TEST(NatsSink, ItsDescriptorTurnsReadableWithAPubAckAndPollClearsIt) {
+  Admin admin;
+  admin.add_stream("WAKE", "wake.>");
+  auto sink = make_nats_sink(to_stream("WAKE", "wake"));
+  expect_wake_fd_follows_reports(*sink, one_event("order-1", 1));
 }
 
 TEST(NatsSink, ASecondSendOfOneEventIsADuplicatePubAckNotASecondMessage) {
