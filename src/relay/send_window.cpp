@@ -76,6 +76,9 @@ void SendWindow::retoken(const std::unordered_set<std::string>& moved, const std
 
 void log_report(const std::string& relay_id, const Event& event, const DeliveryReport& report) {
   if (report.outcome == DeliveryOutcome::published) {
+    // Once per event: its arguments (the id's text, two escaped names) cost 2.5% of a table-less
+    // relay's thread when built for a line that is not written.
+    if (!log().should_log(spdlog::level::debug)) return;
     log().debug("relay {}: event {} ({} {} #{}) acknowledged at [{}]@{}", relay_id,
                 event.event_id.to_string(), printable(event.aggregate_type),
                 printable(event.aggregate_id), event.aggregate_sequence, report.partition,
