@@ -75,12 +75,13 @@ class Sink {
   [[nodiscard]] virtual std::vector<StatSample> stats() const { return {}; }
 
   // A descriptor that is readable whenever poll() may have a report to give at once, or -1 (the
-  // default). poll() makes it unreadable again when it hands out everything that was ready; a
-  // report made outside poll() (a send refused at once) makes it readable. It may be readable with
-  // nothing to give (a spurious wake-up costs the relay one turn), never unreadable with a report
-  // ready. With one, the relay
-  // waits on it and its change stream's socket together instead of in poll(), so that what the
-  // stream brings meanwhile is read at once, not after the broker's next answer.
+  // default); a report the sink makes inside poll() itself (a backstop's expiry) need not signal,
+  // since the relay's wait is bounded. poll() makes it unreadable again when it hands out
+  // everything that was ready; a report made outside poll() (a send refused at once) makes it
+  // readable. It may be readable with nothing to give (a spurious wake-up costs the relay one
+  // turn), never unreadable with a report ready. With one, the relay waits on it and its change
+  // stream's socket together instead of in poll(), so that what the stream brings meanwhile is read
+  // at once, not after the broker's next answer.
   [[nodiscard]] virtual int wake_fd() const { return -1; }
 };
 

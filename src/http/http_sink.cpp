@@ -167,6 +167,7 @@ class HttpSink final : public Sink {
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
     std::unique_lock lock(mutex_);
     done_.wait_for(lock, max_wait, [&] { return !ready_.empty(); });
+    if (ready_.empty()) return;
     in_flight_.fetch_sub(ready_.size(), std::memory_order_relaxed);
     for (DeliveryReport& report : ready_) reports.push_back(std::move(report));
     ready_.clear();
@@ -293,10 +294,11 @@ class HttpSink final : public Sink {
     return true;
   }
 
-  // Called with mutex_ held.
+  // Called with mutex_ held. The descriptor is readable exactly while ready_ holds a report:
+  // one write when it stops being empty, one read when poll() empties it.
   void add_ready(DeliveryReport report) {
+    if (ready_.empty()) wake_.signal();
     ready_.push_back(std::move(report));
-    wake_.signal();
   }
 
   void report_now(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {

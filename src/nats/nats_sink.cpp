@@ -114,6 +114,10 @@ class NatsSink final : public Sink {
     if (js_PublishAsyncComplete(js_.get(), &wait) != NATS_OK) {
       natsMsgList taken{nullptr, 0};
       if (js_PublishAsyncGetPendingList(&taken, js_.get()) == NATS_OK) natsMsgList_Destroy(&taken);
+      // nats.c counts a message pending until its handler has returned (js.c, _handleAsyncReply,
+      // 3.4.1) and no longer counts what the list took: this returns once the handlers already
+      // running have, which in_ack_handler_ alone could miss (a handler not yet counted there).
+      (void)js_PublishAsyncComplete(js_.get(), &wait);
     }
     for (int i = 0; i < 100 && in_ack_handler_.load() > 0; ++i) nats_Sleep(10);
     nats::close_and_wait(connection_.get(), closed_);
@@ -186,7 +190,10 @@ class NatsSink final : public Sink {
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
     std::unique_lock lock(mutex_);
     woken_.wait_for(lock, max_wait, [&] { return !ready_.empty(); });
+    // Overdue sends are reported only here, inside poll(): nothing woke the relay for them before
+    // (its wait for reports is bounded: 5 ms).
     expire_overdue(Clock::now());
+    if (ready_.empty()) return;
     reports.insert(reports.end(), std::make_move_iterator(ready_.begin()),
                    std::make_move_iterator(ready_.end()));
     ready_.clear();
@@ -358,10 +365,11 @@ class NatsSink final : public Sink {
     }
   }
 
-  // Called with mutex_ held.
+  // Called with mutex_ held. The descriptor is readable exactly while ready_ holds a report:
+  // one write when it stops being empty, one read when poll() empties it.
   void add_ready(DeliveryReport report) {
+    if (ready_.empty()) wake_.signal();
     ready_.push_back(std::move(report));
-    wake_.signal();
   }
 
   void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {

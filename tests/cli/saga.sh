@@ -129,7 +129,13 @@ arm() {
   kill -TERM "$pid" 2>/dev/null || true
   while [[ -f "$work_dir/$name.arm" ]]; do
     current="$(cat "$work_dir/$name.pid" 2>/dev/null || true)"
-    if [[ "$current" != "$pid" ]] && kill -0 "$current" 2>/dev/null; then
+    # Looked at again after the pid: the supervisor takes the arm before it starts a run and
+    # writes its pid, so a new pid with the arm still there is a run that did not take it. Without
+    # this second look, the armed run itself was stopped when it started between the two reads,
+    # and the run after it went unarmed (CI twice: "kill point ... never fired", its runs ending
+    # "... 0 143" and the current one with no fault armed).
+    if [[ "$current" != "$pid" ]] && [[ -f "$work_dir/$name.arm" ]] &&
+      kill -0 "$current" 2>/dev/null; then
       kill -TERM "$current" 2>/dev/null || true  # started before the arm was there
       pid="$current"
     fi

@@ -145,7 +145,7 @@ TEST(HttpSink, A2xxIsPublishedWithTheKeyTheSignatureAndTheCloudEventsHeaders) {
 TEST(HttpSink, ItsDescriptorTurnsReadableWithAnAnswerAndPollClearsIt) {
   HttpReceiver receiver;
   auto sink = make_http_sink(to(receiver.url()));
-  expect_wake_fd_follows_reports(*sink, one_event("a/1", 1));
+  expect_wake_fd_follows_reports(*sink, one_event("a/1", 1), one_event("a/2", 1));
 }
 
 TEST(HttpSink, EachRefusingAnswerIsPermanentAndEachBusyOneRetryableWithItsRetryAfter) {

@@ -135,7 +135,7 @@ TEST(NatsSink, ItsDescriptorTurnsReadableWithAPubAckAndPollClearsIt) {
   Admin admin;
   admin.add_stream("WAKE", "wake.>");
   auto sink = make_nats_sink(to_stream("WAKE", "wake"));
-  expect_wake_fd_follows_reports(*sink, one_event("order-1", 1));
+  expect_wake_fd_follows_reports(*sink, one_event("order-1", 1), one_event("order-2", 1));
 }
 
 TEST(NatsSink, ASecondSendOfOneEventIsADuplicatePubAckNotASecondMessage) {
@@ -208,7 +208,12 @@ TEST(NatsSink, ATypeThatMakesAnIllegalSubjectIsPermanent) {
   Admin admin;
   admin.add_stream("BAD", "bad.>");
   auto sink = make_nats_sink(to_stream("BAD", "bad"));
-  const DeliveryReport report = deliver(*sink, one_event("order-1", 1, "two words"));
+  sink->send(one_event("order-1", 1, "two words"), 1);
+  EXPECT_TRUE(wake_fd_readable(sink->wake_fd(), 0ms)) << "refused at once: readable at once";
+  std::vector<DeliveryReport> reports;
+  sink->poll(0ms, reports);
+  ASSERT_EQ(reports.size(), 1U);
+  const DeliveryReport& report = reports[0];
   EXPECT_EQ(report.outcome, DeliveryOutcome::permanent_failure);
   EXPECT_NE(report.error.find("whitespace"), std::string::npos) << report.error;
 }
