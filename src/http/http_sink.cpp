@@ -13,10 +13,10 @@
 
 #include "common/log.hpp"
 #include "common/stat_list.hpp"
-#include "common/wake_fd.hpp"
 #include "http/http_parts.hpp"
 #include "outbox/error.hpp"
 #include "outbox/text.hpp"
+#include "sinks/ready_reports.hpp"
 
 namespace outbox {
 namespace {
@@ -162,16 +162,12 @@ class HttpSink final : public Sink {
     curl_multi_wakeup(multi_);
   }
 
-  [[nodiscard]] int wake_fd() const override { return wake_.fd(); }
+  [[nodiscard]] int wake_fd() const override { return ready_.fd(); }
 
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
     std::unique_lock lock(mutex_);
     done_.wait_for(lock, max_wait, [&] { return !ready_.empty(); });
-    if (ready_.empty()) return;
-    in_flight_.fetch_sub(ready_.size(), std::memory_order_relaxed);
-    for (DeliveryReport& report : ready_) reports.push_back(std::move(report));
-    ready_.clear();
-    wake_.clear();  // under the lock: a report added after it signals again
+    in_flight_.fetch_sub(ready_.take_into(reports), std::memory_order_relaxed);
   }
 
   [[nodiscard]] std::size_t in_flight() const override {
@@ -294,13 +290,6 @@ class HttpSink final : public Sink {
     return true;
   }
 
-  // Called with mutex_ held. The descriptor is readable exactly while ready_ holds a report:
-  // one write when it stops being empty, one read when poll() empties it.
-  void add_ready(DeliveryReport report) {
-    if (ready_.empty()) wake_.signal();
-    ready_.push_back(std::move(report));
-  }
-
   void report_now(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
     DeliveryReport report;
     report.ticket = ticket;
@@ -308,7 +297,7 @@ class HttpSink final : public Sink {
     report.error = std::move(error);
     {
       std::lock_guard lock(mutex_);
-      add_ready(std::move(report));
+      ready_.add(std::move(report));
     }
     done_.notify_one();
   }
@@ -326,7 +315,7 @@ class HttpSink final : public Sink {
       running_.erase(it);
       {
         std::lock_guard lock(mutex_);
-        add_ready(std::move(report));
+        ready_.add(std::move(report));
       }
       done_.notify_one();
     }
@@ -387,8 +376,7 @@ class HttpSink final : public Sink {
   std::condition_variable done_;
   bool stopping_ = false;
   std::vector<std::unique_ptr<Transfer>> queued_;
-  std::vector<DeliveryReport> ready_;  // under mutex_, through add_ready()
-  detail::WakeFd wake_;                // readable while ready_ holds a report (Sink::wake_fd)
+  detail::ReadyReports ready_;  // under mutex_
   std::atomic<std::size_t> in_flight_{0};
 
   struct Counters {

@@ -11,12 +11,12 @@
 #include "common/log.hpp"
 #include "common/printable.hpp"
 #include "common/stat_list.hpp"
-#include "common/wake_fd.hpp"
 #include "nats/nats_common.hpp"
 #include "nats/nats_stream.hpp"
 #include "outbox/error.hpp"
 #include "sinks/cloudevents.hpp"
 #include "sinks/key_template.hpp"
+#include "sinks/ready_reports.hpp"
 
 namespace outbox {
 namespace {
@@ -154,12 +154,12 @@ class NatsSink final : public Sink {
     if (status == NATS_OK) {
       const std::lock_guard lock(mutex_);
       if (const auto old = pending_.find(id); old != pending_.end()) {
-        add_ready(DeliveryReport{old->second.ticket,
-                                 DeliveryOutcome::unknown,
-                                 "superseded by a new send of the same event",
-                                 -1,
-                                 -1,
-                                 {}});
+        ready_.add(DeliveryReport{old->second.ticket,
+                                  DeliveryOutcome::unknown,
+                                  "superseded by a new send of the same event",
+                                  -1,
+                                  -1,
+                                  {}});
       }
       pending_[id] = Pending{ticket, Clock::now() + options_.ack_timeout + kBackstop};
     }
@@ -175,7 +175,7 @@ class NatsSink final : public Sink {
       const std::lock_guard lock(mutex_);
       pending_.erase(id);
       const bool permanent = status == NATS_MAX_PAYLOAD || status == NATS_INVALID_SUBJECT;
-      add_ready(DeliveryReport{
+      ready_.add(DeliveryReport{
           ticket,
           permanent ? DeliveryOutcome::permanent_failure : DeliveryOutcome::retryable_failure,
           "NATS publish to " + subject + " refused: " + nats::error_text(status),
@@ -185,7 +185,7 @@ class NatsSink final : public Sink {
     }
   }
 
-  [[nodiscard]] int wake_fd() const override { return wake_.fd(); }
+  [[nodiscard]] int wake_fd() const override { return ready_.fd(); }
 
   void poll(std::chrono::milliseconds max_wait, std::vector<DeliveryReport>& reports) override {
     std::unique_lock lock(mutex_);
@@ -193,11 +193,7 @@ class NatsSink final : public Sink {
     // Overdue sends are reported only here, inside poll(): nothing woke the relay for them before
     // (its wait for reports is bounded: 5 ms).
     expire_overdue(Clock::now());
-    if (ready_.empty()) return;
-    reports.insert(reports.end(), std::make_move_iterator(ready_.begin()),
-                   std::make_move_iterator(ready_.end()));
-    ready_.clear();
-    wake_.clear();  // under the lock: a report added after it signals again
+    ready_.take_into(reports);
   }
 
   [[nodiscard]] std::size_t in_flight() const override {
@@ -300,14 +296,14 @@ class NatsSink final : public Sink {
     pending_.erase(it);
     if (ack != nullptr) {
       if (ack->Duplicate) counters_.nats_duplicates.fetch_add(1, std::memory_order_relaxed);
-      add_ready(DeliveryReport{ticket,
-                               DeliveryOutcome::published,
-                               {},
-                               -1,
-                               static_cast<std::int64_t>(ack->Sequence),
-                               {}});
+      ready_.add(DeliveryReport{ticket,
+                                DeliveryOutcome::published,
+                                {},
+                                -1,
+                                static_cast<std::int64_t>(ack->Sequence),
+                                {}});
     } else {
-      add_ready(classify(ticket, subject, error));
+      ready_.add(classify(ticket, subject, error));
     }
     woken_.notify_one();
   }
@@ -355,26 +351,19 @@ class NatsSink final : public Sink {
         continue;
       }
       counters_.nats_ack_timeouts.fetch_add(1, std::memory_order_relaxed);
-      add_ready(DeliveryReport{it->second.ticket,
-                               DeliveryOutcome::unknown,
-                               "no PubAck and no error from the NATS client in time",
-                               -1,
-                               -1,
-                               {}});
+      ready_.add(DeliveryReport{it->second.ticket,
+                                DeliveryOutcome::unknown,
+                                "no PubAck and no error from the NATS client in time",
+                                -1,
+                                -1,
+                                {}});
       it = pending_.erase(it);
     }
   }
 
-  // Called with mutex_ held. The descriptor is readable exactly while ready_ holds a report:
-  // one write when it stops being empty, one read when poll() empties it.
-  void add_ready(DeliveryReport report) {
-    if (ready_.empty()) wake_.signal();
-    ready_.push_back(std::move(report));
-  }
-
   void report(std::uint64_t ticket, DeliveryOutcome outcome, std::string error) {
     const std::lock_guard lock(mutex_);
-    add_ready(DeliveryReport{ticket, outcome, std::move(error), -1, -1, {}});
+    ready_.add(DeliveryReport{ticket, outcome, std::move(error), -1, -1, {}});
   }
 
   static void on_reconnected(natsConnection* /*connection*/, void* closure) {
@@ -396,8 +385,7 @@ class NatsSink final : public Sink {
   mutable std::mutex mutex_;
   std::condition_variable woken_;
   std::unordered_map<std::string, Pending> pending_;  // by event id
-  std::vector<DeliveryReport> ready_;                 // under mutex_, through add_ready()
-  detail::WakeFd wake_;  // readable while ready_ holds a report (Sink::wake_fd)
+  detail::ReadyReports ready_;                        // under mutex_
   struct Counters {
     OUTBOX_NATS_SINK_STATS(OUTBOX_ATOMIC_STAT_FIELD)
   } counters_;

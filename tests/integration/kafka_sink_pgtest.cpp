@@ -102,6 +102,15 @@ TEST(KafkaSinkPartitions, AKeyLandsWhereJavasDefaultPartitionerPutsIt) {
   for (int p = 0; p < kPartitions; ++p) EXPECT_GT(spread[p], 0) << "partition " << p;
 }
 
+// One of the sink's own statistics by key; -1 (and a failure) when it has no such statistic.
+std::int64_t stat_value(const Sink& sink, std::string_view key) {
+  for (const StatSample& sample : sink.stats()) {
+    if (sample.def->key == key) return sample.value;
+  }
+  ADD_FAILURE() << key << " is not among the Kafka sink's statistics";
+  return -1;
+}
+
 bool readable(int fd, std::chrono::milliseconds wait) {
   pollfd ready{fd, POLLIN, 0};
   return ::poll(&ready, 1, static_cast<int>(wait.count())) == 1 && (ready.revents & POLLIN) != 0;
@@ -177,11 +186,8 @@ TEST(KafkaSinkWake, ARecreatedProducersReportsMakeItReadableToo) {
   }
   ASSERT_EQ(reports.size(), 1U);
   EXPECT_NE(reports[0].outcome, DeliveryOutcome::published);
-  std::int64_t recreated = -1;
-  for (const StatSample& sample : sink->stats()) {
-    if (sample.def->key == std::string_view("kafka_producers_recreated")) recreated = sample.value;
-  }
-  ASSERT_EQ(recreated, 1) << "no fatal error: this test needs one";
+  ASSERT_EQ(stat_value(*sink, "kafka_producers_recreated"), 1)
+      << "no fatal error: this test needs one";
   sink->poll(0ms, reports);  // clears what the recreation signalled
   ASSERT_FALSE(readable(fd, 0ms));
   sink->send(wake_event("wake"), 2);
@@ -266,13 +272,7 @@ TEST(KafkaSinkStats, AFullQueueIsWaitedOnCountedAndStillPublished) {
   KafkaSinkOptions options{kafka().bootstrap_servers(), topic, {}};
   options.properties["queue.buffering.max.messages"] = "1";
   auto sink = make_kafka_sink(options);
-  auto value_of = [&](std::string_view key) -> std::int64_t {
-    for (const StatSample& sample : sink->stats()) {
-      if (sample.def->key == key) return sample.value;
-    }
-    ADD_FAILURE() << key << " is not among the Kafka sink's statistics";
-    return -1;
-  };
+  const auto value_of = [&](std::string_view key) { return stat_value(*sink, key); };
   EXPECT_EQ(value_of("kafka_queue_full_waits"), 0);
   constexpr int kEvents = 20;
   for (int i = 0; i < kEvents; ++i) {
