@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "common/plain_words.hpp"
+
 namespace outbox::detail {
 namespace {
 
@@ -113,6 +115,8 @@ class Scanner {
       return fail("starts with a UTF-8 byte order mark, which PostgreSQL jsonb refuses; remove it");
     }
     for (std::size_t pos = 0; pos < text_.size();) {
+      pos = skip_ascii_words(text_, pos);
+      if (pos == text_.size()) break;
       const char c = text_[pos];
       if (c == '\0') {
         return fail(fmt::format(
@@ -243,7 +247,7 @@ class Scanner {
     }
     value_ = {0, false, 0};
     for (const std::string_view word : {"true", "false", "null"}) {
-      if (text_.substr(pos_, word.size()) == word) {
+      if (at(word[0]) && text_.substr(pos_, word.size()) == word) {
         pos_ += word.size();
         value_.bytes = word.size();
         return true;
@@ -251,6 +255,21 @@ class Scanner {
     }
     if (at('-') || (pos_ < text_.size() && is_digit(text_[pos_]))) return read_number();
     return syntax("a value (object, array, string, number, true, false or null)");
+  }
+
+  // A run of a string's bytes printed as they are (every byte but '"', '\\' and controls; those
+  // of a multi-byte character are all >= 0x80), taken at once.
+  void take_plain_run(std::uint64_t& printed, std::uint64_t& decoded, std::string* key) {
+    const std::size_t from = pos_;
+    pos_ = skip_json_string_words(text_, pos_);
+    while (pos_ < text_.size()) {
+      const auto c = static_cast<unsigned char>(text_[pos_]);
+      if (c == '"' || c == '\\' || c < 0x20) break;
+      ++pos_;
+    }
+    printed += pos_ - from;
+    decoded += pos_ - from;
+    if (key != nullptr) key->append(text_.data() + from, pos_ - from);
   }
 
   // At the opening quote. `printed`: the string as escape_json prints it, quotes included;
@@ -265,6 +284,7 @@ class Scanner {
       if (key != nullptr) key->push_back(static_cast<char>(c));
     };
     for (;;) {
+      take_plain_run(printed, decoded, key);
       if (pos_ >= text_.size()) {
         return fail(fmt::format("is not valid JSON: the string at byte {} is not closed", start));
       }
@@ -278,11 +298,6 @@ class Scanner {
             "is not valid JSON: a string holds the raw control character 0x{:02x} at byte {}; "
             "escape it (\\n, \\t, \\u001b ...)",
             c, pos_));
-      }
-      if (c != '\\') {
-        add(c);  // bytes of a multi-byte character are all >= 0x80: printed as they are
-        ++pos_;
-        continue;
       }
       const std::size_t escape_at = pos_++;
       const char e = pos_ < text_.size() ? text_[pos_++] : '\0';

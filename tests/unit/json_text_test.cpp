@@ -267,5 +267,39 @@ TEST(ScanJsonb, CollectsTheTopLevelMembersOnlyWhenAsked) {
   EXPECT_TRUE(scan.is_object);
 }
 
+// The scan takes plain bytes eight at a time: whatever ends a run (a quote, a backslash, a
+// control or NUL byte, a byte of a multi-byte character) is found at every position of a word
+// and of the tail after the last whole word.
+TEST(ScanJsonb, FindsWhatEndsARunOfPlainBytesAtEveryPosition) {
+  for (std::size_t before = 0; before <= 19; ++before) {
+    for (std::size_t after = 0; after <= 9; ++after) {
+      const std::string a(before, 'a');
+      const std::string b(after, 'b');
+      const std::uint64_t plain = 2 + before + after;  // the quoted string around the escape
+      // {"k": "...\n..."}: `{"k": ` is 6 bytes, the closing brace 1.
+      EXPECT_EQ(printed("{\"k\":\"" + a + "\\n" + b + "\"}"), 6 + plain + 2 + 1);
+      EXPECT_EQ(printed("{\"k\":\"" + a + "\\\"" + b + "\"}"), 6 + plain + 2 + 1);
+      EXPECT_EQ(printed("{\"k\":\"" + a + "\\\\" + b + "\"}"), 6 + plain + 2 + 1);
+      EXPECT_EQ(printed("{\"k\":\"" + a + "\u00e9" + b + "\"}"), 6 + plain + 2 + 1);  // é
+      EXPECT_EQ(printed("{\"" + a + "\":\"" + b + "\"}"), 1 + (2 + before) + 2 + (2 + after) + 1);
+      const std::string control = "\"" + a + '\x1f' + b + "\"";
+      EXPECT_EQ(scan_jsonb(control).problem,
+                "is not valid JSON: a string holds the raw control character 0x1f at byte " +
+                    std::to_string(1 + before) + "; escape it (\\n, \\t, \\u001b ...)");
+      const std::string nul = "\"" + a + std::string(1, '\0') + b + "\"";
+      EXPECT_EQ(scan_jsonb(nul).problem,
+                "contains a NUL byte (at byte " + std::to_string(1 + before) +
+                    "); JSON text cannot (write it as \\u0000 inside a string, which jsonb "
+                    "refuses too)");
+      const std::string invalid = "\"" + a + '\xff' + b + "\"";
+      EXPECT_EQ(scan_jsonb(invalid).problem,
+                "is not valid UTF-8 (at byte " + std::to_string(1 + before) + "); send UTF-8 text");
+      const std::string unclosed = "\"" + a + b;
+      EXPECT_EQ(scan_jsonb(unclosed).problem,
+                "is not valid JSON: the string at byte 0 is not closed");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace outbox::detail

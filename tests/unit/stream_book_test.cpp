@@ -365,6 +365,28 @@ TEST(StreamBook, IdleAggregatesAreForgottenPastABound) {
   EXPECT_EQ(book.confirmable(), 100 + aggregates - 1);
 }
 
+// Forgetting goes by when an aggregate last went idle, and never forgets a busy one: one that was
+// busy again meanwhile is kept, and still spares its next event the check.
+TEST(StreamBook, ForgetsTheAggregateIdleLongestNotOneBusyAgainMeanwhile) {
+  StreamBook book;
+  Lsn lsn = 100;
+  const auto publish = [&](const std::string& aggregate, std::int64_t sequence) {
+    const auto events = read(book, {event(aggregate, sequence)}, ++lsn);
+    send_all(book);
+    book.published(events[0].event_id);
+  };
+  publish("a", 1);
+  publish("b", 1);
+  publish("a", 2);  // busy again, idle again: now after b
+  for (std::size_t i = 0; i + 1 < StreamBook::kIdleKept; ++i) publish("x" + std::to_string(i), 1);
+  EXPECT_EQ(book.tracked_aggregates(), StreamBook::kIdleKept) << "b was forgotten";
+  read(book, {event("a", 3), event("b", 2)}, ++lsn);
+  const StreamBook::Candidates candidates = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(candidates.events), (std::vector<std::string>{"a#3", "b#2"}));
+  EXPECT_EQ(candidates.needs_check, (std::vector<bool>{false, true}))
+      << "a's #2 is remembered published; what b published is forgotten";
+}
+
 TEST(StreamBook, ReadingOutOfOrderIsAProgrammingError) {
   StreamBook book;
   EXPECT_THROW(book.add(event("a", 1), 1), std::logic_error);

@@ -143,7 +143,8 @@ void CdcSource::settle_table_less(std::vector<Outcome>& outcomes, bool failed) {
   std::vector<EventId> to_write;
   std::vector<Outcome> rows;
   for (Outcome& outcome : outcomes) {
-    const bool table_less = session_.table_less.contains(outcome.event_id);
+    const auto found = session_.table_less.find(outcome.event_id);
+    const bool table_less = found != session_.table_less.end();
     if (table_less && !session_.book.is_out(outcome.event_id)) {
       // A send from before the stream restarted, of an event the new stream brought again
       // and this book has not sent yet: it sends it (the position never passed it). An
@@ -157,7 +158,7 @@ void CdcSource::settle_table_less(std::vector<Outcome>& outcomes, bool failed) {
       to_write.push_back(outcome.event_id);
       rows.push_back(std::move(outcome));
     } else {
-      session_.table_less.erase(outcome.event_id);
+      session_.table_less.erase(found);
       RelayCounters::add(counters_.published, 1);
       counters_.by_type.add(outcome.type, TypedCounts::published);
       session_.book.published(outcome.event_id);

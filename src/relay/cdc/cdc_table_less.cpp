@@ -114,7 +114,10 @@ void CdcSource::admit_table_less(std::vector<Event>& events, const std::string& 
   for (Event& event : events) {
     const EventId id = event.event_id;
     const std::uint64_t bytes = event.payload.size() + event.headers.size();
-    if (session_.table_less.contains(id) || book.contains(id)) {
+    if (book.contains(id) ||
+        !session_.table_less
+             .try_emplace(id, TableLessEvent{event, xid, session_.reading_commit_time})
+             .second) {
       // The same id twice (a caller that supplies ids and retried, or reused one): nothing keeps
       // a table-less producer from it, and the book counts an event by its id. The same id is the
       // same event to every consumer; the first is published, this one is not.
@@ -125,8 +128,6 @@ void CdcSource::admit_table_less(std::vector<Event>& events, const std::string& 
           printable(event.aggregate_id), event.aggregate_sequence);
       continue;
     }
-    session_.table_less.insert_or_assign(id,
-                                         TableLessEvent{event, xid, session_.reading_commit_time});
     if (!book.spilled() && book.reading_bytes() + bytes > options_.max_in_flight_bytes) {
       log().info(
           "relay {}: a transaction with more than {} bytes of events is left to the "

@@ -7,10 +7,10 @@
 
 namespace outbox::cdc {
 
-std::size_t StreamBook::KeyHash::operator()(const Key& key) const {
-  const std::size_t type = std::hash<std::string>{}(key.aggregate_type);
-  return type ^ (std::hash<std::string>{}(key.aggregate_id) + 0x9e3779b97f4a7c15ULL + (type << 6) +
-                 (type >> 2));
+std::size_t StreamBook::KeyHash::operator()(const KeyView& key) const {
+  const std::size_t type = std::hash<std::string_view>{}(key.aggregate_type);
+  return type ^ (std::hash<std::string_view>{}(key.aggregate_id) + 0x9e3779b97f4a7c15ULL +
+                 (type << 6) + (type >> 2));
 }
 
 std::size_t StreamBook::IdHash::operator()(const EventId& id) const {
@@ -74,10 +74,16 @@ void StreamBook::keepalive(Lsn wal_end) {
 
 void StreamBook::place(Waiting waiting) {
   const Event& event = waiting.event;
-  Key key{event.aggregate_type, event.aggregate_id};
-  Aggregate& aggregate = aggregates_[key];
-  events_[event.event_id] =
-      Open{waiting.transaction, &aggregate, std::move(key), event.aggregate_sequence};
+  auto found = aggregates_.find(KeyView{event.aggregate_type, event.aggregate_id});
+  if (found == aggregates_.end()) {
+    found = aggregates_.try_emplace(Key{event.aggregate_type, event.aggregate_id}).first;
+    found->second.key = &found->first;
+  }
+  Aggregate& aggregate = found->second;
+  unlink_idle(aggregate);  // something of it is open again
+  Open& open = events_[event.event_id];
+  open = Open{waiting.transaction, &aggregate, event.aggregate_sequence};
+  waiting.open = &open;
   waiting_bytes_ += waiting.bytes;
   if (aggregate.busy) {
     aggregate.behind.push_back(std::move(waiting));
@@ -104,7 +110,7 @@ StreamBook::Candidates StreamBook::next(std::size_t limit, std::uint64_t byte_ro
     const bool alone = holding_nothing && checking_.empty();
     if (!alone && taken + front.bytes > byte_room) break;
     taken += front.bytes;
-    const Aggregate& aggregate = *events_.at(front.event.event_id).aggregate;
+    const Aggregate& aggregate = *front.open->aggregate;
     const std::int64_t sequence = front.event.aggregate_sequence;
     candidates.needs_check.push_back(sequence > 1 && aggregate.published != sequence - 1);
     candidates.follows_own_send.push_back(sequence > 1 && aggregate.published == sequence - 1 &&
@@ -140,16 +146,14 @@ std::vector<Event> StreamBook::decide(const std::vector<std::size_t>& blocked,
     } else if (next_blocked < blocked.size() && blocked[next_blocked] == i) {
       ++next_blocked;
       const EventId id = checked[i].event.event_id;
-      const Open& open = events_.at(id);
-      Aggregate& aggregate = *open.aggregate;
-      Key key = open.key;
+      Aggregate& aggregate = *checked[i].open->aggregate;
       ++left_to_table_;
       left_.push_back(id);
       leave_behind_to_table(aggregate);
       done(id);
-      became_idle(std::move(key));
+      became_idle(aggregate);
     } else {
-      events_.at(checked[i].event.event_id).out = true;
+      checked[i].open->out = true;
       go.push_back(std::move(checked[i].event));
     }
   }
@@ -187,14 +191,13 @@ void StreamBook::done_sent(const EventId& id, bool sent) {
   // Found finished, it was published by someone else (a run before a restart): so may its
   // successor have been, and the check must ask about it.
   aggregate.published_by_send = sent;
-  Key key = found->second.key;
-  done(id);
+  done(found);
   if (!aggregate.behind.empty()) {  // still busy: its next event is a candidate, unchecked
     ready_.push_back(std::move(aggregate.behind.front()));
     aggregate.behind.pop_front();
   } else {
     aggregate.busy = false;
-    became_idle(std::move(key));
+    became_idle(aggregate);
   }
 }
 
@@ -202,10 +205,9 @@ void StreamBook::failed(const EventId& id) {
   const auto found = events_.find(id);
   if (found == events_.end() || !found->second.out) return;
   Aggregate& aggregate = *found->second.aggregate;
-  Key key = found->second.key;
   leave_behind_to_table(aggregate);
   done(id);
-  became_idle(std::move(key));
+  became_idle(aggregate);
 }
 
 // Everything waiting behind the aggregate's event that went to the table goes there too: it must
@@ -227,20 +229,38 @@ void StreamBook::leave_behind_to_table(Aggregate& aggregate) {
 
 // Idle aggregates are kept (their `published` spares the next event a check) up to kIdleKept;
 // then the oldest that are still idle are forgotten.
-void StreamBook::became_idle(Key key) {
-  idle_.push_back(std::move(key));
-  while (idle_.size() > kIdleKept) {
-    const auto found = aggregates_.find(idle_.front());
-    if (found != aggregates_.end() && !found->second.busy && found->second.behind.empty()) {
-      aggregates_.erase(found);
-    }
-    idle_.pop_front();
+void StreamBook::became_idle(Aggregate& aggregate) {
+  unlink_idle(aggregate);
+  aggregate.idle = true;
+  aggregate.idle_prev = idle_last_;
+  aggregate.idle_next = nullptr;
+  (idle_last_ != nullptr ? idle_last_->idle_next : idle_first_) = &aggregate;
+  idle_last_ = &aggregate;
+  ++idle_count_;
+  while (idle_count_ > kIdleKept) {
+    Aggregate& oldest = *idle_first_;
+    unlink_idle(oldest);
+    aggregates_.erase(aggregates_.find(*oldest.key));  // nothing open points to an idle one
   }
+}
+
+void StreamBook::unlink_idle(Aggregate& aggregate) {
+  if (!aggregate.idle) return;
+  (aggregate.idle_prev != nullptr ? aggregate.idle_prev->idle_next : idle_first_) =
+      aggregate.idle_next;
+  (aggregate.idle_next != nullptr ? aggregate.idle_next->idle_prev : idle_last_) =
+      aggregate.idle_prev;
+  aggregate.idle = false;
+  aggregate.idle_prev = aggregate.idle_next = nullptr;
+  --idle_count_;
 }
 
 void StreamBook::done(const EventId& id) {
   const auto found = events_.find(id);
-  if (found == events_.end()) return;
+  if (found != events_.end()) done(found);
+}
+
+void StreamBook::done(OpenEvents::iterator found) {
   const std::uint64_t transaction = found->second.transaction;
   events_.erase(found);
   Transaction& entry = transactions_.at(transaction - first_transaction_);

@@ -40,6 +40,13 @@ class StreamBook {
     std::size_t operator()(const EventId& id) const;
   };
 
+  StreamBook() = default;
+  // Its entries point at each other (map nodes stay put when the book moves): moved, not copied.
+  StreamBook(StreamBook&&) = default;
+  StreamBook& operator=(StreamBook&&) = default;
+  StreamBook(const StreamBook&) = delete;
+  StreamBook& operator=(const StreamBook&) = delete;
+
   // Candidates for sending, in stream order, from next(): the book's own events (not copies),
   // valid until decide() or undo_next().
   struct Candidates {
@@ -133,13 +140,31 @@ class StreamBook {
     std::string aggregate_type, aggregate_id;
     bool operator==(const Key&) const = default;
   };
-  struct KeyHash {
-    std::size_t operator()(const Key& key) const;
+  // A key's view, to look an aggregate up without copying an event's strings.
+  struct KeyView {
+    std::string_view aggregate_type, aggregate_id;
   };
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(const Key& key) const {
+      return (*this)(KeyView{key.aggregate_type, key.aggregate_id});
+    }
+    std::size_t operator()(const KeyView& key) const;
+  };
+  struct KeyEqual {
+    using is_transparent = void;
+    bool operator()(const Key& a, const Key& b) const { return a == b; }
+    bool operator()(const KeyView& a, const Key& b) const {
+      return a.aggregate_type == b.aggregate_type && a.aggregate_id == b.aggregate_id;
+    }
+    bool operator()(const Key& a, const KeyView& b) const { return (*this)(b, a); }
+  };
+  struct Open;
   struct Waiting {
     Event event;
     std::uint64_t bytes = 0;
     std::uint64_t transaction = 0;
+    Open* open = nullptr;  // its entry in events_, once committed (place)
   };
   struct Aggregate {
     bool busy = false;               // an event of it is a candidate, out or in flight
@@ -147,6 +172,11 @@ class StreamBook {
     std::int64_t published = 0;      // the sequence last published through the book (0: none)
     bool published_by_send = false;  // that one by this book's send, not found finished
     bool forgotten = false;          // a replay came while an event of it was out
+    // Idle (nothing read and not done), it is in the book's idle list, oldest first.
+    bool idle = false;
+    Aggregate* idle_prev = nullptr;
+    Aggregate* idle_next = nullptr;
+    const Key* key = nullptr;  // its key in aggregates_ (node-stable)
   };
   struct Transaction {
     std::uint32_t xid = 0;
@@ -159,7 +189,6 @@ class StreamBook {
   struct Open {
     std::uint64_t transaction = 0;
     Aggregate* aggregate = nullptr;
-    Key key;
     std::int64_t sequence = 0;
     bool out = false;  // returned by decide(), to be sent: its outcome may come
   };
@@ -168,9 +197,14 @@ class StreamBook {
   // An event out is done: published by its send (`sent`), or found finished by the check.
   void done_sent(const EventId& id, bool sent);
   void done(const EventId& id);
+  using OpenEvents = std::unordered_map<EventId, Open, IdHash>;
+  void done(OpenEvents::iterator found);
   void done_transactions();
   void leave_behind_to_table(Aggregate& aggregate);
-  void became_idle(Key key);
+  // The aggregate has nothing open: last in the idle list, and the oldest idle ones past
+  // kIdleKept are forgotten.
+  void became_idle(Aggregate& aggregate);
+  void unlink_idle(Aggregate& aggregate);
 
   // The transaction being read: a deque, so a large one grows without moving what it holds.
   std::optional<std::deque<Waiting>> reading_;
@@ -180,9 +214,12 @@ class StreamBook {
   bool spilled_ = false;
   std::deque<Waiting> ready_;      // candidates not handed out yet, in order
   std::vector<Waiting> checking_;  // handed out by next(), until decide()
-  std::unordered_map<Key, Aggregate, KeyHash> aggregates_;
-  std::unordered_map<EventId, Open, IdHash> events_;  // read and not done
-  std::deque<Key> idle_;                  // aggregates that went idle, oldest first (may repeat)
+  std::unordered_map<Key, Aggregate, KeyHash, KeyEqual> aggregates_;
+  // Read and not done. A node map: Waiting::open points into it until the event is done.
+  OpenEvents events_;
+  Aggregate* idle_first_ = nullptr;  // the idle list: aggregates with nothing open, oldest first
+  Aggregate* idle_last_ = nullptr;
+  std::size_t idle_count_ = 0;
   std::deque<Transaction> transactions_;  // not yet confirmable, oldest first
   std::uint64_t first_transaction_ = 0;   // the number of transactions_.front()
   Lsn confirmed_ = 0;
