@@ -144,24 +144,26 @@ void CdcSource::settle_table_less(std::vector<Outcome>& outcomes, bool failed) {
   std::vector<Outcome> rows;
   for (Outcome& outcome : outcomes) {
     const auto found = session_.table_less.find(outcome.event_id);
-    const bool table_less = found != session_.table_less.end();
-    if (table_less && !session_.book.is_out(outcome.event_id)) {
+    if (found == session_.table_less.end()) {
+      rows.push_back(std::move(outcome));
+      continue;
+    }
+    // Published, the book is done with it (published() says whether it was out).
+    if (failed ? !session_.book.is_out(outcome.event_id)
+               : !session_.book.published(outcome.event_id)) {
       // A send from before the stream restarted, of an event the new stream brought again
       // and this book has not sent yet: it sends it (the position never passed it). An
       // outcome of such a send that comes before the event is read again takes the row path
       // and finds no row: counted fenced after kUnwrittenGiveUp, and the book ignores it.
       continue;
     }
-    if (!table_less) {
-      rows.push_back(std::move(outcome));
-    } else if (failed) {
+    if (failed) {
       to_write.push_back(outcome.event_id);
       rows.push_back(std::move(outcome));
     } else {
       session_.table_less.erase(found);
       RelayCounters::add(counters_.published, 1);
       counters_.by_type.add(outcome.type, TypedCounts::published);
-      session_.book.published(outcome.event_id);
     }
   }
   outcomes = std::move(rows);

@@ -181,10 +181,10 @@ bool StreamBook::is_out(const EventId& id) const {
   return found != events_.end() && found->second.out;
 }
 
-void StreamBook::done_sent(const EventId& id, bool sent) {
+bool StreamBook::done_sent(const EventId& id, bool sent) {
   const auto found = events_.find(id);
   // Not the stream's (the table path's), already done, or not sent by this book.
-  if (found == events_.end() || !found->second.out) return;
+  if (found == events_.end() || !found->second.out) return false;
   Aggregate& aggregate = *found->second.aggregate;
   aggregate.published = aggregate.forgotten ? 0 : found->second.sequence;
   aggregate.forgotten = false;
@@ -199,6 +199,7 @@ void StreamBook::done_sent(const EventId& id, bool sent) {
     aggregate.busy = false;
     became_idle(aggregate);
   }
+  return true;
 }
 
 void StreamBook::failed(const EventId& id) {

@@ -100,7 +100,8 @@ class StreamBook {
   // Only for events decide() returned: an outcome of any other id (a send from before the book
   // was made anew, whose event this book read again and has not sent) changes nothing.
   // Published: done; the next event of its aggregate becomes a candidate that needs no check.
-  void published(const EventId& id) { done_sent(id, true); }
+  // Returns whether it was out (else nothing changed).
+  bool published(const EventId& id) { return done_sent(id, true); }
   // Done, but completed by someone else (its mark was fenced): its successor is checked.
   void published_by_another(const EventId& id) { done_sent(id, false); }
   // Failed (recorded in the table with backoff or quarantine): done; what waits behind it is left
@@ -195,7 +196,7 @@ class StreamBook {
 
   void place(Waiting waiting);
   // An event out is done: published by its send (`sent`), or found finished by the check.
-  void done_sent(const EventId& id, bool sent);
+  bool done_sent(const EventId& id, bool sent);
   void done(const EventId& id);
   using OpenEvents = std::unordered_map<EventId, Open, IdHash>;
   void done(OpenEvents::iterator found);
