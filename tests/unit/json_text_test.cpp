@@ -267,9 +267,9 @@ TEST(ScanJsonb, CollectsTheTopLevelMembersOnlyWhenAsked) {
   EXPECT_TRUE(scan.is_object);
 }
 
-// The scan takes plain bytes eight at a time: whatever ends a run (a quote, a backslash, a
-// control or NUL byte, a byte of a multi-byte character) is found at every position of a word
-// and of the tail after the last whole word.
+// The scan takes plain bytes eight at a time: whatever ends a run (in a string a quote, a
+// backslash or a control byte; in the check of the bytes a NUL or a byte >= 0x80) is found at
+// every position of a word and of the tail after the last whole word.
 TEST(ScanJsonb, FindsWhatEndsARunOfPlainBytesAtEveryPosition) {
   for (std::size_t before = 0; before <= 19; ++before) {
     for (std::size_t after = 0; after <= 9; ++after) {
@@ -294,6 +294,16 @@ TEST(ScanJsonb, FindsWhatEndsARunOfPlainBytesAtEveryPosition) {
       const std::string invalid = "\"" + a + '\xff' + b + "\"";
       EXPECT_EQ(scan_jsonb(invalid).problem,
                 "is not valid UTF-8 (at byte " + std::to_string(1 + before) + "); send UTF-8 text");
+      const std::string lone = "\"" + a + '\x80' + b + "\"";  // the lowest byte >= 0x80
+      EXPECT_EQ(scan_jsonb(lone).problem,
+                "is not valid UTF-8 (at byte " + std::to_string(1 + before) + "); send UTF-8 text");
+      // A control byte right after a two-byte character, in the same word.
+      const std::string after_two_bytes = "\"" + a + "\u00e9\x01" + b + "\"";
+      EXPECT_EQ(scan_jsonb(after_two_bytes).problem,
+                "is not valid JSON: a string holds the raw control character 0x01 at byte " +
+                    std::to_string(3 + before) + "; escape it (\\n, \\t, \\u001b ...)");
+      // The bytes just past the ranges that end a run print as they are.
+      EXPECT_EQ(printed("\"" + a + " \x7f!#[]" + b + "\""), 2 + before + 6 + after);
       const std::string unclosed = "\"" + a + b;
       EXPECT_EQ(scan_jsonb(unclosed).problem,
                 "is not valid JSON: the string at byte 0 is not closed");

@@ -344,11 +344,11 @@ TEST(StreamBook, OutcomesOfEventsItDoesNotKnowAreIgnored) {
   StreamBook book;
   const auto events = read(book, {event("a", 1)}, 100);
   send_all(book);
-  book.published(EventId::generate());  // the table path's
+  EXPECT_FALSE(book.published(EventId::generate()));  // the table path's
   book.failed(EventId::generate());
   EXPECT_EQ(book.open_events(), 1U);
-  book.published(events[0].event_id);
-  book.published(events[0].event_id);  // twice: the second is nothing
+  EXPECT_TRUE(book.published(events[0].event_id));
+  EXPECT_FALSE(book.published(events[0].event_id));  // twice: the second is nothing
   EXPECT_EQ(book.confirmable(), 100U);
 }
 
@@ -385,6 +385,55 @@ TEST(StreamBook, ForgetsTheAggregateIdleLongestNotOneBusyAgainMeanwhile) {
   EXPECT_EQ(ids(candidates.events), (std::vector<std::string>{"a#3", "b#2"}));
   EXPECT_EQ(candidates.needs_check, (std::vector<bool>{false, true}))
       << "a's #2 is remembered published; what b published is forgotten";
+}
+
+// An aggregate with an event out is never forgotten, however many others go idle meanwhile (also
+// when it was idle before: it left the idle list).
+TEST(StreamBook, NeverForgetsAnAggregateWithAnEventOut) {
+  StreamBook book;
+  Lsn lsn = 100;
+  const auto a0 = read(book, {event("a", 1)}, ++lsn);
+  send_all(book);
+  book.published(a0[0].event_id);  // a is idle
+  const auto a1 = read(book, {event("a", 2)}, ++lsn);
+  send_all(book);  // a#2 is out
+  for (std::size_t i = 0; i <= StreamBook::kIdleKept; ++i) {
+    const auto events = read(book, {event("x" + std::to_string(i), 1)}, ++lsn);
+    send_all(book);
+    book.published(events[0].event_id);
+  }
+  EXPECT_EQ(book.tracked_aggregates(), StreamBook::kIdleKept + 1) << "the idle ones, and a";
+  EXPECT_TRUE(book.published(a1[0].event_id));
+  read(book, {event("a", 3)}, ++lsn);
+  const StreamBook::Candidates candidates = book.next(100, 1000000, true);
+  EXPECT_EQ(ids(candidates.events), (std::vector<std::string>{"a#3"}));
+  EXPECT_EQ(candidates.needs_check, (std::vector<bool>{false}));
+  EXPECT_EQ(book.confirmable(), lsn - 1);
+}
+
+// The same id read twice while the first is not done (rows inserted, deleted and inserted again
+// by hand): the book counts events by id, so the second goes to the table; the first is not
+// disturbed, and the position moves once it is done.
+TEST(StreamBook, LeavesAnIdReadAgainWhileOpenToTheTable) {
+  StreamBook book;
+  const auto first = read(book, {event("a", 1)}, 100);
+  Event again = event("b", 1);
+  again.event_id = first[0].event_id;
+  read(book, {again}, 200);
+  EXPECT_EQ(book.left_to_table(), 1U);
+  EXPECT_EQ(book.take_left(), (std::vector<EventId>{first[0].event_id}));
+  EXPECT_EQ(book.confirmable(), 0U) << "the first transaction is not done";
+  EXPECT_EQ(ids(send_all(book)), (std::vector<std::string>{"a#1"}));
+  EXPECT_TRUE(book.published(first[0].event_id));
+  EXPECT_EQ(book.open_events(), 0U);
+  EXPECT_EQ(book.confirmable(), 200U);
+  // Twice in one transaction: the same.
+  Event twice = event("c", 1);
+  read(book, {twice, twice}, 300);
+  EXPECT_EQ(book.left_to_table(), 2U);
+  EXPECT_EQ(ids(send_all(book)), (std::vector<std::string>{"c#1"}));
+  EXPECT_TRUE(book.published(twice.event_id));
+  EXPECT_EQ(book.confirmable(), 300U);
 }
 
 TEST(StreamBook, ReadingOutOfOrderIsAProgrammingError) {

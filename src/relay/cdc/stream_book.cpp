@@ -65,7 +65,7 @@ void StreamBook::commit(Lsn end_lsn, PgTimestamp commit_time) {
     waiting.transaction = number;
     place(std::move(waiting));
   }
-  if (read.empty()) done_transactions();
+  done_transactions();  // one without events (or only repeated ids) is done at once
 }
 
 void StreamBook::keepalive(Lsn wal_end) {
@@ -74,6 +74,15 @@ void StreamBook::keepalive(Lsn wal_end) {
 
 void StreamBook::place(Waiting waiting) {
   const Event& event = waiting.event;
+  const auto [entry, inserted] = events_.try_emplace(event.event_id);
+  if (!inserted) {
+    // An id read twice and not done (a row inserted, deleted and inserted again, by hand): the
+    // book counts events by id, so the second is left to the table, which holds its row.
+    ++left_to_table_;
+    left_.push_back(event.event_id);
+    --transactions_.back().open;  // the transaction being committed
+    return;
+  }
   auto found = aggregates_.find(KeyView{event.aggregate_type, event.aggregate_id});
   if (found == aggregates_.end()) {
     found = aggregates_.try_emplace(Key{event.aggregate_type, event.aggregate_id}).first;
@@ -81,9 +90,8 @@ void StreamBook::place(Waiting waiting) {
   }
   Aggregate& aggregate = found->second;
   unlink_idle(aggregate);  // something of it is open again
-  Open& open = events_[event.event_id];
-  open = Open{waiting.transaction, &aggregate, event.aggregate_sequence};
-  waiting.open = &open;
+  entry->second = Open{waiting.transaction, &aggregate, event.aggregate_sequence};
+  waiting.open = &entry->second;
   waiting_bytes_ += waiting.bytes;
   if (aggregate.busy) {
     aggregate.behind.push_back(std::move(waiting));
@@ -229,17 +237,17 @@ void StreamBook::leave_behind_to_table(Aggregate& aggregate) {
 }
 
 // Idle aggregates are kept (their `published` spares the next event a check) up to kIdleKept;
-// then the oldest that are still idle are forgotten.
+// then those idle longest are forgotten.
 void StreamBook::became_idle(Aggregate& aggregate) {
   unlink_idle(aggregate);
   aggregate.idle = true;
-  aggregate.idle_prev = idle_last_;
+  aggregate.idle_prev = idle_.last;
   aggregate.idle_next = nullptr;
-  (idle_last_ != nullptr ? idle_last_->idle_next : idle_first_) = &aggregate;
-  idle_last_ = &aggregate;
-  ++idle_count_;
-  while (idle_count_ > kIdleKept) {
-    Aggregate& oldest = *idle_first_;
+  (idle_.last != nullptr ? idle_.last->idle_next : idle_.first) = &aggregate;
+  idle_.last = &aggregate;
+  ++idle_.count;
+  while (idle_.count > kIdleKept) {
+    Aggregate& oldest = *idle_.first;
     unlink_idle(oldest);
     aggregates_.erase(aggregates_.find(*oldest.key));  // nothing open points to an idle one
   }
@@ -247,13 +255,13 @@ void StreamBook::became_idle(Aggregate& aggregate) {
 
 void StreamBook::unlink_idle(Aggregate& aggregate) {
   if (!aggregate.idle) return;
-  (aggregate.idle_prev != nullptr ? aggregate.idle_prev->idle_next : idle_first_) =
+  (aggregate.idle_prev != nullptr ? aggregate.idle_prev->idle_next : idle_.first) =
       aggregate.idle_next;
-  (aggregate.idle_next != nullptr ? aggregate.idle_next->idle_prev : idle_last_) =
+  (aggregate.idle_next != nullptr ? aggregate.idle_next->idle_prev : idle_.last) =
       aggregate.idle_prev;
   aggregate.idle = false;
   aggregate.idle_prev = aggregate.idle_next = nullptr;
-  --idle_count_;
+  --idle_.count;
 }
 
 void StreamBook::done(const EventId& id) {

@@ -41,7 +41,8 @@ class StreamBook {
   };
 
   StreamBook() = default;
-  // Its entries point at each other (map nodes stay put when the book moves): moved, not copied.
+  // Its entries point at each other (map nodes stay put when the book moves): moved, not copied;
+  // a moved-from book is empty.
   StreamBook(StreamBook&&) = default;
   StreamBook& operator=(StreamBook&&) = default;
   StreamBook(const StreamBook&) = delete;
@@ -218,9 +219,22 @@ class StreamBook {
   std::unordered_map<Key, Aggregate, KeyHash, KeyEqual> aggregates_;
   // Read and not done. A node map: Waiting::open points into it until the event is done.
   OpenEvents events_;
-  Aggregate* idle_first_ = nullptr;  // the idle list: aggregates with nothing open, oldest first
-  Aggregate* idle_last_ = nullptr;
-  std::size_t idle_count_ = 0;
+  // The idle list: aggregates with nothing open, idle longest first. It points into aggregates_,
+  // whose nodes move with the book: a moved-from book's list is empty, as its map is.
+  struct IdleList {
+    Aggregate* first = nullptr;
+    Aggregate* last = nullptr;
+    std::size_t count = 0;
+    IdleList() = default;
+    IdleList(IdleList&& other) noexcept { *this = std::move(other); }
+    IdleList& operator=(IdleList&& other) noexcept {
+      first = std::exchange(other.first, nullptr);
+      last = std::exchange(other.last, nullptr);
+      count = std::exchange(other.count, 0);
+      return *this;
+    }
+  };
+  IdleList idle_;
   std::deque<Transaction> transactions_;  // not yet confirmable, oldest first
   std::uint64_t first_transaction_ = 0;   // the number of transactions_.front()
   Lsn confirmed_ = 0;
