@@ -65,7 +65,7 @@ void StreamBook::commit(Lsn end_lsn, PgTimestamp commit_time) {
     waiting.transaction = number;
     place(std::move(waiting));
   }
-  done_transactions();  // one without events (or only repeated ids) is done at once
+  done_transactions();  // one without events is done at once
 }
 
 void StreamBook::keepalive(Lsn wal_end) {
@@ -76,10 +76,9 @@ void StreamBook::place(Waiting waiting) {
   const Event& event = waiting.event;
   const auto [entry, inserted] = events_.try_emplace(event.event_id);
   if (!inserted) {
-    // An id read twice and not done (a row inserted, deleted and inserted again, by hand): the
-    // book counts events by id, so the second is left to the table, which holds its row.
-    ++left_to_table_;
-    left_.push_back(event.event_id);
+    // An id read again while the first is not done (a row inserted, deleted and inserted again,
+    // by hand): the same id is the same event, and the book counts events by id. This one is
+    // dropped; the first one's mark finds the row by its id.
     --transactions_.back().open;  // the transaction being committed
     return;
   }

@@ -42,7 +42,7 @@ class StreamBook {
 
   StreamBook() = default;
   // Its entries point at each other (map nodes stay put when the book moves): moved, not copied;
-  // a moved-from book is empty.
+  // a moved-from book is only to be destroyed.
   StreamBook(StreamBook&&) = default;
   StreamBook& operator=(StreamBook&&) = default;
   StreamBook(const StreamBook&) = delete;
@@ -220,7 +220,7 @@ class StreamBook {
   // Read and not done. A node map: Waiting::open points into it until the event is done.
   OpenEvents events_;
   // The idle list: aggregates with nothing open, idle longest first. It points into aggregates_,
-  // whose nodes move with the book: a moved-from book's list is empty, as its map is.
+  // whose nodes move with the book: a moved-from book's list is empty.
   struct IdleList {
     Aggregate* first = nullptr;
     Aggregate* last = nullptr;
