@@ -277,8 +277,9 @@ TEST(RabbitMqSink, ABrokerKilledMakesUnconfirmedSendsUnknownAndTheSinkReconnects
   rabbitmq_server().start();
   DeliveryReport again;
   // The restarted node recovers its quorum queue before the exchange routes to it again
-  // (312 NO_ROUTE meanwhile): over 20 s under AddressSanitizer with both cores busy.
-  const auto until = std::chrono::steady_clock::now() + 60s;
+  // (312 NO_ROUTE meanwhile): over 20 s under AddressSanitizer with both cores busy, and once
+  // more than 60 s (a fresh-clone CI, 2026-12-05: still NO_ROUTE at 60 s).
+  const auto until = std::chrono::steady_clock::now() + 120s;
   while (again.outcome != DeliveryOutcome::published && std::chrono::steady_clock::now() < until) {
     again = deliver(*sink, one_event("order-1", 2));
     if (again.outcome != DeliveryOutcome::published) std::this_thread::sleep_for(200ms);
