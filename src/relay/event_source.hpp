@@ -45,6 +45,9 @@ struct Fetched {
   std::uint64_t waiting_bytes = 0;
 };
 
+// The sockets a source's fetch() may have news on (news_sockets()); -1 where none.
+using NewsSockets = std::array<int, 4>;
+
 class EventSource {
  public:
   virtual ~EventSource() = default;
@@ -61,7 +64,11 @@ class EventSource {
   // Sockets whose readability is news for fetch() (a change stream, the answer to a statement
   // sent without waiting), or -1. While the loop waits for broker reports with room to send, it
   // wakes for these too (Sink::wake_fd); none while fetch() would not read them.
-  [[nodiscard]] virtual std::array<int, 2> news_sockets() const { return {-1, -1}; }
+  [[nodiscard]] virtual NewsSockets news_sockets() const {
+    NewsSockets none;
+    none.fill(-1);
+    return none;
+  }
 
   // Duties due by `now` (heartbeats, looking for dead peers, keeping the in-flight events'
   // claims alive); true when they made new events ready (fetch at once).

@@ -80,7 +80,7 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
   }
   if (!failed) {
     marks_.add(outcomes);
-    collect_marks(false);
+    collect_marks(milliseconds(0));
     return;
   }
   std::vector<EventId> ids;
@@ -94,13 +94,13 @@ void CdcSource::write_streamed(std::vector<Outcome>& outcomes, bool failed) {
 }
 
 void CdcSource::write_marks() {
-  while (marks_.pending()) collect_marks(true);
+  while (marks_.pending()) collect_marks(std::nullopt);
 }
 
-void CdcSource::collect_marks(bool wait) {
+void CdcSource::collect_marks(std::optional<milliseconds> wait, int wake_fd) {
   std::vector<EventId> written;
   std::vector<Outcome> unwritten;
-  marks_.collect(wait, written, unwritten);
+  marks_.collect(wait, written, unwritten, wake_fd);
   if (!written.empty() || !unwritten.empty()) settle_written(written, unwritten, false);
 }
 

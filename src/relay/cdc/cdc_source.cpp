@@ -58,12 +58,17 @@ void CdcSource::stream_or_stand_by() {
 }
 
 Fetched CdcSource::fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) {
-  collect_marks(false);  // what a mark wrote frees its aggregate's next event
+  collect_marks(milliseconds(0));  // what a mark wrote frees its aggregate's next event
   if (polling()) return fetch_polling(limit, byte_room, holding_nothing);
   read_stream(milliseconds(0));
-  // Nothing to hand out but marks not written: their answers are the only news there can be,
-  // wait for them (with candidates, the loop sends them while the server writes the mark).
-  while (!session_.book.has_candidates() && marks_.pending()) collect_marks(true);
+  // Nothing to hand out and nothing at the broker, but marks not written: wait for an answer or
+  // for the stream to bring more, until the stream's status is due. With candidates the loop sends
+  // them while the server writes the marks; with events at the broker it waits for their reports
+  // and these at once. A mark held up (a row lock) holds back only what waits for it.
+  if (holding_nothing && !session_.book.has_candidates() && marks_.pending()) {
+    collect_marks(session_.stream->until_status_due(), stream_news_socket());
+    read_stream(milliseconds(0));
+  }
   Fetched fetched;
   std::uint64_t used = 0;
   for (Event& event : stream_candidates(limit, byte_room, holding_nothing)) {
@@ -210,7 +215,7 @@ cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidat
 
 bool CdcSource::wait_for_news(milliseconds timeout) {
   if (timeout > milliseconds(0) && marks_.pending()) {
-    collect_marks(true);  // an aggregate's next event may go now
+    collect_marks(timeout, stream_news_socket());  // an aggregate's next event may go now
     return true;
   }
   if (polling()) return table_.wait_for_news(timeout);

@@ -82,7 +82,7 @@ class CdcSource final : public RelaySourceBase {
 
   Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;
   bool wait_for_news(milliseconds timeout) override;
-  [[nodiscard]] std::array<int, 2> news_sockets() const override;
+  [[nodiscard]] NewsSockets news_sockets() const override;
   bool run_duties(Clock::time_point now, const SendWindow& window) override;
   [[nodiscard]] Clock::time_point next_duty() const override;
   void set_listening(bool listening) override;
@@ -123,6 +123,8 @@ class CdcSource final : public RelaySourceBase {
   bool read_stream(milliseconds timeout);
   // The book holds as much as the loop can use: read_stream() leaves the rest with the server.
   [[nodiscard]] bool stream_full() const;
+  // The stream's socket while read_stream() would read it (news for fetch()); -1 otherwise.
+  [[nodiscard]] int stream_news_socket() const;
   void take(const cdc::StreamMessage& message);
   void take_change(std::string_view payload);
   void take_message(const cdc::LogicalMessage& message);
@@ -182,7 +184,8 @@ class CdcSource final : public RelaySourceBase {
   // Published ones go to marks_ (written while the loop goes on), failed ones are written here.
   void write_streamed(std::vector<Outcome>& outcomes, bool failed);
   // Takes the answer of the marks out, if it came (`wait`: waits for it).
-  void collect_marks(bool wait);
+  // Takes the marks' answers (StreamedMarks::collect: waits at most `wait`, none: no limit).
+  void collect_marks(std::optional<milliseconds> wait, int wake_fd = -1);
   // The book hears of the outcomes written; those whose rows were not there are tried again, or
   // counted fenced after kUnwrittenGiveUp.
   void settle_written(const std::vector<EventId>& written, std::vector<Outcome>& unwritten,

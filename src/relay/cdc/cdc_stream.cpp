@@ -198,11 +198,22 @@ bool CdcSource::stream_full() const {
          session_.book.open_events() >= 2 * options_.max_in_flight || session_.witness_due;
 }
 
-// The stream's socket while read_stream() would read it, and the socket of a mark sent and not
-// answered (fetch() takes its answer).
-std::array<int, 2> CdcSource::news_sockets() const {
-  if (polling() || !session_.streaming()) return {-1, -1};
-  return {stream_full() ? -1 : session_.stream->socket(), marks_.answer_socket()};
+int CdcSource::stream_news_socket() const {
+  if (polling() || !session_.streaming() || stream_full()) return -1;
+  return session_.stream->socket();
+}
+
+// The stream's socket while read_stream() would read it, and the sockets of marks sent and not
+// answered (fetch() takes their answers).
+NewsSockets CdcSource::news_sockets() const {
+  static_assert(1 + StreamedMarks::kLanes <= NewsSockets().size());
+  NewsSockets sockets;
+  sockets.fill(-1);
+  if (polling() || !session_.streaming()) return sockets;
+  sockets[0] = stream_news_socket();
+  const auto marks = marks_.answer_sockets();
+  std::copy(marks.begin(), marks.end(), sockets.begin() + 1);
+  return sockets;
 }
 
 void CdcSource::take(const cdc::StreamMessage& message) {

@@ -259,7 +259,7 @@ class Relay::Impl {
   bool wait_for_reports_or_news(milliseconds wait, bool& news) {
     const int sink = sender_.wake_fd();
     if (sink < 0) return false;
-    std::array<pollfd, 3> fds{};
+    std::array<pollfd, detail::NewsSockets().size() + 1> fds{};
     nfds_t count = 0;
     for (const int socket : source_->news_sockets()) {
       if (socket >= 0) fds[count++] = pollfd{socket, POLLIN, 0};
