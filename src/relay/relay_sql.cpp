@@ -194,8 +194,9 @@ std::string visit_head(const std::string& events, const std::string& shard) {
 //   (10^10 in its estimated cost), far past jit_above_cost, so PostgreSQL compiled the sweep's plan
 //   at every run: 0.5-0.8 s each (measured), for a statement that runs in 0.1 ms. None of the
 //   relay's statements runs long enough for JIT to pay off.
-// - A lock timeout. No relay statement waits for a row lock (claims skip locked rows; marks touch
-//   rows this relay claimed), but each needs the table's own lock, which LOCK TABLE, a migration's
+// - A lock timeout. A relay statement waits for a row lock only when an outside session holds one
+//   on an outbox row (claims skip locked rows; marks touch rows this relay claimed, or streamed
+//   rows no one claims), but each needs the table's own lock, which LOCK TABLE, a migration's
 //   DDL or VACUUM FULL hold: without a limit the relay stood still for as long, and SIGTERM waited
 //   behind the statement (33 s in a test). With it the statement fails retryably (55P03), the
 //   relay reports database_unavailable, backs off, and sees a stop request within seconds.

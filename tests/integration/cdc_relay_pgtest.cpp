@@ -300,7 +300,8 @@ TEST_F(CdcRelayTest, TheMarkSessionKilledLosesNothingAndMarksOnANewOne) {
 // Two marks may be out at once (StreamedMarks' lanes). One held up on a row lock does not hold
 // back the marks of other aggregates, nor so their next events; its own aggregate waits behind
 // it, and once the lock goes its row is marked and order holds. With one mark out at a time,
-// every outcome after it waited for the lock.
+// every outcome after it waited for the lock. (All within the relay sessions' lock_timeout, 5 s:
+// past it the held mark fails and the relay reconnects, writing every mark before it streams.)
 TEST_F(CdcRelayTest, AMarkHeldUpOnARowLockDoesNotHoldBackOtherAggregates) {
   std::vector<EventId> ids;
   {

@@ -100,7 +100,14 @@ void CdcSource::write_marks() {
 void CdcSource::collect_marks(std::optional<milliseconds> wait, int wake_fd) {
   std::vector<EventId> written;
   std::vector<Outcome> unwritten;
-  marks_.collect(wait, written, unwritten, wake_fd);
+  try {
+    marks_.collect(wait, written, unwritten, wake_fd);
+  } catch (...) {
+    // One lane's answer taken, then another lane (or the next send) failed: what was written is
+    // written, whatever the reconnect does next.
+    if (!written.empty() || !unwritten.empty()) settle_written(written, unwritten, false);
+    throw;
+  }
   if (!written.empty() || !unwritten.empty()) settle_written(written, unwritten, false);
 }
 

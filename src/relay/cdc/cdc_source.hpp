@@ -183,7 +183,6 @@ class CdcSource final : public RelaySourceBase {
   // --- outcomes of streamed events (cdc_outcomes.cpp) ---
   // Published ones go to marks_ (written while the loop goes on), failed ones are written here.
   void write_streamed(std::vector<Outcome>& outcomes, bool failed);
-  // Takes the answer of the marks out, if it came (`wait`: waits for it).
   // Takes the marks' answers (StreamedMarks::collect: waits at most `wait`, none: no limit).
   void collect_marks(std::optional<milliseconds> wait, int wake_fd = -1);
   // The book hears of the outcomes written; those whose rows were not there are tried again, or
@@ -202,7 +201,7 @@ class CdcSource final : public RelaySourceBase {
   RelayCounters& counters_;
   Publications publications_;
   PollingSource table_;  // the table path, and the session for checks and failure records
-  StreamedMarks marks_;  // the marks of streamed events, on a session of their own
+  StreamedMarks marks_;  // the marks of streamed events, on sessions of their own
   cdc_sql::VisibleXmin visible_xmin_;  // transactions every new snapshot sees ended
   const std::string check_sql_;
   const std::string message_prefix_;

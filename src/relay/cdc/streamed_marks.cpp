@@ -51,16 +51,16 @@ void StreamedMarks::send_queued() {
   queued_.clear();
   const std::size_t size = batch.size();
   for (std::size_t part = 0; part < parts; ++part) {
+    const auto begin = batch.begin() + static_cast<std::ptrdiff_t>(part * size / parts);
     const auto end = batch.begin() + static_cast<std::ptrdiff_t>((part + 1) * size / parts);
-    std::vector<Outcome> piece(
-        std::make_move_iterator(batch.begin() + static_cast<std::ptrdiff_t>(part * size / parts)),
-        std::make_move_iterator(end));
+    std::vector<Outcome> piece;
     try {
+      piece.assign(std::make_move_iterator(begin), std::make_move_iterator(end));
       send(*free[part], piece);
     } catch (...) {  // this piece and the ones after it were not sent: queued again
       queued_.insert(queued_.end(), std::make_move_iterator(piece.begin()),
                      std::make_move_iterator(piece.end()));
-      queued_.insert(queued_.end(), std::make_move_iterator(end),
+      queued_.insert(queued_.end(), std::make_move_iterator(piece.empty() ? begin : end),
                      std::make_move_iterator(batch.end()));
       throw;
     }
