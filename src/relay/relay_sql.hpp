@@ -41,9 +41,10 @@ std::string claim(const SchemaName& schema, const std::string& shard = "");
 // immutable functions, as a row filter requires.
 std::string shard_condition(const std::string& prefix, unsigned shards, unsigned shard);
 // $1 uuid[], $2 token[]: marks published only rows that still carry the token that sent them
-// (a NULL token: rows claimed by no one, as a change-data-capture relay streams them),
-// and (when $5) claims their successors with token $3 and lease $4 ms, as many as fit $6 bytes.
-// Rows: the claim's ten columns plus a kind, 'marked' (only event_id set) or 'claimed'.
+// (a NULL token: rows claimed by no one; a change-data-capture relay's streamed rows have their
+// own, simpler mark, cdc_sql::mark_streamed), and (when $5) claims their successors with token $3
+// and lease $4 ms, as many as fit $6 bytes. Rows: the claim's ten columns plus a kind, 'marked'
+// (only event_id set) or 'claimed'.
 std::string mark_published(const SchemaName& schema);
 // $1 uuid[], $2 token[] (NULL: unclaimed, as for mark_published), $3 error[], $4 backoff base
 // ms, $5 backoff cap ms, $6 attempt limit (0: none), $7 permanent bool[], $8 float8[]: the least

@@ -45,6 +45,7 @@ std::vector<Statement> relay_statements(const SchemaName& schema) {
       {"forget_relay", relay_sql::forget_relay(schema), "'r:1'"},
       {"retire_relay", relay_sql::retire_relay(schema), "'r:1'"},
       {"sweep", relay_sql::sweep(schema), "'1000', '10000'"},
+      {"mark_streamed", cdc_sql::mark_streamed(schema), ids},
       {"check_streamed", cdc_sql::check_streamed(schema),
        ids + ", '{order}', '{o-1}', '{3}', '{true}', '{NULL}'"},
       {"check_streamed (table-less)", cdc_sql::check_streamed(schema),

@@ -69,6 +69,36 @@ TEST_F(RelaySqlStreams, AMarkWithoutATokenMarksOnlyRowsNoOneClaimed) {
       << "a row another relay claimed is its to mark";
 }
 
+// The change-data-capture relay's own mark: rows no one claimed or skipped, and again (its first
+// answer lost with the connection) without changing the first mark's time.
+TEST_F(RelaySqlStreams, TheStreamedMarkMarksOnlyUnclaimedUnskippedRowsAndRepeatsUnchanged) {
+  const std::string streamed = insert("o-1", 1);
+  const std::string claimed = insert("o-2", 1);
+  const std::string skipped = insert("o-3", 1);
+  const std::string absent = "00000000-0000-7000-8000-00000000abcd";
+  pg::exec(conn_.get(), "UPDATE " + events_ + " SET claimed_by = 'other:1' WHERE event_id = $1",
+           {claimed.c_str()});
+  pg::exec(conn_.get(), "UPDATE " + events_ + " SET skipped_at = now() WHERE event_id = $1",
+           {skipped.c_str()});
+  const std::string ids = "{" + streamed + "," + claimed + "," + skipped + "," + absent + "}";
+  const auto mark = [&] {
+    return cdc_sql::read_mark_streamed(
+        pg::exec(conn_.get(), cdc_sql::mark_streamed(schema_), {ids.c_str()}));
+  };
+  EXPECT_EQ(mark(), std::vector<std::string>{streamed});
+  EXPECT_EQ(where("published_at IS NOT NULL"), 1);
+  EXPECT_EQ(where("event_id = '" + claimed + "' AND published_at IS NULL"), 1)
+      << "a row another relay claimed is its to mark";
+  EXPECT_EQ(where("event_id = '" + skipped + "' AND published_at IS NULL"), 1);
+  const std::string first(
+      pg::exec(conn_.get(), "SELECT published_at::text FROM " + events_ + " WHERE event_id = $1",
+               {streamed.c_str()})
+          .text(0, 0));
+  pg::exec(conn_.get(), "SELECT pg_sleep(0.01)");
+  EXPECT_EQ(mark(), std::vector<std::string>{streamed}) << "a repeat is answered as written";
+  EXPECT_EQ(where("event_id = '" + streamed + "' AND published_at::text = '" + first + "'"), 1);
+}
+
 TEST_F(RelaySqlStreams, AFailureWithoutATokenIsRecordedWithBackoffOrQuarantine) {
   const std::string retried = insert("o-1", 1);
   const std::string poisoned = insert("o-2", 1);

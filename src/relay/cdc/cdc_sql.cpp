@@ -73,6 +73,24 @@ RETURNING event_id)SQL",
                      fmt::arg("events", schema.table("outbox_events")));
 }
 
+std::string mark_streamed(const SchemaName& schema) {
+  // Each id's row by primary key. Rechecked when a concurrent update got there first (a relay's
+  // claim of a touched row): a row claimed meanwhile is its claimant's to mark.
+  return fmt::format(
+      "UPDATE {events} e "
+      "SET published_at = coalesce(e.published_at, now()), claim_until = NULL, last_error = NULL "
+      "WHERE e.event_id = ANY($1::uuid[]) AND e.claimed_by IS NULL AND e.skipped_at IS NULL "
+      "RETURNING e.event_id::text",
+      fmt::arg("events", schema.table("outbox_events")));
+}
+
+std::vector<std::string> read_mark_streamed(const pg::Result& result) {
+  std::vector<std::string> ids;
+  ids.reserve(static_cast<std::size_t>(result.rows()));
+  for (int row = 0; row < result.rows(); ++row) ids.emplace_back(result.text(row, 0));
+  return ids;
+}
+
 std::string materialize_clashes(const SchemaName& schema) {
   return fmt::format(
       "SELECT i.id::text FROM unnest($1::uuid[]) AS i(id) "

@@ -9,6 +9,7 @@
 
 #include "common/fault.hpp"
 #include "pg/array_literal.hpp"
+#include "relay/cdc/cdc_sql.hpp"
 #include "relay/relay_sql.hpp"
 
 namespace outbox::detail {
@@ -22,7 +23,7 @@ constexpr std::size_t kLeastHalf = 256;
 }  // namespace
 
 StreamedMarks::StreamedMarks(const RelayOptions& options, RelayCounters& counters)
-    : options_(options), counters_(counters), sql_(relay_sql::mark_published(options.schema)) {}
+    : options_(options), counters_(counters), sql_(cdc_sql::mark_streamed(options.schema)) {}
 
 bool StreamedMarks::pending() const { return out() || !queued_.empty(); }
 
@@ -73,14 +74,9 @@ void StreamedMarks::send(Lane& lane, std::vector<Outcome>& batch) {
       lane.connection.emplace(
           relay_sql::open_relay_session(options_.database_url, options_.durable_marks));
     }
-    pg::ArrayLiteral ids, tokens;
-    for (const Outcome& outcome : batch) {
-      ids.add(outcome.event_id);
-      tokens.add_null();  // streamed rows are claimed by no one
-    }
-    // $3-$6: no successors are claimed for streamed rows (the stream brings them).
-    pg::send_prepared(lane.connection->get(), sql_,
-                      {ids.text().c_str(), tokens.text().c_str(), "", "0", "false", "0"});
+    pg::ArrayLiteral ids;
+    for (const Outcome& outcome : batch) ids.add(outcome.event_id);
+    pg::send_prepared(lane.connection->get(), sql_, {ids.text().c_str()});
   } catch (const DatabaseError&) {
     drop_connection(lane);
     throw;
@@ -139,15 +135,15 @@ bool StreamedMarks::wait_for_answer(int wake_fd, int timeout_ms) {
 
 void StreamedMarks::take(Lane& lane, std::vector<EventId>& written,
                          std::vector<Outcome>& unwritten) {
-  relay_sql::MarkRows rows;
+  std::vector<std::string> marked_ids;
   try {
-    rows = relay_sql::read_mark_published(pg::take_answer(lane.connection->get(), sql_));
+    marked_ids = cdc_sql::read_mark_streamed(pg::take_answer(lane.connection->get(), sql_));
   } catch (const DatabaseError&) {
     drop_connection(lane);
     throw;
   }
   OUTBOX_FAULT(fault::kRelayAfterMark);
-  const std::unordered_set<std::string> marked(rows.marked.begin(), rows.marked.end());
+  const std::unordered_set<std::string> marked(marked_ids.begin(), marked_ids.end());
   for (Outcome& outcome : lane.out) {
     if (marked.contains(outcome.event_id.to_string())) {
       counters_.by_type.add(outcome.type, TypedCounts::published);
@@ -156,7 +152,7 @@ void StreamedMarks::take(Lane& lane, std::vector<EventId>& written,
       unwritten.push_back(std::move(outcome));
     }
   }
-  RelayCounters::add(counters_.published, rows.marked.size());
+  RelayCounters::add(counters_.published, marked_ids.size());
   lane.out.clear();
 }
 

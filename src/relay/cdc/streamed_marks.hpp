@@ -14,8 +14,8 @@
 // transaction); a row the mark did not match comes back as unwritten, as from a synchronous mark.
 // Two lanes never hold the same outcome, and the marks of different events commute. A broken
 // connection or a refused statement loses nothing: every outcome of its lane not yet answered is
-// queued again for the next send, on a new connection. The mark is the polling relay's statement
-// for unclaimed rows (relay_sql::mark_published): writing it twice changes nothing.
+// queued again for the next send, on a new connection. The mark (cdc_sql::mark_streamed) matches
+// only rows no relay claimed: writing it twice changes nothing.
 //
 // Not thread safe: the relay's thread owns it.
 
