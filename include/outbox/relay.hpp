@@ -144,6 +144,8 @@ inline constexpr std::string_view kRelayApplicationName = "outbox-relay";
     "Claim statements run (each looks for up to a batch of heads).")                               \
   X(mark_queries, counter, always, "", "mark statements {}",                                       \
     "Mark statements run (each completes a group of acks).")                                       \
+  X(check_queries, counter, never, "", "",                                                         \
+    "Check statements a change-data-capture relay ran before sending streamed events.")            \
   X(successors, counter, never, "", "",                                                            \
     "Of the claimed rows: taken by the mark of their predecessor.")                                \
   X(unchecked, counter, never, "", "",                                                             \

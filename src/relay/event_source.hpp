@@ -60,6 +60,11 @@ class EventSource {
   // Waits at most `timeout` for a sign that new events are ready (0: only looks); true if one
   // came. A source that has nothing to wait on sleeps.
   virtual bool wait_for_news(std::chrono::milliseconds timeout) = 0;
+  // Whether the news wait_for_news() last reported may wait for the next fetch the loop paces
+  // under heavy live traffic (ClaimSchedule) instead of asking for one at once: a change stream's
+  // few new transactions. A NOTIFY never may (the default), nor a stream catching up, nor a
+  // mark's answer (an aggregate's next event waits for it).
+  [[nodiscard]] virtual bool news_may_wait() const { return false; }
 
   // Sockets whose readability is news for fetch() (a change stream, the answer to a statement
   // sent without waiting), or -1. While the loop waits for broker reports with room to send, it

@@ -344,6 +344,42 @@ TEST_F(CdcRelayTest, AMarkHeldUpOnARowLockDoesNotHoldBackOtherAggregates) {
   EXPECT_EQ(relay.stats().fenced, 0U);
 }
 
+// Under heavy live traffic the stream's new transactions wait for the loop's paced fetch (at
+// most one per 3 ms, as polling's claims) instead of one check statement per transaction or two.
+// Each event here is the first of a new aggregate, so every one is checked.
+TEST_F(CdcRelayTest, UnderHeavyTrafficChecksArePacedNotOnePerTransaction) {
+  Relay relay(cdc_options("cdc"), sink({{"linger.ms", "0.5"}}));
+  Running running(relay);
+  ASSERT_TRUE(wait_until([&] { return relay.stats().health == Health::running; }, 10s))
+      << relay.stats().last_error;
+  std::vector<EventId> ids = enqueue(10, 1);
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  const auto checks_before = relay.stats().check_queries;
+  const auto started = std::chrono::steady_clock::now();
+  const Producer producer(ProducerOptions{schema_, 4096});
+  for (int i = 0; i < 1000; ++i) {
+    pg::exec(conn(), "BEGIN");
+    for (int a = 0; a < 5; ++a) {
+      ids.push_back(
+          producer
+              .enqueue(conn(), NewEvent{"order", "o-" + std::to_string(i) + "-" + std::to_string(a),
+                                        "Step", "{}", "{}", 1, std::nullopt})
+              .event_id);
+    }
+    pg::commit(conn());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto checks = relay.stats().check_queries - checks_before;
+  ASSERT_TRUE(all_published()) << unpublished() << " unpublished; " << relay.stats().last_error;
+  running.stop();
+  // At most one check per 3 ms, plus slack for the traffic's first ones (not paced yet).
+  EXPECT_LE(static_cast<double>(checks), seconds / 0.003 * 1.1 + 20)
+      << checks << " checks in " << seconds << " s of 1,000 transactions";
+  expect_on_broker_in_order(ids);
+  EXPECT_EQ(rows("claimed_by IS NOT NULL"), 0) << "the stream, not the table path, brought them";
+}
+
 TEST_F(CdcRelayTest, AFailedSendIsRetriedFromTheTableAndItsAggregateWaitsBehindIt) {
   Relay relay(cdc_options("cdc"), std::make_unique<FailOnceSink>(sink(), "agg-3", std::int64_t{2}));
   Running running(relay);

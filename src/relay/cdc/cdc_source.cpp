@@ -205,6 +205,7 @@ cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidat
                                             .array(check_lower)
                                             .array(xids)
                                             .pointers());
+  RelayCounters::add(counters_.check_queries, 1);
   check = cdc_sql::read_check_streamed(result);
   // Positions among those asked about, back to positions among the candidates (still sorted).
   for (auto* positions : {&check.invisible, &check.blocked, &check.finished}) {
@@ -214,12 +215,15 @@ cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidat
 }
 
 bool CdcSource::wait_for_news(milliseconds timeout) {
+  live_news_ = false;
   if (timeout > milliseconds(0) && marks_.pending()) {
     collect_marks(timeout, stream_news_socket());  // an aggregate's next event may go now
     return true;
   }
   if (polling()) return table_.wait_for_news(timeout);
-  return read_stream(std::min(timeout, session_.stream->until_status_due()));
+  const bool got = read_stream(std::min(timeout, session_.stream->until_status_due()));
+  live_news_ = got && live_read_ && session_.book.open_events() < kLive;
+  return got;
 }
 
 // A streaming relay looks by itself (registered awake: producers never notify it); a polling one

@@ -82,6 +82,7 @@ class CdcSource final : public RelaySourceBase {
 
   Fetched fetch(std::size_t limit, std::uint64_t byte_room, bool holding_nothing) override;
   bool wait_for_news(milliseconds timeout) override;
+  [[nodiscard]] bool news_may_wait() const override { return live_news_; }
   [[nodiscard]] NewsSockets news_sockets() const override;
   bool run_duties(Clock::time_point now, const SendWindow& window) override;
   [[nodiscard]] Clock::time_point next_duty() const override;
@@ -210,6 +211,13 @@ class CdcSource final : public RelaySourceBase {
   slot_mode::SlotMode mode_;
   ResumePosition resume_;
   bool listening_ = false;
+  // The last read_stream() that got something got few messages (under kLive) and stopped for want
+  // of more, not a full book. live_news_: wait_for_news()'s last news was such a read, with fewer
+  // than kLive events open in the book besides: live traffic, not a catch-up (whose next events
+  // wait for their predecessors' marks).
+  static constexpr std::size_t kLive = 256;
+  bool live_read_ = false;
+  bool live_news_ = false;
   bool table_due_ = true;
   Clock::time_point next_table_poll_;
   // Table-less: how often a position that moved is confirmed (and saved, ResumePosition), since

@@ -164,8 +164,12 @@ void CdcSource::prepare_slot() {
 bool CdcSource::read_stream(milliseconds timeout) {
   bool got = false;
   milliseconds wait = timeout;
-  for (std::size_t read = 0; read < kMostMessagesPerRead; ++read) {
-    if (stream_full()) break;  // the loop has enough to do; the server keeps the rest
+  std::size_t read = 0;
+  for (; read < kMostMessagesPerRead; ++read) {
+    if (stream_full()) {  // the loop has enough to do; the server keeps the rest
+      if (got) live_read_ = false;
+      break;
+    }
     std::optional<cdc::StreamMessage> message;
     try {
       message = session_.stream->read(wait);
@@ -175,9 +179,13 @@ bool CdcSource::read_stream(milliseconds timeout) {
         throw;
       }
       start_stream();  // a new session: nothing of the old one is touched after this
+      live_read_ = false;
       return true;
     }
-    if (!message) break;
+    if (!message) {
+      if (got) live_read_ = read < kLive;
+      break;
+    }
     got = true;
     wait = milliseconds(0);
     try {
@@ -190,6 +198,7 @@ bool CdcSource::read_stream(milliseconds timeout) {
                           true);
     }
   }
+  if (read == kMostMessagesPerRead) live_read_ = false;
   return got;
 }
 

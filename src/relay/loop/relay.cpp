@@ -192,7 +192,7 @@ class Relay::Impl {
     // Notifications that arrived meanwhile ask for a fetch; reading them never blocks here.
     if (source_->wait_for_news(milliseconds(0))) {
       pass.claim_wanted = true;
-      pass.schedule.announced();
+      announced(pass);
     }
     const bool stalled = !window_.empty() && Clock::now() - pass.last_report > kStallAfter;
     if (pass.schedule.due(Clock::now(), stalled ? kStalledPoll : kAwakePoll)) {
@@ -237,13 +237,21 @@ class Relay::Impl {
     return false;
   }
 
+  // News from the source: a NOTIFY is never paced, nor a stream catching up or a mark's answer;
+  // a change stream's few new transactions under heavy live traffic wait for the paced fetch
+  // like a broker report's wish to claim (a check statement per transaction or two cost the
+  // relay's session most of its CPU at live max: docs/PERFORMANCE.md).
+  void announced(Pass& pass) {
+    if (!source_->news_may_wait()) pass.schedule.announced();
+  }
+
   // Waits up to `wait` for reports (pass.reports: what came). With room to send (`news_counts`),
   // what the source brings meanwhile (a change stream) is news as much as a report is: the wait
   // ends at whichever comes first, and a fetch is wanted.
   void await_reports(Pass& pass, milliseconds wait, bool news_counts, bool paced) {
     if (window_.empty()) {
       pass.reports.clear();
-      if (paced && source_->wait_for_news(wait)) pass.schedule.announced();
+      if (paced && source_->wait_for_news(wait)) announced(pass);
       return;
     }
     const bool waited =
@@ -316,7 +324,7 @@ class Relay::Impl {
       // itself took kAwakePoll does not make the next one follow at once for the whole kStayAwake.
       if (source_->wait_for_news(std::clamp(pass.schedule.until(Clock::now(), kAwakePoll),
                                             milliseconds(1), kAwakePoll))) {
-        pass.schedule.announced();  // a NOTIFY is never paced
+        announced(pass);
       }
       pass.claim_wanted = true;
       return false;
