@@ -222,7 +222,7 @@ bool CdcSource::wait_for_news(milliseconds timeout) {
   }
   if (polling()) return table_.wait_for_news(timeout);
   const bool got = read_stream(std::min(timeout, session_.stream->until_status_due()));
-  live_news_ = got && live_read_ && session_.book.open_events() < kLive;
+  live_news_ = got && live_read_ && session_.live && session_.book.open_events() < kLive;
   return got;
 }
 

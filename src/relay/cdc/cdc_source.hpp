@@ -213,8 +213,9 @@ class CdcSource final : public RelaySourceBase {
   bool listening_ = false;
   // The last read_stream() that got something got few messages (under kLive) and stopped for want
   // of more, not a full book. live_news_: wait_for_news()'s last news was such a read, with fewer
-  // than kLive events open in the book besides: live traffic, not a catch-up (whose next events
-  // wait for their predecessors' marks).
+  // than kLive events open in the book, and the last transaction begun sent within
+  // StreamSession::kLiveLag of its commit: live traffic, not a catch-up (a paced wait leaves the
+  // stream unread, and a walsender that is behind would block on its full socket meanwhile).
   static constexpr std::size_t kLive = 256;
   bool live_read_ = false;
   bool live_news_ = false;

@@ -227,6 +227,7 @@ NewsSockets CdcSource::news_sockets() const {
 
 void CdcSource::take(const cdc::StreamMessage& message) {
   if (const cdc::XLogData* data = message.xlog_data()) {
+    session_.send_time = data->send_time;
     take_change(data->payload);
   } else if (const cdc::PrimaryKeepalive* keepalive = message.keepalive()) {
     session_.book.keepalive(keepalive->wal_end);
@@ -257,6 +258,7 @@ void CdcSource::take_change(std::string_view payload) {
     session_.witness.begin();
     session_.reading_xid = begin->xid;
     session_.reading_commit_time = begin->commit_time;
+    session_.live = session_.send_time - begin->commit_time < StreamSession::kLiveLag;
     session_.book.begin(begin->xid);
   } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {
     session_.book.commit(commit->end_lsn, commit->commit_time);
