@@ -63,7 +63,7 @@ class EventSource {
   // Whether the news wait_for_news() last reported may wait for the next fetch the loop paces
   // under heavy live traffic (ClaimSchedule) instead of asking for one at once: a change stream's
   // few new transactions. A NOTIFY never may (the default), nor a stream catching up, nor a
-  // mark's answer (an aggregate's next event waits for it).
+  // mark's answer that made an aggregate's next event ready.
   [[nodiscard]] virtual bool news_may_wait() const { return false; }
 
   // Sockets whose readability is news for fetch() (a change stream, the answer to a statement

@@ -214,16 +214,22 @@ cdc_sql::StreamCheck CdcSource::check_candidates(const cdc::StreamBook::Candidat
   return check;
 }
 
+// With marks out, the wait is for their answers or the stream, whichever comes first; then what
+// the stream brought is read at once. A mark's answer that made an aggregate's next event ready is
+// news that never waits for a paced fetch; one that freed nothing is no news.
 bool CdcSource::wait_for_news(milliseconds timeout) {
   live_news_ = false;
-  if (timeout > milliseconds(0) && marks_.pending()) {
-    collect_marks(timeout, stream_news_socket());  // an aggregate's next event may go now
-    return true;
+  bool freed = false;
+  if (marks_.pending()) {
+    const bool before = session_.book.has_candidates();
+    collect_marks(timeout, stream_news_socket());  // with no time: only what has arrived
+    freed = !before && session_.book.has_candidates();
+    timeout = milliseconds(0);
   }
-  if (polling()) return table_.wait_for_news(timeout);
+  if (polling()) return table_.wait_for_news(timeout) || freed;
   const bool got = read_stream(std::min(timeout, session_.stream->until_status_due()));
-  live_news_ = got && live_read_ && session_.live && session_.book.open_events() < kLive;
-  return got;
+  live_news_ = got && !freed && live_read_ && session_.live && session_.book.open_events() < kLive;
+  return got || freed;
 }
 
 // A streaming relay looks by itself (registered awake: producers never notify it); a polling one

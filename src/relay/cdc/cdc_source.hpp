@@ -215,7 +215,8 @@ class CdcSource final : public RelaySourceBase {
   // of more, not a full book. live_news_: wait_for_news()'s last news was such a read, with fewer
   // than kLive events open in the book, and the last transaction begun sent within
   // StreamSession::kLiveLag of its commit: live traffic, not a catch-up (a paced wait leaves the
-  // stream unread, and a walsender that is behind would block on its full socket meanwhile).
+  // stream unread, and a walsender that is behind would block on its full socket meanwhile). A
+  // read of keepalives alone keeps the last transaction's verdict.
   static constexpr std::size_t kLive = 256;
   bool live_read_ = false;
   bool live_news_ = false;

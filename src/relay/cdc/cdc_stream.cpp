@@ -258,7 +258,10 @@ void CdcSource::take_change(std::string_view payload) {
     session_.witness.begin();
     session_.reading_xid = begin->xid;
     session_.reading_commit_time = begin->commit_time;
-    session_.live = session_.send_time - begin->commit_time < StreamSession::kLiveLag;
+    // A negative lag (a clock stepped back, or the walsender's clock not the committer's) is not
+    // taken for live: a catch-up must not be paced.
+    const cdc::PgTimestamp lag = session_.send_time - begin->commit_time;
+    session_.live = lag >= 0 && lag < StreamSession::kLiveLag;
     session_.book.begin(begin->xid);
   } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {
     session_.book.commit(commit->end_lsn, commit->commit_time);
