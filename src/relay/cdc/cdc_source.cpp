@@ -227,8 +227,9 @@ bool CdcSource::wait_for_news(milliseconds timeout) {
     timeout = milliseconds(0);
   }
   if (polling()) return table_.wait_for_news(timeout) || freed;
-  const bool got = read_stream(std::min(timeout, session_.stream->until_status_due()));
-  live_news_ = got && !freed && live_read_ && session_.live && session_.book.open_events() < kLive;
+  bool live = false;
+  const bool got = read_stream(std::min(timeout, session_.stream->until_status_due()), &live);
+  live_news_ = live && !freed && session_.live && session_.book.open_events() < kLive;
   return got || freed;
 }
 

@@ -120,14 +120,16 @@ class CdcSource final : public RelaySourceBase {
   [[nodiscard]] cdc::Lsn start_position();
   void save_position(cdc::Lsn confirmed);
   // Reads what has arrived (waiting at most `timeout` for the first message), up to the budget;
-  // true when a message came.
-  bool read_stream(milliseconds timeout);
+  // true when a message came. `live`: it came, fewer than kLive messages, and the read ended for
+  // want of more (not at the budget or a full book).
+  bool read_stream(milliseconds timeout, bool* live = nullptr);
   // The book holds as much as the loop can use: read_stream() leaves the rest with the server.
   [[nodiscard]] bool stream_full() const;
   // The stream's socket while read_stream() would read it (news for fetch()); -1 otherwise.
   [[nodiscard]] int stream_news_socket() const;
   void take(const cdc::StreamMessage& message);
-  void take_change(std::string_view payload);
+  // `sent`: the server's clock when it sent the message (XLogData).
+  void take_change(std::string_view payload, cdc::PgTimestamp sent);
   void take_message(const cdc::LogicalMessage& message);
   void take_relation(const cdc::Relation& relation);
   void take_insert(const cdc::Insert& insert);
@@ -211,14 +213,12 @@ class CdcSource final : public RelaySourceBase {
   slot_mode::SlotMode mode_;
   ResumePosition resume_;
   bool listening_ = false;
-  // The last read_stream() that got something got few messages (under kLive) and stopped for want
-  // of more, not a full book. live_news_: wait_for_news()'s last news was such a read, with fewer
-  // than kLive events open in the book, and the last transaction begun sent within
-  // StreamSession::kLiveLag of its commit: live traffic, not a catch-up (a paced wait leaves the
-  // stream unread, and a walsender that is behind would block on its full socket meanwhile). A
-  // read of keepalives alone keeps the last transaction's verdict.
+  // wait_for_news()'s last news was a live read (read_stream), with fewer than kLive events open in
+  // the book, and the last transaction begun sent within StreamSession::kLiveLag of its commit:
+  // live traffic, not a catch-up (a paced wait leaves the stream unread, and a walsender that is
+  // behind would block on its full socket meanwhile). A read of keepalives alone keeps the last
+  // transaction's verdict.
   static constexpr std::size_t kLive = 256;
-  bool live_read_ = false;
   bool live_news_ = false;
   bool table_due_ = true;
   Clock::time_point next_table_poll_;

@@ -161,15 +161,12 @@ void CdcSource::prepare_slot() {
   }
 }
 
-bool CdcSource::read_stream(milliseconds timeout) {
+bool CdcSource::read_stream(milliseconds timeout, bool* live) {
+  if (live != nullptr) *live = false;
   bool got = false;
   milliseconds wait = timeout;
-  std::size_t read = 0;
-  for (; read < kMostMessagesPerRead; ++read) {
-    if (stream_full()) {  // the loop has enough to do; the server keeps the rest
-      if (got) live_read_ = false;
-      break;
-    }
+  for (std::size_t read = 0; read < kMostMessagesPerRead; ++read) {
+    if (stream_full()) break;  // the loop has enough to do; the server keeps the rest
     std::optional<cdc::StreamMessage> message;
     try {
       message = session_.stream->read(wait);
@@ -179,11 +176,10 @@ bool CdcSource::read_stream(milliseconds timeout) {
         throw;
       }
       start_stream();  // a new session: nothing of the old one is touched after this
-      live_read_ = false;
       return true;
     }
-    if (!message) {
-      if (got) live_read_ = read < kLive;
+    if (!message) {  // all there was: live traffic's, if it was little
+      if (live != nullptr) *live = got && read < kLive;
       break;
     }
     got = true;
@@ -198,7 +194,6 @@ bool CdcSource::read_stream(milliseconds timeout) {
                           true);
     }
   }
-  if (read == kMostMessagesPerRead) live_read_ = false;
   return got;
 }
 
@@ -227,8 +222,7 @@ NewsSockets CdcSource::news_sockets() const {
 
 void CdcSource::take(const cdc::StreamMessage& message) {
   if (const cdc::XLogData* data = message.xlog_data()) {
-    session_.send_time = data->send_time;
-    take_change(data->payload);
+    take_change(data->payload, data->send_time);
   } else if (const cdc::PrimaryKeepalive* keepalive = message.keepalive()) {
     session_.book.keepalive(keepalive->wal_end);
   }
@@ -238,7 +232,7 @@ void CdcSource::take(const cdc::StreamMessage& message) {
   }
 }
 
-void CdcSource::take_change(std::string_view payload) {
+void CdcSource::take_change(std::string_view payload, cdc::PgTimestamp sent) {
   cdc::PgOutputMessage change = cdc::decode_pgoutput(payload);
   if (const auto* error = std::get_if<cdc::DecodeError>(&change)) {
     throw DatabaseError(
@@ -260,7 +254,7 @@ void CdcSource::take_change(std::string_view payload) {
     session_.reading_commit_time = begin->commit_time;
     // A negative lag (a clock stepped back, or the walsender's clock not the committer's) is not
     // taken for live: a catch-up must not be paced.
-    const cdc::PgTimestamp lag = session_.send_time - begin->commit_time;
+    const cdc::PgTimestamp lag = sent - begin->commit_time;
     session_.live = lag >= 0 && lag < StreamSession::kLiveLag;
     session_.book.begin(begin->xid);
   } else if (const auto* commit = std::get_if<cdc::Commit>(&change)) {

@@ -51,7 +51,6 @@ struct StreamSession {
   bool table_rows = true;
   std::uint32_t reading_xid = 0;             // Begin's xid of the transaction being read
   cdc::PgTimestamp reading_commit_time = 0;  // and its commit time
-  cdc::PgTimestamp send_time = 0;            // the server's clock when it sent the last XLogData
   // The last transaction begun was sent within kLiveLag of its commit (both by the server's
   // clock): the stream keeps up with live traffic rather than catching up
   // (CdcSource::news_may_wait).

@@ -237,10 +237,10 @@ class Relay::Impl {
     return false;
   }
 
-  // News from the source: a NOTIFY is never paced, nor a stream catching up or a mark's answer;
-  // a change stream's few new transactions under heavy live traffic wait for the paced fetch
-  // like a broker report's wish to claim (a check statement per transaction or two cost the
-  // relay's session most of its CPU at live max: docs/PERFORMANCE.md).
+  // News from the source asks for a fetch at once, unless the source says it may wait for the
+  // paced one (EventSource::news_may_wait: a change stream's few new transactions under heavy live
+  // traffic, where a check statement per transaction or two cost the relay's session most of its
+  // CPU at live max: docs/PERFORMANCE.md).
   void announced(Pass& pass) {
     if (!source_->news_may_wait()) pass.schedule.announced();
   }
